@@ -1,0 +1,157 @@
+#!/usr/bin/env python3
+"""PyTorch eager reference of loom's GPT, for tokens/s comparisons in the same run.
+
+Same shapes and FLOPs as loom: pre-LayerNorm blocks, fused QKV with bias, GELU(tanh) MLP,
+learned token and position embeddings, final LayerNorm, untied bias-free LM head, mean
+cross-entropy. AdamW with gradient clipping and gradient accumulation over micro-batches.
+Prints exactly one JSON line on stdout. Needs only the standard library and torch (CPU).
+"""
+import argparse
+import json
+import math
+import statistics
+import time
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class Block(nn.Module):
+    def __init__(self, d, heads, hidden, seq):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(d)
+        self.qkv = nn.Linear(d, 3 * d, bias=True)
+        self.proj = nn.Linear(d, d, bias=True)
+        self.ln2 = nn.LayerNorm(d)
+        self.fc1 = nn.Linear(d, hidden, bias=True)
+        self.fc2 = nn.Linear(hidden, d, bias=True)
+        causal = torch.ones(seq, seq, dtype=torch.bool).tril()
+        self.register_buffer("masked", ~causal, persistent=False)
+
+    def attn(self, x):
+        b, t, d = x.shape
+        hd = d // self.heads
+        q, k, v = self.qkv(x).split(d, dim=-1)
+        q, k, v = (z.view(b, t, self.heads, hd).transpose(1, 2) for z in (q, k, v))
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+        scores = scores.masked_fill(self.masked[:t, :t], float("-inf"))
+        y = torch.softmax(scores, dim=-1) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x)), approximate="tanh"))
+
+
+class GPT(nn.Module):
+    def __init__(self, vocab, d, layers, heads, seq, ffn_mult):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.pos = nn.Embedding(seq, d)
+        self.blocks = nn.ModuleList(Block(d, heads, ffn_mult * d, seq) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(d)
+        self.head = nn.Linear(d, vocab, bias=False)
+        self.apply(self._init)
+        for blk in self.blocks:  # residual output projections
+            nn.init.normal_(blk.proj.weight, 0.0, 0.02 / math.sqrt(2 * layers))
+            nn.init.normal_(blk.fc2.weight, 0.0, 0.02 / math.sqrt(2 * layers))
+
+    @staticmethod
+    def _init(m):
+        if isinstance(m, (nn.Linear, nn.Embedding)):
+            nn.init.normal_(m.weight, 0.0, 0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+        if isinstance(m, nn.LayerNorm):
+            nn.init.ones_(m.weight)
+            nn.init.zeros_(m.bias)
+
+    def forward(self, idx, targets):
+        t = idx.shape[1]
+        x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
+        for blk in self.blocks:
+            x = blk(x)
+        logits = self.head(self.ln_f(x))
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--d-model", type=int, default=256)
+    p.add_argument("--layers", type=int, default=4)
+    p.add_argument("--heads", type=int, default=4)
+    p.add_argument("--seq", type=int, default=256)
+    p.add_argument("--ffn-mult", type=int, default=4)
+    p.add_argument("--micro-batch", type=int, default=4)
+    p.add_argument("--micro-batches", type=int, default=2)
+    p.add_argument("--steps", type=int, default=10, help="timed steps")
+    p.add_argument("--warmup-steps", type=int, default=2, help="untimed steps before timing")
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--threads", type=int, default=0, help="0 keeps torch's default")
+    p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    p.add_argument("--seed", type=int, default=0)
+    a = p.parse_args()
+    if a.d_model % a.heads:
+        p.error("--d-model must be divisible by --heads")
+    if a.steps < 1 or a.warmup_steps < 0:
+        p.error("--steps must be >= 1 and --warmup-steps >= 0")
+
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:
+        pass  # may only be set once, before any parallel work
+    torch.manual_seed(a.seed)
+    dtype = getattr(torch, a.dtype)
+
+    model = GPT(a.vocab, a.d_model, a.layers, a.heads, a.seq, a.ffn_mult).to(dtype)
+    params = [q for q in model.parameters() if q.requires_grad]
+    opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
+
+    # One fixed batch per micro-batch slot, generated before timing and reused every step.
+    gen = torch.Generator().manual_seed(a.seed)
+    data = [torch.randint(0, a.vocab, (a.micro_batch, a.seq + 1), generator=gen)
+            for _ in range(a.micro_batches)]
+    batches = [(d[:, :-1].contiguous(), d[:, 1:].contiguous()) for d in data]
+
+    def step():
+        total = 0.0
+        for inputs, targets in batches:
+            loss = model(inputs, targets) / a.micro_batches
+            loss.backward()
+            total += loss.item()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        return total
+
+    losses, times = [], []
+    for i in range(a.warmup_steps + a.steps):
+        t0 = time.perf_counter()
+        losses.append(step())
+        if i >= a.warmup_steps:
+            times.append(time.perf_counter() - t0)
+
+    median = statistics.median(times)
+    tokens = a.micro_batch * a.micro_batches * a.seq
+    print(json.dumps({
+        "impl": "pytorch-eager",
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "steps": a.steps,
+        "step_ms": median * 1e3,
+        "step_ms_min": min(times) * 1e3,
+        "step_ms_max": max(times) * 1e3,
+        "tokens_per_s": tokens / median,
+        "loss_first": losses[0],
+        "loss_last": losses[-1],
+        "params": sum(q.numel() for q in model.parameters()),
+    }))
+
+
+if __name__ == "__main__":
+    main()

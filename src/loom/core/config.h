@@ -1,0 +1,99 @@
+#pragma once
+// The run configuration: TOML sections [model] [parallel] [memory] [train] [data], with the names
+// of DESIGN.md's user-facing vocabulary. Every key can be overridden with `--set section.key=value`.
+// Parsing refuses unknown keys (naming the closest known one) and wrongly typed values;
+// `validate` refuses inconsistent values. Both throw InputError (exit 2) before anything runs.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace loom {
+
+struct ModelConfig {
+  std::string kind = "gpt";
+  int64_t vocab = 4096;
+  int64_t d_model = 256;
+  int64_t n_layers = 4;
+  int64_t n_heads = 4;
+  int64_t seq_len = 256;
+  int64_t max_positions = 0;  // size of the learned position table; 0 = seq_len
+  int64_t ffn_mult = 4;
+  int64_t attn_tile = 128;    // query/key tile of the attention kernel (memory is O(seq * tile))
+  std::string dtype = "float32";
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct ParallelConfig {
+  int64_t dp = 1, tp = 1, pp = 1, sp = 1;
+  std::string schedule = "1f1b";
+  int64_t chunks = 1;
+  std::vector<int64_t> pp_cuts;
+  std::string sp_mode = "allgather";
+  bool tp_sequence = false;
+  int64_t tp_overlap = 1;
+  int64_t zero = 0;
+  double bucket_mb = 25.0;
+  std::string sparse = "auto";
+  int64_t sparse_partitions = 0;
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+struct MemoryConfig {
+  std::string budget;  // "" = no budget, else a byte size such as "2GiB"
+  std::string recompute = "none";
+  double recompute_ratio = 0.0;
+  bool operator==(const MemoryConfig&) const = default;
+};
+
+struct TrainConfig {
+  int64_t steps = 100;
+  int64_t global_batch = 8;
+  int64_t micro_batch = 4;
+  double lr = 1e-3;
+  double min_lr_ratio = 0.1;  // cosine decay ends at lr * min_lr_ratio
+  int64_t warmup = 10;
+  double weight_decay = 0.1;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double clip = 1.0;  // global gradient-norm limit; 0 = off
+  int64_t seed = 1234;
+  int64_t threads = 0;  // libtorch intra-op threads per rank; 0 = all cores (1 per rank under MPI)
+  int64_t log_every = 1;
+  bool operator==(const TrainConfig&) const = default;
+};
+
+struct DataConfig {
+  std::string source = "synthetic";   // "synthetic" | "text:PATH" | "tokens:PATH"
+  std::string token_dtype = "auto";   // for tokens:PATH: "uint16" | "uint32" | "auto" (by vocab)
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct Config {
+  ModelConfig model;
+  ParallelConfig parallel;
+  MemoryConfig memory;
+  TrainConfig train;
+  DataConfig data;
+  bool operator==(const Config&) const = default;
+
+  int64_t position_count() const { return model.max_positions > 0 ? model.max_positions : model.seq_len; }
+  int64_t microbatch_count() const { return train.global_batch / train.micro_batch; }
+  int64_t budget_bytes() const;  // 0 = none
+};
+
+// TOML text -> Config (defaults for absent keys). `origin` names the text in errors.
+Config parse_config(std::string_view toml_text, std::string_view origin);
+Config load_config_file(const std::string& path);
+// Applies one `section.key=value` override; the value is read as TOML, or as a string if it is
+// not valid TOML (so `data.source=text:input.txt` needs no quotes).
+void apply_override(Config& config, std::string_view assignment);
+// Cross-key checks: shapes divide, sizes are positive, names are known.
+void validate(const Config& config);
+// The effective configuration as TOML, every key present.
+std::string to_toml(const Config& config);
+
+// All keys as "section.key", for suggestions and documentation.
+std::vector<std::string> config_keys();
+
+}  // namespace loom

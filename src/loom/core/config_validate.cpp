@@ -1,0 +1,119 @@
+// Cross-key validation of a Config: everything that can be known wrong before a rank allocates.
+#include <algorithm>
+#include <array>
+
+#include "loom/core/config.h"
+#include "loom/core/error.h"
+#include "loom/core/units.h"
+
+namespace loom {
+namespace {
+
+template <size_t N>
+void check_one_of(std::string_view key, const std::string& value, const std::array<std::string_view, N>& allowed) {
+  LOOM_CHECK_INPUT(std::find(allowed.begin(), allowed.end(), value) != allowed.end(),
+                   "{} = \"{}\" is not one of: {}", key, value, fmt::join(allowed, ", "));
+}
+
+void check_positive(std::string_view key, int64_t value) {
+  LOOM_CHECK_INPUT(value > 0, "{} = {} must be positive", key, value);
+}
+
+void validate_model(const ModelConfig& m, int64_t positions) {
+  check_one_of("model.kind", m.kind, std::array<std::string_view, 2>{"gpt", "dlrm"});
+  LOOM_CHECK_INPUT(m.kind == "gpt", "model.kind = \"{}\" is not implemented yet; use \"gpt\"", m.kind);
+  check_one_of("model.dtype", m.dtype, std::array<std::string_view, 3>{"float32", "float64", "bfloat16"});
+  LOOM_CHECK_INPUT(m.dtype != "bfloat16",
+                   "model.dtype = \"bfloat16\" is not supported by the CPU kernels yet; use \"float32\" "
+                   "(training) or \"float64\" (equivalence checks)");
+  LOOM_CHECK_INPUT(m.vocab >= 2, "model.vocab = {} must be at least 2", m.vocab);
+  for (auto [key, value] : {std::pair{"model.d_model", m.d_model}, {"model.n_layers", m.n_layers},
+                            {"model.n_heads", m.n_heads}, {"model.seq_len", m.seq_len},
+                            {"model.ffn_mult", m.ffn_mult}, {"model.attn_tile", m.attn_tile}})
+    check_positive(key, value);
+  LOOM_CHECK_INPUT(m.d_model % m.n_heads == 0,
+                   "model.d_model ({}) must be divisible by model.n_heads ({}); hint: d_model = {} or {} fits",
+                   m.d_model, m.n_heads, m.d_model / m.n_heads * m.n_heads,
+                   (m.d_model / m.n_heads + 1) * m.n_heads);
+  LOOM_CHECK_INPUT(m.max_positions >= 0, "model.max_positions = {} must be >= 0 (0 = seq_len)", m.max_positions);
+  LOOM_CHECK_INPUT(m.seq_len <= positions,
+                   "model.seq_len ({}) is longer than the position table (model.max_positions = {}); "
+                   "hint: raise max_positions or shorten seq_len",
+                   m.seq_len, positions);
+}
+
+void validate_parallel(const ParallelConfig& p) {
+  for (auto [key, value] : {std::pair{"parallel.dp", p.dp}, {"parallel.tp", p.tp}, {"parallel.pp", p.pp},
+                            {"parallel.sp", p.sp}, {"parallel.chunks", p.chunks},
+                            {"parallel.tp_overlap", p.tp_overlap}})
+    check_positive(key, value);
+  check_one_of("parallel.schedule", p.schedule,
+               std::array<std::string_view, 5>{"gpipe", "1f1b", "interleaved", "zb-h1", "scp"});
+  check_one_of("parallel.sp_mode", p.sp_mode, std::array<std::string_view, 3>{"allgather", "ring", "ulysses"});
+  check_one_of("parallel.sparse", p.sparse, std::array<std::string_view, 2>{"auto", "off"});
+  LOOM_CHECK_INPUT(p.zero == 0 || p.zero == 1, "parallel.zero = {} must be 0 or 1", p.zero);
+  LOOM_CHECK_INPUT(p.bucket_mb > 0, "parallel.bucket_mb = {} must be positive", p.bucket_mb);
+  LOOM_CHECK_INPUT(p.sparse_partitions >= 0, "parallel.sparse_partitions = {} must be >= 0 (0 = automatic)",
+                   p.sparse_partitions);
+  const int64_t ranks = p.dp * p.tp * p.pp * p.sp;
+  LOOM_CHECK_INPUT(ranks == 1 && p.chunks == 1 && p.tp_overlap == 1 && !p.tp_sequence && p.zero == 0 &&
+                       p.pp_cuts.empty(),
+                   "parallel layout dp={} tp={} pp={} sp={} (chunks={}, tp_overlap={}, tp_sequence={}, "
+                   "zero={}) needs the distributed runtime, which this build does not have yet; run "
+                   "with every degree 1",
+                   p.dp, p.tp, p.pp, p.sp, p.chunks, p.tp_overlap, p.tp_sequence, p.zero);
+}
+
+void validate_memory(const MemoryConfig& m) {
+  if (!m.budget.empty()) {
+    const int64_t budget = parse_bytes(m.budget, "memory.budget");
+    LOOM_CHECK_INPUT(budget > 0, "memory.budget = \"{}\" must be positive (or \"\" for none)", m.budget);
+  }
+  check_one_of("memory.recompute", m.recompute, std::array<std::string_view, 3>{"none", "full", "stage-aware"});
+  LOOM_CHECK_INPUT(m.recompute != "stage-aware",
+                   "memory.recompute = \"stage-aware\" needs pipeline stages (parallel.pp > 1); use \"full\" "
+                   "or \"none\" in one process");
+  LOOM_CHECK_INPUT(m.recompute_ratio >= 0 && m.recompute_ratio <= 1,
+                   "memory.recompute_ratio = {} must be in [0, 1]", m.recompute_ratio);
+}
+
+void validate_train(const TrainConfig& t) {
+  for (auto [key, value] : {std::pair{"train.steps", t.steps}, {"train.global_batch", t.global_batch},
+                            {"train.micro_batch", t.micro_batch}, {"train.log_every", t.log_every}})
+    check_positive(key, value);
+  LOOM_CHECK_INPUT(t.global_batch % t.micro_batch == 0,
+                   "train.global_batch ({}) must be a multiple of train.micro_batch ({})", t.global_batch,
+                   t.micro_batch);
+  LOOM_CHECK_INPUT(t.lr > 0, "train.lr = {} must be positive", t.lr);
+  LOOM_CHECK_INPUT(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1, "train.min_lr_ratio = {} must be in [0, 1]",
+                   t.min_lr_ratio);
+  LOOM_CHECK_INPUT(t.warmup >= 0, "train.warmup = {} must be >= 0", t.warmup);
+  LOOM_CHECK_INPUT(t.weight_decay >= 0, "train.weight_decay = {} must be >= 0", t.weight_decay);
+  LOOM_CHECK_INPUT(t.beta1 >= 0 && t.beta1 < 1 && t.beta2 >= 0 && t.beta2 < 1,
+                   "train.beta1 ({}) and train.beta2 ({}) must be in [0, 1)", t.beta1, t.beta2);
+  LOOM_CHECK_INPUT(t.clip >= 0, "train.clip = {} must be >= 0 (0 = no clipping)", t.clip);
+  LOOM_CHECK_INPUT(t.seed >= 0, "train.seed = {} must be >= 0", t.seed);
+  LOOM_CHECK_INPUT(t.threads >= 0, "train.threads = {} must be >= 0 (0 = automatic)", t.threads);
+}
+
+void validate_data(const DataConfig& d, const ModelConfig& m) {
+  const std::string& s = d.source;
+  const bool known = s == "synthetic" || (s.starts_with("text:") && s.size() > 5) ||
+                     (s.starts_with("tokens:") && s.size() > 7);
+  LOOM_CHECK_INPUT(known, "data.source = \"{}\" is not \"synthetic\", \"text:PATH\" or \"tokens:PATH\"", s);
+  check_one_of("data.token_dtype", d.token_dtype, std::array<std::string_view, 3>{"auto", "uint16", "uint32"});
+  LOOM_CHECK_INPUT(!s.starts_with("text:") || m.vocab >= 256,
+                   "data.source = \"{}\" is byte-level text, which needs model.vocab >= 256 (got {})", s, m.vocab);
+}
+
+}  // namespace
+
+void validate(const Config& config) {
+  validate_model(config.model, config.position_count());
+  validate_parallel(config.parallel);
+  validate_memory(config.memory);
+  validate_train(config.train);
+  validate_data(config.data, config.model);
+}
+
+}  // namespace loom

@@ -1,0 +1,25 @@
+#pragma once
+// A token source maps a global sample index to a window of tokens, deterministically: the same
+// index gives the same window in every run and every layout. The sampler decides which indices a
+// micro-batch holds.
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "loom/core/config.h"
+
+namespace loom::data {
+
+class TokenSource {
+ public:
+  virtual ~TokenSource() = default;
+  // Writes `length` token ids of sample `index` to `out`; every id is < the model's vocab.
+  virtual void window(int64_t index, int64_t length, int64_t* out) const = 0;
+  virtual std::string describe() const = 0;
+};
+
+// The source `data.source` names, checked against the model (ids < vocab, long enough for
+// seq_len + 1 tokens). Throws InputError on a missing, truncated or out-of-range file.
+std::unique_ptr<TokenSource> open_source(const Config& config);
+
+}  // namespace loom::data

@@ -1,0 +1,27 @@
+#pragma once
+// The process-wide CPU allocator loom installs into libtorch: every tensor allocation passes
+// through it, so it counts live and peak bytes exactly, and it can enforce a budget (the
+// "device memory" of a CPU rank). An allocation that would pass the budget throws
+// BudgetExceeded, naming the budget, the request and the current use.
+//
+// This is the one piece of global mutable state loom has (DESIGN.md, Conventions).
+#include <cstdint>
+
+#include "loom/core/error.h"
+
+namespace loom::memory {
+
+class BudgetExceeded : public Error {
+ public:
+  using Error::Error;
+};
+
+// Idempotent; tensors allocated before the call are freed correctly but not counted.
+void install_accounting_allocator();
+int64_t live_bytes();
+int64_t peak_bytes();
+void reset_peak();             // peak := live
+void set_budget(int64_t bytes);  // 0 = no budget
+int64_t budget();
+
+}  // namespace loom::memory

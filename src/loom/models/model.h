@@ -1,0 +1,21 @@
+#pragma once
+// A model is a flat chain of layers at sub-block granularity. It knows nothing about parallelism:
+// a layout decides how the chain is cut, sharded and replicated.
+#include <memory>
+#include <vector>
+
+#include "loom/nn/layer.h"
+
+namespace loom::models {
+
+struct Model {
+  std::vector<std::unique_ptr<nn::Layer>> chain;
+
+  std::vector<nn::Param*> params() const;
+  int64_t param_count() const;
+  // Every parameter from (seed, name): the same values whatever the layout.
+  void initialise(uint64_t seed, at::ScalarType dtype);
+  nn::Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const;
+};
+
+}  // namespace loom::models

@@ -1,0 +1,78 @@
+#include "loom/nn/attention_block.h"
+
+#include "loom/nn/attention.h"
+
+namespace loom::nn {
+namespace {
+struct State : SavedState {
+  at::Tensor x, mean, rstd, h;  // input, its norm statistics, normed input (qkv's input)
+  at::Tensor heads;             // [3, B, H, T, hd]: q, k, v (freed after backward_input)
+  at::Tensor lse;               // [B, H, T] (freed after backward_input)
+  at::Tensor merged;            // [B, T, D]: attention output, proj's input
+  at::Tensor dy, dqkv, dh;      // gradients the weight-gradient half needs
+};
+}  // namespace
+
+AttentionBlock::AttentionBlock(const std::string& prefix, int64_t d_model, int64_t n_heads, int64_t tile,
+                               double residual_std)
+    : norm(prefix + ".norm", d_model),
+      qkv(prefix + ".qkv", d_model, 3 * d_model, true, 0.02),
+      proj(prefix + ".proj", d_model, d_model, true, residual_std),
+      prefix_(prefix),
+      d_model_(d_model),
+      n_heads_(n_heads),
+      tile_(tile) {}
+
+at::Tensor AttentionBlock::forward(const at::Tensor& x, const MicroBatch&, Saved& saved) {
+  const int64_t batch = x.size(0), seq = x.size(1), hd = d_model_ / n_heads_;
+  auto& s = saved.emplace<State>();
+  auto n = norm.forward(x);
+  s.x = x, s.mean = n.mean, s.rstd = n.rstd, s.h = n.y;
+  s.heads = qkv.forward(n.y).view({batch, seq, 3, n_heads_, hd}).permute({2, 0, 3, 1, 4}).contiguous();
+  auto att = causal_attention_forward(s.heads[0], s.heads[1], s.heads[2], tile_);
+  s.lse = att.lse;
+  s.merged = att.out.transpose(1, 2).reshape({batch, seq, d_model_});
+  return x + proj.forward(s.merged);
+}
+
+at::Tensor AttentionBlock::backward_input(const at::Tensor& dy, Saved& saved) {
+  auto& s = saved.get<State>();
+  const int64_t batch = dy.size(0), seq = dy.size(1), hd = d_model_ / n_heads_;
+  s.dy = dy;
+  const at::Tensor dmerged = proj.backward_input(dy);
+  const at::Tensor dout = dmerged.view({batch, seq, n_heads_, hd}).transpose(1, 2).contiguous();
+  const at::Tensor out = s.merged.view({batch, seq, n_heads_, hd}).transpose(1, 2);
+  auto g = causal_attention_backward(dout, s.heads[0], s.heads[1], s.heads[2], out, s.lse, tile_);
+  s.heads.reset(), s.lse.reset();
+  s.dqkv = g.packed.permute({1, 3, 0, 2, 4}).reshape({batch, seq, 3 * d_model_});
+  s.dh = qkv.backward_input(s.dqkv);
+  return norm.backward_input(s.dh, s.x, s.mean, s.rstd) + dy;
+}
+
+void AttentionBlock::backward_weight(Saved& saved) {
+  auto& s = saved.get<State>();
+  proj.backward_weight(s.merged, s.dy);
+  qkv.backward_weight(s.h, s.dqkv);
+  norm.backward_weight(s.dh, s.x, s.mean, s.rstd);
+  saved.clear();
+}
+
+std::vector<Param*> AttentionBlock::params() {
+  return {&norm.gain, &norm.bias, &qkv.weight, &qkv.bias, &proj.weight, &proj.bias};
+}
+
+Cost AttentionBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
+  const int64_t rows = batch * seq, hd = d_model_ / n_heads_;
+  const double linear = qkv.flops(rows) + proj.flops(rows);
+  const double attention = causal_attention_flops(batch, n_heads_, seq, hd);
+  Cost c;
+  c.forward_flops = linear + attention;
+  c.backward_input_flops = linear + 2 * attention;  // dQ, dK, dV, dP: twice the forward's matmuls
+  c.backward_weight_flops = linear;
+  // x, h, q/k/v, merged output: 6 activations of [rows, d_model], plus the log-sum-exp.
+  c.saved_bytes = static_cast<double>((6 * rows * d_model_ + batch * n_heads_ * seq) * dtype_bytes);
+  c.param_bytes = static_cast<double>((4 * d_model_ * d_model_ + 6 * d_model_) * dtype_bytes);
+  return c;
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,38 @@
+#include "loom/nn/final_norm.h"
+
+namespace loom::nn {
+namespace {
+struct State : SavedState {
+  at::Tensor x, mean, rstd, dy;
+};
+}  // namespace
+
+FinalNorm::FinalNorm(int64_t d_model) : norm("final_norm", d_model), d_model_(d_model) {}
+
+at::Tensor FinalNorm::forward(const at::Tensor& x, const MicroBatch&, Saved& saved) {
+  auto& s = saved.emplace<State>();
+  auto n = norm.forward(x);
+  s.x = x, s.mean = n.mean, s.rstd = n.rstd;
+  return n.y;
+}
+
+at::Tensor FinalNorm::backward_input(const at::Tensor& dy, Saved& saved) {
+  auto& s = saved.get<State>();
+  s.dy = dy;
+  return norm.backward_input(dy, s.x, s.mean, s.rstd);
+}
+
+void FinalNorm::backward_weight(Saved& saved) {
+  auto& s = saved.get<State>();
+  norm.backward_weight(s.dy, s.x, s.mean, s.rstd);
+  saved.clear();
+}
+
+Cost FinalNorm::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
+  Cost c;
+  c.saved_bytes = static_cast<double>(batch * seq * d_model_ * dtype_bytes);
+  c.param_bytes = static_cast<double>(2 * d_model_ * dtype_bytes);
+  return c;
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,25 @@
+#pragma once
+// The final LayerNorm before the LM head, as a chain layer.
+#include "loom/nn/layer.h"
+#include "loom/nn/layer_norm.h"
+
+namespace loom::nn {
+
+class FinalNorm final : public Layer {
+ public:
+  explicit FinalNorm(int64_t d_model);
+
+  std::string name() const override { return "final_norm"; }
+  at::Tensor forward(const at::Tensor& x, const MicroBatch& mb, Saved& saved) override;
+  at::Tensor backward_input(const at::Tensor& dy, Saved& saved) override;
+  void backward_weight(Saved& saved) override;
+  std::vector<Param*> params() override { return norm.params(); }
+  Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
+
+  LayerNorm norm;
+
+ private:
+  int64_t d_model_;
+};
+
+}  // namespace loom::nn

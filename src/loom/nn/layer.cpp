@@ -1,0 +1,14 @@
+#include "loom/nn/layer.h"
+
+namespace loom::nn {
+
+Cost& Cost::operator+=(const Cost& o) {
+  forward_flops += o.forward_flops;
+  backward_input_flops += o.backward_input_flops;
+  backward_weight_flops += o.backward_weight_flops;
+  saved_bytes += o.saved_bytes;
+  param_bytes += o.param_bytes;
+  return *this;
+}
+
+}  // namespace loom::nn

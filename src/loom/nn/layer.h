@@ -1,0 +1,75 @@
+#pragma once
+// The model is a flat chain of layers, each with an explicit backward split in two:
+//   forward(x)           -> y, saving in `Saved` what backward needs
+//   backward_input(dy)   -> dx, keeping in `Saved` what the weight gradient needs
+//   backward_weight()    -> accumulates into each Param::grad, then releases `Saved`
+// Splitting B (input gradient) from W (weight gradient) is what zero-bubble pipeline schedules
+// need; knowing what is saved is what memory planning needs. The chain's first layer takes token
+// ids [batch, seq] (int64); its last returns the micro-batch's loss contribution as a 0-d tensor
+// and takes an undefined `dy`.
+#include <ATen/ATen.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/nn/param.h"
+
+namespace loom::nn {
+
+// What a micro-batch brings besides the activations flowing through the chain.
+struct MicroBatch {
+  at::Tensor tokens;   // [batch, seq] int64
+  at::Tensor targets;  // [batch, seq] int64
+  // Each token's loss is multiplied by this, so that summing the micro-batches' contributions
+  // gives the mean over every token of the global batch, whatever the micro-batch split.
+  double loss_scale = 1.0;
+};
+
+// Analytic cost of one layer for one micro-batch: model FLOPs (multiply-add = 2) and bytes.
+struct Cost {
+  double forward_flops = 0;
+  double backward_input_flops = 0;
+  double backward_weight_flops = 0;
+  double saved_bytes = 0;  // activations kept from forward to backward
+  double param_bytes = 0;
+  Cost& operator+=(const Cost& o);
+};
+
+// State a layer keeps between its forward and backward calls for one micro-batch.
+struct SavedState {
+  virtual ~SavedState() = default;
+};
+
+class Saved {
+ public:
+  template <class State>
+  State& emplace() {
+    auto state = std::make_unique<State>();
+    State& ref = *state;
+    state_ = std::move(state);
+    return ref;
+  }
+  template <class State>
+  State& get() {
+    return static_cast<State&>(*state_);
+  }
+  bool empty() const { return state_ == nullptr; }
+  void clear() { state_.reset(); }
+
+ private:
+  std::unique_ptr<SavedState> state_;
+};
+
+class Layer {
+ public:
+  virtual ~Layer() = default;
+  virtual std::string name() const = 0;
+  virtual at::Tensor forward(const at::Tensor& x, const MicroBatch& mb, Saved& saved) = 0;
+  virtual at::Tensor backward_input(const at::Tensor& dy, Saved& saved) = 0;
+  virtual void backward_weight(Saved& saved) = 0;
+  virtual std::vector<Param*> params() = 0;
+  virtual Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const = 0;
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,33 @@
+#include "loom/nn/layer_norm.h"
+
+namespace loom::nn {
+
+namespace {
+constexpr double kEps = 1e-5;
+}
+
+LayerNorm::LayerNorm(const std::string& name, int64_t dim) : dim_(dim) {
+  gain = Param{.name = name + ".weight", .full_shape = {dim}, .init = Init::Ones};
+  bias = Param{.name = name + ".bias", .full_shape = {dim}};
+}
+
+NormOutput LayerNorm::forward(const at::Tensor& x) const {
+  auto [y, mean, rstd] = at::native_layer_norm(x, {dim_}, gain.value, bias.value, kEps);
+  return {y, mean, rstd};
+}
+
+at::Tensor LayerNorm::backward_input(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
+                                     const at::Tensor& rstd) const {
+  return std::get<0>(
+      at::native_layer_norm_backward(dy, x, {dim_}, mean, rstd, gain.value, bias.value, {true, false, false}));
+}
+
+void LayerNorm::backward_weight(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
+                                const at::Tensor& rstd) {
+  auto [unused, dgain, dbias] =
+      at::native_layer_norm_backward(dy, x, {dim_}, mean, rstd, gain.value, bias.value, {false, true, true});
+  gain.grad.add_(dgain);
+  bias.grad.add_(dbias);
+}
+
+}  // namespace loom::nn

@@ -1,0 +1,29 @@
+#pragma once
+// Pre-norm MLP sub-block: y = x + down(gelu_tanh(up(ln(x)))), hidden = ffn_mult * d_model.
+#include "loom/nn/layer.h"
+#include "loom/nn/layer_norm.h"
+#include "loom/nn/linear.h"
+
+namespace loom::nn {
+
+class MlpBlock final : public Layer {
+ public:
+  MlpBlock(const std::string& prefix, int64_t d_model, int64_t hidden, double residual_std);
+
+  std::string name() const override { return prefix_; }
+  at::Tensor forward(const at::Tensor& x, const MicroBatch& mb, Saved& saved) override;
+  at::Tensor backward_input(const at::Tensor& dy, Saved& saved) override;
+  void backward_weight(Saved& saved) override;
+  std::vector<Param*> params() override;
+  Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
+
+  LayerNorm norm;
+  Linear up;    // d_model -> hidden
+  Linear down;  // hidden -> d_model
+
+ private:
+  std::string prefix_;
+  int64_t d_model_, hidden_;
+};
+
+}  // namespace loom::nn

@@ -1,0 +1,37 @@
+#pragma once
+// AdamW with decoupled weight decay (the update libtorch's and PyTorch's AdamW make):
+//   p -= lr * wd * p                      (only for params with weight_decay set)
+//   m = b1 m + (1 - b1) g;  v = b2 v + (1 - b2) g^2
+//   p -= lr / (1 - b1^t) * m / (sqrt(v) / sqrt(1 - b2^t) + eps)
+#include <vector>
+
+#include "loom/nn/param.h"
+
+namespace loom::optim {
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+class AdamW {
+ public:
+  AdamW(std::vector<nn::Param*> params, AdamWOptions options);
+  void step(double lr);  // uses each Param::grad as it is (clip before)
+  int64_t step_count() const { return step_; }
+  const at::Tensor& exp_avg(size_t i) const { return state_[i].m; }
+  const at::Tensor& exp_avg_sq(size_t i) const { return state_[i].v; }
+
+ private:
+  struct State {
+    at::Tensor m, v;
+  };
+  std::vector<nn::Param*> params_;
+  std::vector<State> state_;
+  AdamWOptions options_;
+  int64_t step_ = 0;
+};
+
+}  // namespace loom::optim

@@ -1,0 +1,32 @@
+#include "loom/plan/gemm_peak.h"
+
+#include <algorithm>
+#include <chrono>
+
+namespace loom::plan {
+
+GemmMeasurement measure_gemm(int64_t size, at::ScalarType dtype, double min_seconds) {
+  const auto options = at::TensorOptions().dtype(dtype);
+  const at::Tensor a = at::rand({size, size}, options), b = at::rand({size, size}, options);
+  at::Tensor c = at::empty({size, size}, options);
+  at::mm_out(c, a, b);  // warm-up: first-touch pages, thread pool start
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> seconds;
+  const auto start = Clock::now();
+  do {
+    const auto t0 = Clock::now();
+    at::mm_out(c, a, b);
+    seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  } while (std::chrono::duration<double>(Clock::now() - start).count() < min_seconds || seconds.size() < 3);
+  std::sort(seconds.begin(), seconds.end());
+  const double flops = 2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size);
+  return {size, flops / seconds[seconds.size() / 2], flops / seconds.front(), static_cast<int64_t>(seconds.size())};
+}
+
+double measure_gemm_peak(at::ScalarType dtype, double min_seconds_per_size, const std::vector<int64_t>& sizes) {
+  double peak = 0;
+  for (int64_t n : sizes) peak = std::max(peak, measure_gemm(n, dtype, min_seconds_per_size).flops_per_s);
+  return peak;
+}
+
+}  // namespace loom::plan

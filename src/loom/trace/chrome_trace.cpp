@@ -1,0 +1,37 @@
+#include "loom/trace/chrome_trace.h"
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+
+#include "loom/core/error.h"
+
+namespace loom::trace {
+
+ChromeTrace::ChromeTrace(int rank) : rank_(rank), origin_(Clock::now()) {}
+
+void ChromeTrace::add(std::string name, std::string category, Clock::time_point start, Clock::time_point end,
+                      int track) {
+  const auto us = [&](Clock::time_point t) { return std::chrono::duration<double, std::micro>(t - origin_).count(); };
+  events_.push_back({std::move(name), std::move(category), us(start), us(end) - us(start), track});
+}
+
+void ChromeTrace::write(const std::string& path) const {
+  nlohmann::json events = nlohmann::json::array();
+  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"name", fmt::format("rank {}", rank_)}}}});
+  for (const Event& e : events_) {
+    events.push_back({{"name", e.name}, {"cat", e.category}, {"ph", "X"}, {"ts", e.start_us},
+                      {"dur", e.duration_us}, {"pid", rank_}, {"tid", e.track}});
+  }
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    LOOM_CHECK_INPUT(out.good(), "cannot write trace file '{}'", path);
+    out << nlohmann::json{{"traceEvents", events}, {"displayTimeUnit", "ms"}}.dump() << '\n';
+    LOOM_CHECK(out.good(), "writing trace file '{}' failed", path);
+  }
+  LOOM_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "cannot rename '{}' to '{}'", tmp, path);
+}
+
+}  // namespace loom::trace

@@ -1,0 +1,130 @@
+// Config parsing, overrides, printing and validation: every bad input is an InputError whose
+// message names the key, the value and what would be right.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "loom/core/config.h"
+#include "loom/core/error.h"
+#include "loom/core/units.h"
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+
+// The message of the InputError `fn` throws; fails the test if it throws nothing or something else.
+template <class Fn>
+std::string input_error(Fn&& fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError";
+  return "";
+}
+
+TEST(Config, ParsesSectionsAndKeepsDefaultsForAbsentKeys) {
+  const Config c = parse_config(R"(
+[model]
+d_model = 128
+n_heads = 8
+dtype = "float64"
+[train]
+lr = 3e-4
+clip = 2        # an integer is accepted where a float is expected
+[parallel]
+pp_cuts = [3, 7]
+)",
+                                "test.toml");
+  EXPECT_EQ(c.model.d_model, 128);
+  EXPECT_EQ(c.model.n_heads, 8);
+  EXPECT_EQ(c.model.dtype, "float64");
+  EXPECT_DOUBLE_EQ(c.train.lr, 3e-4);
+  EXPECT_DOUBLE_EQ(c.train.clip, 2.0);
+  EXPECT_EQ(c.parallel.pp_cuts, (std::vector<int64_t>{3, 7}));
+  EXPECT_EQ(c.model.vocab, Config{}.model.vocab);
+}
+
+TEST(Config, UnknownKeyNamesTheClosestKnownOne) {
+  const std::string msg = input_error([] { parse_config("[model]\nd_modle = 3\n", "x.toml"); });
+  EXPECT_THAT(msg, HasSubstr("unknown config key 'model.d_modle'"));
+  EXPECT_THAT(msg, HasSubstr("did you mean 'model.d_model'"));
+  EXPECT_THAT(input_error([] { parse_config("[trian]\nsteps = 3\n", "x.toml"); }), HasSubstr("train.steps"));
+  EXPECT_THAT(input_error([] { parse_config("steps = 3\n", "x.toml"); }), HasSubstr("outside any section"));
+}
+
+TEST(Config, WrongTypesAreRefusedWithTheValue) {
+  EXPECT_THAT(input_error([] { parse_config("[model]\nd_model = \"big\"\n", "x.toml"); }),
+              HasSubstr("model.d_model must be an integer, got a string"));
+  EXPECT_THAT(input_error([] { parse_config("[train]\nlr = true\n", "x.toml"); }),
+              HasSubstr("train.lr must be a number"));
+  EXPECT_THAT(input_error([] { parse_config("[parallel]\npp_cuts = [1, \"a\"]\n", "x.toml"); }),
+              HasSubstr("array of integers"));
+  EXPECT_THAT(input_error([] { parse_config("[model\n", "x.toml"); }), HasSubstr("x.toml:1"));
+}
+
+TEST(Config, OverridesParseAsTomlOrFallBackToStrings) {
+  Config c;
+  apply_override(c, "train.steps=7");
+  apply_override(c, "train.lr=0.5");
+  apply_override(c, "parallel.tp_sequence=true");
+  apply_override(c, "data.source=text:some/file.txt");
+  apply_override(c, "memory.budget=2GiB");
+  EXPECT_EQ(c.train.steps, 7);
+  EXPECT_DOUBLE_EQ(c.train.lr, 0.5);
+  EXPECT_TRUE(c.parallel.tp_sequence);
+  EXPECT_EQ(c.data.source, "text:some/file.txt");
+  EXPECT_EQ(c.budget_bytes(), int64_t{2} << 30);
+  EXPECT_THAT(input_error([&] { apply_override(c, "train.stpes=3"); }), HasSubstr("did you mean 'train.steps'"));
+  EXPECT_THAT(input_error([&] { apply_override(c, "steps3"); }), HasSubstr("section.key=value"));
+  EXPECT_THAT(input_error([&] { apply_override(c, "train.steps=many"); }), HasSubstr("must be an integer"));
+}
+
+TEST(Config, PrintedConfigReadsBackToTheSameConfig) {
+  Config c;
+  c.model.dtype = "float64";
+  c.train.lr = 1.25e-4;
+  c.train.clip = 3;
+  c.parallel.pp_cuts = {2, 5};
+  c.data.source = "text:a \"quoted\" path";
+  EXPECT_EQ(parse_config(to_toml(c), "printed"), c);
+  const std::string printed = to_toml(c);
+  EXPECT_EQ(config_keys().size(), static_cast<size_t>(std::count(printed.begin(), printed.end(), '=')));
+}
+
+TEST(Config, ValidationRefusesInconsistentValues) {
+  auto refused = [](auto edit) {
+    Config c;
+    edit(c);
+    return input_error([&] { validate(c); });
+  };
+  EXPECT_NO_THROW(validate(Config{}));
+  EXPECT_THAT(refused([](Config& c) { c.model.n_heads = 5; }),
+              HasSubstr("model.d_model (256) must be divisible by model.n_heads (5)"));
+  EXPECT_THAT(refused([](Config& c) { c.model.max_positions = 128; }),
+              HasSubstr("model.seq_len (256) is longer than the position table"));
+  EXPECT_THAT(refused([](Config& c) { c.train.global_batch = 6; }), HasSubstr("multiple of train.micro_batch"));
+  EXPECT_THAT(refused([](Config& c) { c.model.dtype = "float16"; }), HasSubstr("model.dtype = \"float16\""));
+  EXPECT_THAT(refused([](Config& c) { c.data.source = "csv:x"; }), HasSubstr("data.source"));
+  EXPECT_THAT(refused([](Config& c) { c.memory.budget = "lots"; }), HasSubstr("memory.budget = \"lots\""));
+  EXPECT_THAT(refused([](Config& c) { c.train.steps = 0; }), HasSubstr("train.steps = 0 must be positive"));
+  EXPECT_THAT(refused([](Config& c) { c.parallel.dp = 2; }), HasSubstr("dp=2"));
+  EXPECT_THAT(refused([](Config& c) { c.parallel.schedule = "zigzag"; }), HasSubstr("parallel.schedule"));
+}
+
+TEST(Units, ParsesAndFormatsByteSizes) {
+  EXPECT_EQ(parse_bytes("2GiB", "k"), int64_t{2} << 30);
+  EXPECT_EQ(parse_bytes("1.5 MiB", "k"), 3 << 19);
+  EXPECT_EQ(parse_bytes("1GB", "k"), 1000000000);
+  EXPECT_EQ(parse_bytes("4096", "k"), 4096);
+  EXPECT_THROW(parse_bytes("2 parsecs", "k"), InputError);
+  EXPECT_THROW(parse_bytes("-1GiB", "k"), InputError);
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(1536), "1.50 KiB");
+  EXPECT_EQ(format_bytes(3.0 * (1 << 30)), "3.00 GiB");
+}
+
+}  // namespace
+}  // namespace loom

@@ -1,0 +1,50 @@
+#include <ATen/Parallel.h>
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+#include <thread>
+
+#include "commands.h"
+#include "loom/core/error.h"
+#include "loom/plan/gemm_peak.h"
+
+namespace loom::cli {
+
+Action add_bench(CLI::App& app) {
+  auto* cmd = app.add_subcommand("bench", "micro-benchmarks");
+  cmd->require_subcommand(1);
+  auto* gemm = cmd->add_subcommand("gemm", "measure the peak GEMM FLOP/s that MFU is computed against");
+  struct Options {
+    std::vector<int64_t> sizes{256, 512, 1024, 2048};
+    double seconds = 0.5;
+    std::string dtype = "float32";
+    int threads = 0;
+  };
+  auto o = std::make_shared<Options>();
+  gemm->add_option("--sizes", o->sizes, "matrix sizes n (n x n x n)");
+  gemm->add_option("--seconds", o->seconds, "minimum time per size");
+  gemm->add_option("--dtype", o->dtype, "float32 | float64");
+  gemm->add_option("--threads", o->threads, "libtorch threads (0 = all cores)");
+  return [gemm, o] {
+    if (!*gemm) return;
+    LOOM_CHECK_INPUT(o->dtype == "float32" || o->dtype == "float64", "--dtype {} is not float32 or float64", o->dtype);
+    LOOM_CHECK_INPUT(o->seconds > 0, "--seconds {} must be positive", o->seconds);
+    for (int64_t n : o->sizes) LOOM_CHECK_INPUT(n > 0, "--sizes: {} is not a positive size", n);
+    at::set_num_threads(o->threads > 0 ? o->threads : static_cast<int>(std::thread::hardware_concurrency()));
+    const auto dtype = o->dtype == "float64" ? at::kDouble : at::kFloat;
+    double peak = 0;
+    nlohmann::json sizes = nlohmann::json::array();
+    for (int64_t n : o->sizes) {
+      const auto m = plan::measure_gemm(n, dtype, o->seconds);
+      peak = std::max(peak, m.flops_per_s);
+      std::cerr << fmt::format("gemm n={:<5} {:8.2f} GFLOP/s median, {:8.2f} best, {} repeats\n", n,
+                               m.flops_per_s / 1e9, m.best_flops_per_s / 1e9, m.repeats);
+      sizes.push_back({{"n", n}, {"flops_per_s", m.flops_per_s}, {"best_flops_per_s", m.best_flops_per_s}});
+    }
+    std::cout << nlohmann::json{{"bench", "gemm"}, {"dtype", o->dtype}, {"threads", at::get_num_threads()},
+                                {"peak_flops_per_s", peak}, {"sizes", sizes}}.dump()
+              << '\n';
+  };
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,27 @@
+#include <iostream>
+
+#include "commands.h"
+#include "config_options.h"
+#include "loom/train/trainer.h"
+
+namespace loom::cli {
+
+Action add_train(CLI::App& app) {
+  auto* cmd = app.add_subcommand("train", "train a model from a config");
+  auto config = std::make_shared<ConfigOptions>();
+  auto options = std::make_shared<train::TrainOptions>();
+  auto quiet = std::make_shared<bool>(false);
+  config->add_to(*cmd);
+  cmd->add_option("--metrics", options->metrics_path, "write one JSON object per step to FILE");
+  cmd->add_option("--trace", options->trace_path, "write a Chrome trace (opens in Perfetto) to FILE");
+  cmd->add_option("--peak-flops", options->peak_flops, "GEMM FLOP/s for MFU (default: measured at start)");
+  cmd->add_flag("--quiet,-q", *quiet, "no progress lines");
+  return [cmd, config, options, quiet] {
+    if (!*cmd) return;
+    train::Trainer trainer(config->load());
+    options->progress = *quiet ? nullptr : &std::cout;
+    trainer.run(*options);
+  };
+}
+
+}  // namespace loom::cli

@@ -1,0 +1,17 @@
+#pragma once
+// The CLI's subcommands. Each `add_*` registers its options on the app and returns the action to
+// run when that subcommand was chosen. The CLI stays thin: parsing here, work in libloom.
+#include <CLI/CLI.hpp>
+
+#include <functional>
+
+namespace loom::cli {
+
+using Action = std::function<void()>;
+
+Action add_train(CLI::App& app);
+Action add_config(CLI::App& app);
+Action add_bench(CLI::App& app);
+Action add_data(CLI::App& app);
+
+}  // namespace loom::cli

@@ -1,0 +1,22 @@
+#pragma once
+// `--config FILE` and repeated `--set section.key=value`, shared by the subcommands that take a
+// configuration.
+#include <CLI/CLI.hpp>
+
+#include <string>
+#include <vector>
+
+#include "loom/core/config.h"
+
+namespace loom::cli {
+
+struct ConfigOptions {
+  std::string path;
+  std::vector<std::string> overrides;
+
+  void add_to(CLI::App& command);
+  // Defaults, then the file, then the overrides in order; validated.
+  Config load() const;
+};
+
+}  // namespace loom::cli
