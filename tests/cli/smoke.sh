@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# smoke.sh LOOM SOURCE_DIR: the CLI end to end in a temporary directory: --version, config
+# printing that reads back, data prepare, and a short training run on the prepared file that
+# writes its metrics and trace.
+set -euo pipefail
+loom=$1 src=$2
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+"$loom" --version | grep -q '^loom [0-9]'
+"$loom" config --print -c "$src/configs/gpt-tiny.toml" --set train.steps=7 >"$dir/printed.toml"
+"$loom" config --print -c "$dir/printed.toml" | diff - "$dir/printed.toml"
+grep -q '^steps = 7$' "$dir/printed.toml"
+for i in $(seq 40); do cat "$src/README.md"; done >"$dir/text.txt"
+"$loom" data prepare --text "$dir/text.txt" --out "$dir/tokens.bin" | grep -q 'wrote'
+"$loom" train -c "$src/configs/gpt-tiny.toml" --peak-flops 1e10 \
+  --set data.source="tokens:$dir/tokens.bin" --set model.vocab=256 --set model.d_model=32 \
+  --set model.n_layers=1 --set model.seq_len=32 --set train.steps=3 --set train.threads=1 \
+  --metrics "$dir/m.jsonl" --trace "$dir/t.json" >"$dir/out.txt"
+grep -q 'step 3/3' "$dir/out.txt"
+[ "$(wc -l <"$dir/m.jsonl")" -eq 3 ]
+grep -q '"traceEvents"' "$dir/t.json"
+echo "ok: CLI smoke"
