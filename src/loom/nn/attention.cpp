@@ -1,5 +1,7 @@
 #include "loom/nn/attention.h"
 
+#include <ATen/Parallel.h>
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -7,92 +9,143 @@
 namespace loom::nn {
 namespace {
 
-// Sets the scores of keys a query may not see to -inf; a no-op for tiles fully in the past.
-void mask_future(at::Tensor& scores, int64_t q_start, int64_t k_start, int64_t q_offset) {
-  const int64_t tq = scores.size(-2), tk = scores.size(-1);
-  if (k_start + tk - 1 <= q_start + q_offset) return;
-  const auto opts = at::TensorOptions().dtype(at::kLong);
-  const at::Tensor rows = at::arange(q_start + q_offset, q_start + q_offset + tq, opts).unsqueeze(1);
-  const at::Tensor cols = at::arange(k_start, k_start + tk, opts).unsqueeze(0);
-  scores.masked_fill_(cols > rows, -std::numeric_limits<double>::infinity());
-}
+// Sets the scores of keys a query may not see to -inf; a no-op for tiles fully in the past. The
+// mask depends only on the tile shape and the diagonal's offset, so a call builds each one once.
+class FutureMask {
+ public:
+  explicit FutureMask(int64_t q_offset) : q_offset_(q_offset) {}
+  void apply(at::Tensor& scores, int64_t q_start, int64_t k_start) {
+    const int64_t tq = scores.size(-2), tk = scores.size(-1);
+    const int64_t shift = q_start + q_offset_ - k_start;  // key j is visible to row i iff j <= i + shift
+    if (tk - 1 <= shift) return;
+    if (!mask_.defined() || mask_.size(0) != tq || mask_.size(1) != tk || shift != shift_) {
+      mask_ = at::ones({tq, tk}, at::TensorOptions().dtype(at::kBool)).triu(shift + 1);
+      shift_ = shift;
+    }
+    scores.masked_fill_(mask_, -std::numeric_limits<double>::infinity());
+  }
+
+ private:
+  int64_t q_offset_;
+  int64_t shift_ = 0;
+  at::Tensor mask_;
+};
 
 // Keys visible to any query of the tile [q_start, q_end).
 int64_t visible_keys(int64_t q_end, int64_t q_offset, int64_t key_count) {
   return std::clamp<int64_t>(q_end + q_offset, 0, key_count);
 }
 
-}  // namespace
-
-AttentionForward causal_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                          int64_t tile, int64_t q_offset) {
-  const int64_t tq_all = q.size(2), tk_all = k.size(2);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
-  at::Tensor out = at::empty_like(q);
-  at::Tensor lse = at::empty({q.size(0), q.size(1), tq_all}, q.options());
+// The kernels below work on [n, T, hd] chunks of the (batch x head) rows. Each thread takes one
+// contiguous chunk and runs it with single-threaded ops: a tile's matmuls are too small to split
+// across threads profitably, but independent heads are not.
+void forward_chunk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor out, at::Tensor lse,
+                   int64_t tile, int64_t q_offset) {
+  const int64_t tq_all = q.size(1), tk_all = k.size(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
+  FutureMask mask(q_offset);
   for (int64_t qs = 0; qs < tq_all; qs += tile) {
     const int64_t qe = std::min(qs + tile, tq_all);
-    const at::Tensor qb = q.narrow(2, qs, qe - qs) * scale;
+    const at::Tensor qb = q.narrow(1, qs, qe - qs) * scale;
     const int64_t kend = visible_keys(qe, q_offset, tk_all);
     at::Tensor row_max, row_sum, acc;
     for (int64_t ks = 0; ks < kend; ks += tile) {
       const int64_t ke = std::min(ks + tile, kend);
-      at::Tensor s = at::matmul(qb, k.narrow(2, ks, ke - ks).transpose(2, 3));
-      mask_future(s, qs, ks, q_offset);
-      const at::Tensor block_max = std::get<0>(s.max(-1));
+      at::Tensor s = at::bmm(qb, k.narrow(1, ks, ke - ks).transpose(1, 2));
+      mask.apply(s, qs, ks);
+      const at::Tensor block_max = s.amax(-1);
       if (!acc.defined()) {
         row_max = block_max;
-        at::Tensor p = (s - row_max.unsqueeze(-1)).exp_();
+        const at::Tensor p = s.sub_(row_max.unsqueeze(-1)).exp_();
         row_sum = p.sum(-1);
-        acc = at::matmul(p, v.narrow(2, ks, ke - ks));
+        acc = at::bmm(p, v.narrow(1, ks, ke - ks));
         continue;
       }
       const at::Tensor new_max = at::maximum(row_max, block_max);
-      const at::Tensor correction = (row_max - new_max).exp_();
-      at::Tensor p = (s - new_max.unsqueeze(-1)).exp_();
-      row_sum = row_sum * correction + p.sum(-1);
-      acc = acc * correction.unsqueeze(-1) + at::matmul(p, v.narrow(2, ks, ke - ks));
+      const at::Tensor correction = row_max.sub_(new_max).exp_();
+      const at::Tensor p = s.sub_(new_max.unsqueeze(-1)).exp_();
+      row_sum.mul_(correction).add_(p.sum(-1));
+      acc.mul_(correction.unsqueeze(-1)).baddbmm_(p, v.narrow(1, ks, ke - ks));
       row_max = new_max;
     }
-    out.narrow(2, qs, qe - qs).copy_(acc / row_sum.unsqueeze(-1));
-    lse.narrow(2, qs, qe - qs).copy_(row_max + row_sum.log());
+    at::Tensor out_tile = out.narrow(1, qs, qe - qs), lse_tile = lse.narrow(1, qs, qe - qs);
+    at::div_out(out_tile, acc, row_sum.unsqueeze(-1));
+    at::add_out(lse_tile, row_max, row_sum.log_());
   }
+}
+
+void backward_chunk(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                    const at::Tensor& lse, const at::Tensor& delta, at::Tensor dq, at::Tensor dk, at::Tensor dv,
+                    int64_t tile, int64_t q_offset) {
+  const int64_t tq_all = q.size(1), tk_all = k.size(1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
+  FutureMask mask(q_offset);
+  for (int64_t qs = 0; qs < tq_all; qs += tile) {
+    const int64_t qe = std::min(qs + tile, tq_all), tq = qe - qs;
+    const at::Tensor qb = q.narrow(1, qs, tq) * scale;
+    const at::Tensor dob = dout.narrow(1, qs, tq);
+    const at::Tensor lse_b = lse.narrow(1, qs, tq).unsqueeze(-1);
+    const at::Tensor delta_b = delta.narrow(1, qs, tq).unsqueeze(-1);
+    at::Tensor dq_b = dq.narrow(1, qs, tq);
+    const int64_t kend = visible_keys(qe, q_offset, tk_all);
+    for (int64_t ks = 0; ks < kend; ks += tile) {
+      const int64_t ke = std::min(ks + tile, kend), tk = ke - ks;
+      const at::Tensor kb = k.narrow(1, ks, tk), vb = v.narrow(1, ks, tk);
+      at::Tensor s = at::bmm(qb, kb.transpose(1, 2));
+      mask.apply(s, qs, ks);
+      const at::Tensor p = s.sub_(lse_b).exp_();
+      dv.narrow(1, ks, tk).baddbmm_(p.transpose(1, 2), dob);
+      const at::Tensor ds = p.mul_(at::bmm(dob, vb.transpose(1, 2)).sub_(delta_b));  // P * (dP - D)
+      dq_b.baddbmm_(ds, kb, /*beta=*/1, /*alpha=*/scale);
+      dk.narrow(1, ks, tk).baddbmm_(ds.transpose(1, 2), qb);  // qb already carries `scale`
+    }
+  }
+}
+
+// Runs fn(begin, end) over contiguous chunks of n rows, one chunk per thread.
+template <class Fn>
+void for_each_chunk(int64_t n, const Fn& fn) {
+  const int64_t threads = std::max<int64_t>(1, at::get_num_threads());
+  at::parallel_for(0, n, (n + threads - 1) / threads, fn);
+}
+
+// [B, H, T, hd] -> [B*H, T, hd] (a view when the layout allows it).
+at::Tensor rows(const at::Tensor& t) { return t.reshape({-1, t.size(-2), t.size(-1)}); }
+
+}  // namespace
+
+AttentionForward causal_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
+                                          int64_t tile, int64_t q_offset) {
+  const at::Tensor q3 = rows(q), k3 = rows(k), v3 = rows(v);
+  at::Tensor out = at::empty(q.sizes(), q.options());
+  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+  at::Tensor out3 = rows(out), lse2 = lse.view({-1, q.size(2)});
+  for_each_chunk(q3.size(0), [&](int64_t b, int64_t e) {
+    forward_chunk(q3.narrow(0, b, e - b), k3.narrow(0, b, e - b), v3.narrow(0, b, e - b), out3.narrow(0, b, e - b),
+                  lse2.narrow(0, b, e - b), tile, q_offset);
+  });
   return {out, lse};
 }
 
 AttentionGrads causal_attention_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                          const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
                                          int64_t tile, int64_t q_offset) {
-  const int64_t tq_all = q.size(2), tk_all = k.size(2);
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
   AttentionGrads g;
-  if (tq_all == tk_all) {
-    g.packed = at::zeros({3, q.size(0), q.size(1), tq_all, q.size(3)}, q.options());
+  if (q.sizes() == k.sizes()) {
+    g.packed = at::zeros({3, q.size(0), q.size(1), q.size(2), q.size(3)}, q.options());
     g.dq = g.packed[0], g.dk = g.packed[1], g.dv = g.packed[2];
   } else {
-    g.dq = at::zeros_like(q), g.dk = at::zeros_like(k), g.dv = at::zeros_like(v);
+    g.dq = at::zeros(q.sizes(), q.options()), g.dk = at::zeros(k.sizes(), k.options());
+    g.dv = at::zeros(v.sizes(), v.options());
   }
-  const at::Tensor delta = (dout * out).sum(-1);  // D_i = sum_d dO_id O_id
-  for (int64_t qs = 0; qs < tq_all; qs += tile) {
-    const int64_t qe = std::min(qs + tile, tq_all), tq = qe - qs;
-    const at::Tensor qb = q.narrow(2, qs, tq) * scale;
-    const at::Tensor dob = dout.narrow(2, qs, tq);
-    const at::Tensor lse_b = lse.narrow(2, qs, tq).unsqueeze(-1);
-    const at::Tensor delta_b = delta.narrow(2, qs, tq).unsqueeze(-1);
-    at::Tensor dq_b = g.dq.narrow(2, qs, tq);
-    const int64_t kend = visible_keys(qe, q_offset, tk_all);
-    for (int64_t ks = 0; ks < kend; ks += tile) {
-      const int64_t ke = std::min(ks + tile, kend), tk = ke - ks;
-      const at::Tensor kb = k.narrow(2, ks, tk), vb = v.narrow(2, ks, tk);
-      at::Tensor s = at::matmul(qb, kb.transpose(2, 3));
-      mask_future(s, qs, ks, q_offset);
-      const at::Tensor p = s.sub_(lse_b).exp_();
-      g.dv.narrow(2, ks, tk).add_(at::matmul(p.transpose(2, 3), dob));
-      const at::Tensor ds = p.mul_(at::matmul(dob, vb.transpose(2, 3)).sub_(delta_b));  // P * (dP - D)
-      dq_b.add_(at::matmul(ds, kb), scale);
-      g.dk.narrow(2, ks, tk).add_(at::matmul(ds.transpose(2, 3), qb));  // qb already carries `scale`
-    }
-  }
+  const at::Tensor delta = (dout * out).sum(-1).reshape({-1, q.size(2)});  // D_i = sum_d dO_id O_id
+  const at::Tensor do3 = rows(dout), q3 = rows(q), k3 = rows(k), v3 = rows(v), lse2 = lse.reshape({-1, q.size(2)});
+  at::Tensor dq3 = rows(g.dq), dk3 = rows(g.dk), dv3 = rows(g.dv);
+  for_each_chunk(q3.size(0), [&](int64_t b, int64_t e) {
+    auto chunk = [&](const at::Tensor& t) { return t.narrow(0, b, e - b); };
+    backward_chunk(chunk(do3), chunk(q3), chunk(k3), chunk(v3), chunk(lse2), chunk(delta), chunk(dq3), chunk(dk3),
+                   chunk(dv3), tile, q_offset);
+  });
   return g;
 }
 

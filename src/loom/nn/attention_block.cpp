@@ -5,11 +5,13 @@
 namespace loom::nn {
 namespace {
 struct State : SavedState {
-  at::Tensor x, mean, rstd, h;  // input, its norm statistics, normed input (qkv's input)
+  at::Tensor x, mean, rstd;     // input and its norm statistics (freed after backward_input)
+  at::Tensor h;                 // normed input, qkv's input
   at::Tensor heads;             // [3, B, H, T, hd]: q, k, v (freed after backward_input)
   at::Tensor lse;               // [B, H, T] (freed after backward_input)
   at::Tensor merged;            // [B, T, D]: attention output, proj's input
-  at::Tensor dy, dqkv, dh;      // gradients the weight-gradient half needs
+  at::Tensor dy, dqkv;          // gradients the weight-gradient half needs
+  NormGrads norm_grads;         // the norm's parameter gradients, from backward_input
 };
 }  // namespace
 
@@ -45,15 +47,17 @@ at::Tensor AttentionBlock::backward_input(const at::Tensor& dy, Saved& saved) {
   auto g = causal_attention_backward(dout, s.heads[0], s.heads[1], s.heads[2], out, s.lse, tile_);
   s.heads.reset(), s.lse.reset();
   s.dqkv = g.packed.permute({1, 3, 0, 2, 4}).reshape({batch, seq, 3 * d_model_});
-  s.dh = qkv.backward_input(s.dqkv);
-  return norm.backward_input(s.dh, s.x, s.mean, s.rstd) + dy;
+  s.norm_grads = norm.backward(qkv.backward_input(s.dqkv), s.x, s.mean, s.rstd);
+  s.x.reset(), s.mean.reset(), s.rstd.reset();
+  at::Tensor dx = std::move(s.norm_grads.dx);
+  return dx.add_(dy);  // the residual branch
 }
 
 void AttentionBlock::backward_weight(Saved& saved) {
   auto& s = saved.get<State>();
   proj.backward_weight(s.merged, s.dy);
   qkv.backward_weight(s.h, s.dqkv);
-  norm.backward_weight(s.dh, s.x, s.mean, s.rstd);
+  norm.accumulate(s.norm_grads);
   saved.clear();
 }
 

@@ -3,7 +3,8 @@
 namespace loom::nn {
 namespace {
 struct State : SavedState {
-  at::Tensor x, mean, rstd, dy;
+  at::Tensor x, mean, rstd;
+  NormGrads grads;
 };
 }  // namespace
 
@@ -18,13 +19,14 @@ at::Tensor FinalNorm::forward(const at::Tensor& x, const MicroBatch&, Saved& sav
 
 at::Tensor FinalNorm::backward_input(const at::Tensor& dy, Saved& saved) {
   auto& s = saved.get<State>();
-  s.dy = dy;
-  return norm.backward_input(dy, s.x, s.mean, s.rstd);
+  s.grads = norm.backward(dy, s.x, s.mean, s.rstd);
+  s.x.reset(), s.mean.reset(), s.rstd.reset();
+  return std::move(s.grads.dx);
 }
 
 void FinalNorm::backward_weight(Saved& saved) {
   auto& s = saved.get<State>();
-  norm.backward_weight(s.dy, s.x, s.mean, s.rstd);
+  norm.accumulate(s.grads);
   saved.clear();
 }
 

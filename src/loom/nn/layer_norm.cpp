@@ -16,18 +16,16 @@ NormOutput LayerNorm::forward(const at::Tensor& x) const {
   return {y, mean, rstd};
 }
 
-at::Tensor LayerNorm::backward_input(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
-                                     const at::Tensor& rstd) const {
-  return std::get<0>(
-      at::native_layer_norm_backward(dy, x, {dim_}, mean, rstd, gain.value, bias.value, {true, false, false}));
+NormGrads LayerNorm::backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
+                              const at::Tensor& rstd) const {
+  auto [dx, dgain, dbias] =
+      at::native_layer_norm_backward(dy, x, {dim_}, mean, rstd, gain.value, bias.value, {true, true, true});
+  return {dx, dgain, dbias};
 }
 
-void LayerNorm::backward_weight(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
-                                const at::Tensor& rstd) {
-  auto [unused, dgain, dbias] =
-      at::native_layer_norm_backward(dy, x, {dim_}, mean, rstd, gain.value, bias.value, {false, true, true});
-  gain.grad.add_(dgain);
-  bias.grad.add_(dbias);
+void LayerNorm::accumulate(const NormGrads& grads) {
+  gain.grad.add_(grads.dgain);
+  bias.grad.add_(grads.dbias);
 }
 
 }  // namespace loom::nn

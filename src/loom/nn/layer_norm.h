@@ -1,6 +1,9 @@
 #pragma once
 // LayerNorm over the last dim with gain and bias (eps 1e-5). A building block: forward returns
-// the statistics that both halves of backward need, and the owner keeps them.
+// the statistics backward needs, and the owner keeps them. Backward produces the input gradient
+// and the (small, [dim]) gain and bias gradients in one pass; the owner calls it in its
+// backward_input and hands the parameter gradients to `accumulate` in its backward_weight, so
+// the split stays exact while the activation pass over x and dy runs once.
 #include "loom/nn/param.h"
 
 namespace loom::nn {
@@ -9,15 +12,18 @@ struct NormOutput {
   at::Tensor y, mean, rstd;
 };
 
+struct NormGrads {
+  at::Tensor dx, dgain, dbias;
+};
+
 class LayerNorm {
  public:
   LayerNorm(const std::string& name, int64_t dim);
 
   NormOutput forward(const at::Tensor& x) const;
-  at::Tensor backward_input(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
-                            const at::Tensor& rstd) const;
-  void backward_weight(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
-                       const at::Tensor& rstd);
+  NormGrads backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,
+                     const at::Tensor& rstd) const;
+  void accumulate(const NormGrads& grads);  // gain.grad += dgain, bias.grad += dbias
   std::vector<Param*> params() { return {&gain, &bias}; }
 
   Param gain;  // [dim], starts at 1

@@ -5,7 +5,8 @@ namespace {
 struct State : SavedState {
   at::Tensor x;        // [rows, d_model]
   std::vector<int64_t> input_shape;
-  at::Tensor dlogits;  // [rows, vocab], already scaled
+  at::Tensor dlogits;  // [rows, vocab]: softmax - onehot, without the loss scale
+  double scale = 1.0;
 };
 }  // namespace
 
@@ -17,24 +18,29 @@ at::Tensor LmHeadLoss::forward(const at::Tensor& x, const MicroBatch& mb, Saved&
   s.x = x.reshape({-1, d_model_});
   s.input_shape = x.sizes().vec();
   const at::Tensor targets = mb.targets.reshape({-1, 1});
-  at::Tensor z = head.forward(s.x);
-  const at::Tensor lse = z.logsumexp(1, /*keepdim=*/true);
-  const at::Tensor loss = (lse - z.gather(1, targets)).sum() * mb.loss_scale;
-  // z becomes dL/dz in place: softmax(z) - onehot(target), times the loss scale.
-  z.sub_(lse).exp_();
-  z.scatter_add_(1, targets, at::full({targets.size(0), 1}, -1.0, z.options()));
-  s.dlogits = z.mul_(mb.loss_scale);
+  // One fused pass for log-softmax, one for its exponent: fewer passes over the [rows, vocab]
+  // logits than logsumexp + exp, and the loss scale is applied in the backward GEMMs instead of
+  // another pass.
+  at::Tensor logp = at::_log_softmax(head.forward(s.x), 1, /*half_to_float=*/false);
+  const at::Tensor loss = logp.gather(1, targets).sum().mul_(-mb.loss_scale);
+  logp.exp_().scatter_add_(1, targets, at::full({targets.size(0), 1}, -1.0, logp.options()));
+  s.dlogits = logp;
+  s.scale = mb.loss_scale;
   return loss;
 }
 
 at::Tensor LmHeadLoss::backward_input(const at::Tensor&, Saved& saved) {
   auto& s = saved.get<State>();
-  return head.backward_input(s.dlogits).view(s.input_shape);
+  // dx = scale * dlogits W
+  const at::Tensor& w = head.weight.value;
+  at::Tensor dx = at::empty({s.dlogits.size(0), w.size(1)}, w.options());
+  at::addmm_out(dx, dx, s.dlogits, w, /*beta=*/0, /*alpha=*/s.scale);
+  return dx.view(s.input_shape);
 }
 
 void LmHeadLoss::backward_weight(Saved& saved) {
   auto& s = saved.get<State>();
-  head.backward_weight(s.x, s.dlogits);
+  head.weight.grad.addmm_(s.dlogits.t(), s.x, /*beta=*/1, /*alpha=*/s.scale);
   saved.clear();
 }
 

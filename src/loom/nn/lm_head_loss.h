@@ -1,8 +1,8 @@
 #pragma once
 // LM head fused with cross-entropy: loss = loss_scale * sum_t (logsumexp(z_t) - z_t[target_t]),
-// z = x W^T (untied, no bias). Forward computes the loss and, in the same pass over the logits,
-// their gradient (softmax - onehot) * loss_scale; only that gradient is kept, so the logits and the
-// probabilities never coexist. The chain's last layer: forward returns the 0-d loss, and
+// z = x W^T (untied, no bias). Forward computes the loss and, over the same buffer, the logits'
+// gradient (softmax - onehot); only that is kept (the loss scale is applied in backward's GEMMs),
+// so the logits and the probabilities never coexist. The chain's last layer: forward returns the 0-d loss, and
 // backward_input ignores dy (the loss is the root of backward).
 #include "loom/nn/layer.h"
 #include "loom/nn/linear.h"

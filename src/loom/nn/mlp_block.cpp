@@ -3,10 +3,12 @@
 namespace loom::nn {
 namespace {
 struct State : SavedState {
-  at::Tensor x, mean, rstd, h;  // input, norm statistics, normed input (up's input)
+  at::Tensor x, mean, rstd;     // input and its norm statistics (freed after backward_input)
+  at::Tensor h;                 // normed input, up's input
   at::Tensor u;                 // up's output, GELU's input (freed after backward_input)
   at::Tensor a;                 // GELU's output, down's input
-  at::Tensor dy, du, dh;        // gradients the weight-gradient half needs
+  at::Tensor dy, du;            // gradients the weight-gradient half needs
+  NormGrads norm_grads;         // the norm's parameter gradients, from backward_input
 };
 }  // namespace
 
@@ -32,15 +34,17 @@ at::Tensor MlpBlock::backward_input(const at::Tensor& dy, Saved& saved) {
   s.dy = dy;
   s.du = at::gelu_backward(down.backward_input(dy), s.u, "tanh");
   s.u.reset();
-  s.dh = up.backward_input(s.du);
-  return norm.backward_input(s.dh, s.x, s.mean, s.rstd) + dy;
+  s.norm_grads = norm.backward(up.backward_input(s.du), s.x, s.mean, s.rstd);
+  s.x.reset(), s.mean.reset(), s.rstd.reset();
+  at::Tensor dx = std::move(s.norm_grads.dx);
+  return dx.add_(dy);  // the residual branch
 }
 
 void MlpBlock::backward_weight(Saved& saved) {
   auto& s = saved.get<State>();
   down.backward_weight(s.a, s.dy);
   up.backward_weight(s.h, s.du);
-  norm.backward_weight(s.dh, s.x, s.mean, s.rstd);
+  norm.accumulate(s.norm_grads);
   saved.clear();
 }
 

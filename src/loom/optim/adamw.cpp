@@ -1,5 +1,8 @@
 #include "loom/optim/adamw.h"
 
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+
 #include <cmath>
 
 namespace loom::optim {
@@ -10,20 +13,45 @@ AdamW::AdamW(std::vector<nn::Param*> params, AdamWOptions options)
   for (nn::Param* p : params_) state_.push_back({at::zeros_like(p->value), at::zeros_like(p->value)});
 }
 
+namespace {
+
+// One pass over a parameter: decay, both moments and the update, element by element (the
+// unfused form is eight passes over memory). Same operation order as the formula in adamw.h.
+template <class T>
+void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, double lr, double decay_factor, double beta1,
+                  double beta2, double step_size, double correction2_sqrt, double eps) {
+  const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2), one = 1;
+  const T decay = static_cast<T>(decay_factor), step = static_cast<T>(step_size);
+  const T inv_c2 = static_cast<T>(1.0 / correction2_sqrt), e = static_cast<T>(eps);
+  at::parallel_for(0, n, 16384, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const T grad = g[i];
+      const T mi = m[i] + (grad - m[i]) * (one - b1);
+      const T vi = v[i] * b2 + (one - b2) * grad * grad;
+      m[i] = mi;
+      v[i] = vi;
+      p[i] = p[i] * decay - step * mi / (std::sqrt(vi) * inv_c2 + e);
+    }
+  });
+}
+
+}  // namespace
+
 void AdamW::step(double lr) {
   ++step_;
   const double t = static_cast<double>(step_);
   const double correction1 = 1.0 - std::pow(options_.beta1, t);
   const double correction2_sqrt = std::sqrt(1.0 - std::pow(options_.beta2, t));
   for (size_t i = 0; i < params_.size(); ++i) {
-    at::Tensor& value = params_[i]->value;
-    const at::Tensor& grad = params_[i]->grad;
+    nn::Param& param = *params_[i];
     auto& [m, v] = state_[i];
-    if (params_[i]->weight_decay && options_.weight_decay != 0) value.mul_(1.0 - lr * options_.weight_decay);
-    m.lerp_(grad, 1.0 - options_.beta1);
-    v.mul_(options_.beta2).addcmul_(grad, grad, 1.0 - options_.beta2);
-    const at::Tensor denom = (v.sqrt() / correction2_sqrt).add_(options_.eps);
-    value.addcdiv_(m, denom, -lr / correction1);
+    TORCH_CHECK(param.value.is_contiguous() && param.grad.is_contiguous(), "AdamW needs contiguous tensors");
+    const double decay = param.weight_decay ? 1.0 - lr * options_.weight_decay : 1.0;
+    AT_DISPATCH_FLOATING_TYPES(param.value.scalar_type(), "adamw", [&] {
+      adamw_update<scalar_t>(param.value.data_ptr<scalar_t>(), param.grad.data_ptr<scalar_t>(),
+                             m.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(), param.value.numel(), lr, decay,
+                             options_.beta1, options_.beta2, lr / correction1, correction2_sqrt, options_.eps);
+    });
   }
 }
 
