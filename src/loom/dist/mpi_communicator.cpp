@@ -1,0 +1,303 @@
+// The MPI backend. NOTE [Progress]: Open MPI moves a non-blocking collective only inside MPI
+// calls, so Work::test() (an MPI_Test) is what the data-parallel reducer calls between layers to
+// let its bucket all-reduces overlap backward; wait() polls with MPI_Test so that a peer that
+// never arrives ends in a timeout error rather than a hang.
+// The C API only: the deprecated C++ bindings would need their own library.
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <c10/util/BFloat16.h>
+
+#include <chrono>
+#include <climits>
+#include <cstdlib>
+#include <functional>
+#include <thread>
+
+#include "loom/core/error.h"
+#include "loom/dist/null_communicator.h"
+#include "loom/dist/runtime.h"
+
+namespace loom::dist {
+namespace {
+
+std::string mpi_error(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+#define LOOM_MPI(call, what)                                                                          \
+  do {                                                                                                \
+    const int loom_mpi_rc = (call);                                                                   \
+    LOOM_CHECK(loom_mpi_rc == MPI_SUCCESS, "[dist] {} failed: {}", what, mpi_error(loom_mpi_rc)); \
+  } while (false)
+
+// bfloat16 travels as two bytes with user-defined reductions.
+MPI_Datatype g_bf16 = MPI_DATATYPE_NULL;
+MPI_Op g_bf16_sum = MPI_OP_NULL, g_bf16_max = MPI_OP_NULL;
+
+void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<const c10::BFloat16*>(in);
+  auto* b = static_cast<c10::BFloat16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = static_cast<c10::BFloat16>(static_cast<float>(a[i]) + static_cast<float>(b[i]));
+}
+void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* a = static_cast<const c10::BFloat16*>(in);
+  auto* b = static_cast<c10::BFloat16*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = static_cast<float>(a[i]) > static_cast<float>(b[i]) ? a[i] : b[i];
+}
+
+MPI_Datatype mpi_type(const at::Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return MPI_FLOAT;
+    case at::kDouble: return MPI_DOUBLE;
+    case at::kLong: return MPI_INT64_T;
+    default: return g_bf16;
+  }
+}
+
+MPI_Op mpi_op(const at::Tensor& t, ReduceOp op) {
+  const bool bf16 = t.scalar_type() == at::kBFloat16;
+  if (op == ReduceOp::Max) return bf16 ? g_bf16_max : MPI_MAX;
+  return bf16 ? g_bf16_sum : MPI_SUM;
+}
+
+int count_of(int64_t n, const char* op) {
+  LOOM_CHECK(n >= 0 && n <= INT_MAX, "[dist] {}: {} elements exceed MPI's int count; split the buffer", op, n);
+  return static_cast<int>(n);
+}
+
+class MpiWork final : public Work {
+ public:
+  MpiWork(std::string what, double timeout_s, std::vector<at::Tensor> keep, std::function<void()> finish = {})
+      : what_(std::move(what)), timeout_s_(timeout_s), keep_(std::move(keep)), finish_(std::move(finish)) {}
+  ~MpiWork() override {
+    // Never throw from a destructor: a failure here is reported by whoever waits first.
+    if (!done_ && request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+  }
+  MPI_Request* request() { return &request_; }
+  std::vector<int>& counts() { return counts_; }
+
+  bool test() override {
+    if (done_) return true;
+    int flag = 0;
+    LOOM_MPI(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), what_);
+    if (flag) {
+      done_ = true;
+      if (finish_) finish_();
+      keep_.clear();
+    }
+    return done_;
+  }
+
+  void wait() override {
+    const auto start = std::chrono::steady_clock::now();
+    while (!test()) {
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      LOOM_CHECK(waited < timeout_s_,
+                 "[dist] {} did not complete within {:.0f} s; a peer rank has probably failed or is stuck", what_,
+                 timeout_s_);
+      std::this_thread::yield();
+    }
+  }
+
+ private:
+  std::string what_;
+  double timeout_s_;
+  std::vector<at::Tensor> keep_;  // the operation's buffers stay alive until it completes
+  std::function<void()> finish_;
+  std::vector<int> counts_;       // all_to_allv's counts and displacements
+  MPI_Request request_ = MPI_REQUEST_NULL;
+  bool done_ = false;
+};
+
+class MpiCommunicator final : public Communicator {
+ public:
+  MpiCommunicator(MPI_Comm comm, bool owned, std::string axis, double timeout_s)
+      : comm_(comm), owned_(owned), axis_(std::move(axis)), timeout_s_(timeout_s) {
+    MPI_Comm_rank(comm_, &rank_);
+    MPI_Comm_size(comm_, &size_);
+    MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+  }
+  ~MpiCommunicator() override {
+    if (owned_) MPI_Comm_free(&comm_);
+  }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  const std::string& axis() const override { return axis_; }
+
+  WorkPtr all_reduce_async(at::Tensor& t, ReduceOp op) override {
+    detail::check_tensor(t, "all_reduce", axis_);
+    LOOM_CHECK(op != ReduceOp::Avg || t.is_floating_point(), "[dist] all_reduce avg on '{}' needs floating point",
+               axis_);
+    std::function<void()> finish;
+    if (op == ReduceOp::Avg) finish = [t, n = size_]() mutable { t.div_(n); };
+    auto work = make("all_reduce", {t}, std::move(finish));
+    LOOM_MPI(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t.numel(), "all_reduce"), mpi_type(t),
+                            mpi_op(t, op), comm_, work->request()),
+             "all_reduce");
+    return work;
+  }
+
+  WorkPtr reduce_scatter_async(const at::Tensor& in, at::Tensor& out, ReduceOp op) override {
+    detail::check_tensor(in, "reduce_scatter", axis_);
+    detail::check_tensor(out, "reduce_scatter", axis_);
+    detail::check_blocks(in.numel(), out.numel(), size_, "reduce_scatter", axis_);
+    std::function<void()> finish;
+    if (op == ReduceOp::Avg) finish = [out, n = size_]() mutable { out.div_(n); };
+    auto work = make("reduce_scatter", {in, out}, std::move(finish));
+    LOOM_MPI(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out.numel(), "reduce_scatter"),
+                                       mpi_type(in), mpi_op(in, op), comm_, work->request()),
+             "reduce_scatter");
+    return work;
+  }
+
+  WorkPtr all_gather_async(const at::Tensor& in, at::Tensor& out) override {
+    detail::check_tensor(in, "all_gather", axis_);
+    detail::check_tensor(out, "all_gather", axis_);
+    detail::check_blocks(out.numel(), in.numel(), size_, "all_gather", axis_);
+    const int n = count_of(in.numel(), "all_gather");
+    auto work = make("all_gather", {in, out});
+    LOOM_MPI(MPI_Iallgather(in.data_ptr(), n, mpi_type(in), out.data_ptr(), n, mpi_type(out), comm_, work->request()),
+             "all_gather");
+    return work;
+  }
+
+  WorkPtr all_to_all_async(const at::Tensor& in, at::Tensor& out) override {
+    detail::check_tensor(in, "all_to_all", axis_);
+    detail::check_tensor(out, "all_to_all", axis_);
+    LOOM_CHECK(in.numel() == out.numel() && in.numel() % size_ == 0,
+               "[dist] all_to_all on '{}': {} and {} elements are not {} equal blocks", axis_, in.numel(), out.numel(),
+               size_);
+    const int n = count_of(in.numel() / size_, "all_to_all");
+    auto work = make("all_to_all", {in, out});
+    LOOM_MPI(MPI_Ialltoall(in.data_ptr(), n, mpi_type(in), out.data_ptr(), n, mpi_type(out), comm_, work->request()),
+             "all_to_all");
+    return work;
+  }
+
+  WorkPtr all_to_allv_async(const at::Tensor& in, const std::vector<int64_t>& send_counts, at::Tensor& out,
+                            const std::vector<int64_t>& recv_counts) override {
+    detail::check_tensor(in, "all_to_allv", axis_);
+    detail::check_tensor(out, "all_to_allv", axis_);
+    const auto ranks = static_cast<size_t>(size_);
+    LOOM_CHECK(send_counts.size() == ranks && recv_counts.size() == ranks,
+               "[dist] all_to_allv on '{}': need {} send and receive counts, got {} and {}", axis_, size_,
+               send_counts.size(), recv_counts.size());
+    auto work = make("all_to_allv", {in, out});
+    std::vector<int>& c = work->counts();  // [send counts | send displs | recv counts | recv displs]
+    c.assign(4 * ranks, 0);
+    int64_t send_total = 0, recv_total = 0;
+    for (size_t r = 0; r < ranks; ++r) {
+      c[r] = count_of(send_counts[r], "all_to_allv");
+      c[ranks + r] = count_of(send_total, "all_to_allv");
+      c[2 * ranks + r] = count_of(recv_counts[r], "all_to_allv");
+      c[3 * ranks + r] = count_of(recv_total, "all_to_allv");
+      send_total += send_counts[r], recv_total += recv_counts[r];
+    }
+    LOOM_CHECK(send_total <= in.numel() && recv_total <= out.numel(),
+               "[dist] all_to_allv on '{}': counts sum to {} sent / {} received, buffers hold {} / {}", axis_,
+               send_total, recv_total, in.numel(), out.numel());
+    LOOM_MPI(MPI_Ialltoallv(in.data_ptr(), c.data(), c.data() + ranks, mpi_type(in), out.data_ptr(), c.data() + 2 * ranks,
+                            c.data() + 3 * ranks, mpi_type(out), comm_, work->request()),
+             "all_to_allv");
+    return work;
+  }
+
+  WorkPtr broadcast_async(at::Tensor& t, int root) override {
+    detail::check_tensor(t, "broadcast", axis_);
+    LOOM_CHECK(root >= 0 && root < size_, "[dist] broadcast on '{}' from rank {} of {}", axis_, root, size_);
+    auto work = make("broadcast", {t});
+    LOOM_MPI(MPI_Ibcast(t.data_ptr(), count_of(t.numel(), "broadcast"), mpi_type(t), root, comm_, work->request()),
+             "broadcast");
+    return work;
+  }
+
+  WorkPtr send_async(const at::Tensor& t, int peer, int tag) override {
+    detail::check_tensor(t, "send", axis_);
+    check_peer(peer, "send");
+    auto work = make(fmt::format("send to rank {}", peer), {t});
+    LOOM_MPI(MPI_Isend(t.data_ptr(), count_of(t.numel(), "send"), mpi_type(t), peer, tag, comm_, work->request()),
+             "send");
+    return work;
+  }
+
+  WorkPtr recv_async(at::Tensor& t, int peer, int tag) override {
+    detail::check_tensor(t, "recv", axis_);
+    check_peer(peer, "recv");
+    auto work = make(fmt::format("recv from rank {}", peer), {t});
+    LOOM_MPI(MPI_Irecv(t.data_ptr(), count_of(t.numel(), "recv"), mpi_type(t), peer, tag, comm_, work->request()),
+             "recv");
+    return work;
+  }
+
+  void barrier() override {
+    auto work = make("barrier", {});
+    LOOM_MPI(MPI_Ibarrier(comm_, work->request()), "barrier");
+    work->wait();
+  }
+
+  std::unique_ptr<Communicator> split(int color, int key, const std::string& axis) override {
+    MPI_Comm comm = MPI_COMM_NULL;
+    LOOM_MPI(MPI_Comm_split(comm_, color, key, &comm), "comm split for axis " + axis);
+    return std::make_unique<MpiCommunicator>(comm, true, axis, timeout_s_);
+  }
+
+ private:
+  std::unique_ptr<MpiWork> make(const std::string& op, std::vector<at::Tensor> keep,
+                                std::function<void()> finish = {}) {
+    return std::make_unique<MpiWork>(fmt::format("{} on '{}' (rank {} of {})", op, axis_, rank_, size_), timeout_s_,
+                                     std::move(keep), std::move(finish));
+  }
+  void check_peer(int peer, const char* op) const {
+    LOOM_CHECK(peer >= 0 && peer < size_ && peer != rank_, "[dist] {} on '{}': peer {} is not another rank of {}",
+               op, axis_, peer, size_);
+  }
+
+  MPI_Comm comm_;
+  bool owned_;
+  std::string axis_;
+  double timeout_s_;
+  int rank_ = 0, size_ = 1;
+};
+
+}  // namespace
+
+bool launched_by_mpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(var) != nullptr) return true;
+  return false;
+}
+
+Runtime::Runtime(double timeout_s) {
+  if (!launched_by_mpi()) {
+    world_ = std::make_unique<NullCommunicator>();
+    return;
+  }
+  int provided = 0;
+  LOOM_MPI(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided), "MPI_Init_thread");
+  mpi_ = true;
+  MPI_Type_contiguous(2, MPI_BYTE, &g_bf16);
+  MPI_Type_commit(&g_bf16);
+  MPI_Op_create(&bf16_sum, 1, &g_bf16_sum);
+  MPI_Op_create(&bf16_max, 1, &g_bf16_max);
+  world_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false, "world", timeout_s);
+}
+
+Runtime::~Runtime() {
+  world_.reset();
+  if (!mpi_) return;
+  MPI_Op_free(&g_bf16_sum);
+  MPI_Op_free(&g_bf16_max);
+  MPI_Type_free(&g_bf16);
+  MPI_Finalize();
+}
+
+void Runtime::abort_all(int code) {
+  if (mpi_) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+}  // namespace loom::dist

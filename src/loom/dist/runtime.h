@@ -1,0 +1,34 @@
+#pragma once
+// Process start-up for distributed runs. When loom is started by an MPI launcher (mpirun,
+// mpiexec, Slurm's srun with PMI/PMIx) it initialises MPI and the world communicator spans all
+// ranks; started plainly it is a world of one with the null communicator, and MPI is never
+// touched. Only the CLI (and test mains) construct a Runtime.
+#include <memory>
+
+#include "loom/dist/communicator.h"
+
+namespace loom::dist {
+
+// True when the environment shows an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK).
+bool launched_by_mpi();
+
+class Runtime {
+ public:
+  // `timeout_s`: how long a pending operation may wait before the run is declared stuck.
+  explicit Runtime(double timeout_s = 300);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  Communicator& world() { return *world_; }
+  bool distributed() const { return mpi_; }
+  // Ends every rank of the job with `code` (MPI_Abort); in a world of one it returns, and the
+  // caller exits as usual.
+  void abort_all(int code);
+
+ private:
+  bool mpi_ = false;
+  std::unique_ptr<Communicator> world_;
+};
+
+}  // namespace loom::dist

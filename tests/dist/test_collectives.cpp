@@ -1,0 +1,177 @@
+// Collectives with closed-form answers over awkward sizes (0, 1, primes) and every world size
+// the suite is launched with (1..8, including 3, 5, 7), for each supported dtype.
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+#include "loom/core/error.h"
+
+#include "loom/dist/mesh.h"
+#include "loom/dist/null_communicator.h"
+#include "loom/dist/recording_communicator.h"
+#include "world.h"
+
+namespace loom::dist {
+namespace {
+
+using test::world;
+
+const std::vector<int64_t> kSizes{0, 1, 7, 13};
+const std::vector<at::ScalarType> kTypes{at::kFloat, at::kDouble, at::kBFloat16, at::kLong};
+
+// Values 0..n-1 as `type` (small integers: exact in every dtype, sums included).
+at::Tensor iota(int64_t n, at::ScalarType type) { return at::arange(n, at::TensorOptions().dtype(at::kDouble)).to(type); }
+
+// Exact, except that bfloat16 (8 significant bits) rounds sums past 256 at every partial sum.
+void expect_equal(const at::Tensor& got, const at::Tensor& want, const std::string& what) {
+  const at::Tensor g = got.to(at::kDouble), w = want.to(at::kDouble);
+  const bool ok = got.scalar_type() == at::kBFloat16 ? at::allclose(g, w, 1.0 / 64, 0) : at::equal(g, w);
+  EXPECT_TRUE(ok) << what << "\n got " << got << "\nwant " << want;
+}
+
+TEST(Collectives, AllReduceSumAvgMax) {
+  const int r = world().rank(), n = world().size();
+  for (auto type : kTypes) {
+    for (int64_t size : kSizes) {
+      const std::string what = fmt::format("{} x {}", c10::toString(type), size);
+      const at::Tensor base = iota(size, type) + 1;
+      at::Tensor sum = base * (r + 1);
+      world().all_reduce(sum, ReduceOp::Sum);
+      expect_equal(sum, base * (n * (n + 1) / 2), "sum " + what);
+      at::Tensor max = base * (r + 1);
+      world().all_reduce(max, ReduceOp::Max);
+      expect_equal(max, base * n, "max " + what);
+      if (type != at::kLong) {
+        at::Tensor avg = (base * (2 * r + 1)).to(type);  // mean of 1, 3, ..., 2n-1 is n
+        world().all_reduce(avg, ReduceOp::Avg);
+        expect_equal(avg, base * n, "avg " + what);
+      }
+    }
+  }
+}
+
+TEST(Collectives, ReduceScatterAndAllGather) {
+  const int r = world().rank(), n = world().size();
+  for (auto type : kTypes) {
+    for (int64_t block : kSizes) {
+      const std::string what = fmt::format("{} x {}", c10::toString(type), block);
+      // Block b of rank r's input holds r + 100 b + j; the sum over ranks lands on rank b.
+      at::Tensor input = at::empty({n * block}, at::TensorOptions().dtype(type));
+      for (int b = 0; b < n; ++b) input.narrow(0, b * block, block).copy_(iota(block, type) + (r + 100 * b));
+      at::Tensor out = at::empty({block}, input.options());
+      world().reduce_scatter(input, out, ReduceOp::Sum);
+      expect_equal(out, (iota(block, at::kDouble) + 100 * r) * n + n * (n - 1) / 2, "reduce_scatter " + what);
+
+      at::Tensor mine = iota(block, type) + 10 * r;
+      at::Tensor gathered = at::empty({n * block}, mine.options());
+      world().all_gather(mine, gathered);
+      for (int b = 0; b < n; ++b)
+        expect_equal(gathered.narrow(0, b * block, block), iota(block, at::kDouble) + 10 * b, "all_gather " + what);
+    }
+  }
+}
+
+TEST(Collectives, AllToAllAndAllToAllV) {
+  const int r = world().rank(), n = world().size();
+  for (int64_t block : kSizes) {
+    at::Tensor input = at::empty({n * block}, at::kDouble), out = at::empty({n * block}, at::kDouble);
+    for (int b = 0; b < n; ++b) input.narrow(0, b * block, block).copy_(iota(block, at::kDouble) + 1000 * r + 10 * b);
+    world().all_to_all(input, out);
+    for (int b = 0; b < n; ++b)
+      expect_equal(out.narrow(0, b * block, block), iota(block, at::kDouble) + 1000 * b + 10 * r, "all_to_all");
+  }
+  // Rank r sends (r + d) % 3 elements valued 100 r + d to rank d: some blocks are empty.
+  std::vector<int64_t> send(n), recv(n);
+  std::vector<double> values;
+  for (int d = 0; d < n; ++d) {
+    send[d] = (r + d) % 3, recv[d] = (d + r) % 3;
+    for (int64_t i = 0; i < send[d]; ++i) values.push_back(100.0 * r + d);
+  }
+  at::Tensor input = at::tensor(values, at::kDouble);
+  at::Tensor out = at::full({std::accumulate(recv.begin(), recv.end(), int64_t{0})}, -1.0, at::kDouble);
+  world().all_to_allv(input, send, out, recv);
+  int64_t at_ = 0;
+  for (int s = 0; s < n; ++s)
+    for (int64_t i = 0; i < recv[s]; ++i) EXPECT_EQ(out[at_++].item<double>(), 100.0 * s + r) << "from " << s;
+}
+
+TEST(Collectives, BroadcastAndRingSendRecv) {
+  const int r = world().rank(), n = world().size();
+  at::Tensor t = r == n - 1 ? iota(13, at::kFloat) * 3 : at::zeros({13}, at::kFloat);
+  world().broadcast(t, n - 1);
+  expect_equal(t, iota(13, at::kDouble) * 3, "broadcast");
+  if (n == 1) return;
+  at::Tensor out = at::full({7}, static_cast<double>(r), at::kDouble), in = at::empty({7}, at::kDouble);
+  auto recv = world().recv_async(in, (r + n - 1) % n, 5);
+  auto sent = world().send_async(out, (r + 1) % n, 5);
+  recv->wait();
+  sent->wait();
+  expect_equal(in, at::full({7}, static_cast<double>((r + n - 1) % n), at::kDouble), "ring");
+  world().barrier();
+}
+
+TEST(Collectives, NonBlockingOperationsCompleteInAnyWaitOrder) {
+  const int n = world().size();
+  at::Tensor a = at::ones({1 << 16}, at::kFloat), b = at::full({5}, 2.0, at::kDouble);
+  auto wa = world().all_reduce_async(a, ReduceOp::Sum);
+  auto wb = world().all_reduce_async(b, ReduceOp::Sum);
+  while (!wb->test()) {
+  }
+  wa->wait();
+  wa->wait();  // idempotent
+  expect_equal(a, at::full({1 << 16}, static_cast<double>(n), at::kDouble), "a");
+  expect_equal(b, at::full({5}, 2.0 * n, at::kDouble), "b");
+}
+
+TEST(Mesh, AxesSplitTheWorldWithTpInnermost) {
+  const int n = world().size();
+  // Use every factorisation into dp x pp x sp x tp with tp and sp from {1, 2} that fits.
+  for (int tp : {1, 2})
+    for (int sp : {1, 2}) {
+      if (n % (tp * sp) != 0) continue;
+      const MeshShape shape{n / (tp * sp), 1, sp, tp};
+      CommStats stats;
+      RecordingCommunicator recorded(std::make_unique<NullCommunicator>(), stats);
+      Mesh mesh(world(), shape);
+      EXPECT_EQ(mesh.tp().size(), tp);
+      EXPECT_EQ(mesh.sp().size(), sp);
+      EXPECT_EQ(mesh.dp().size(), n / (tp * sp));
+      EXPECT_EQ(mesh.dp_sp().size(), n / tp);
+      EXPECT_EQ(mesh.rank(), (mesh.dp_rank() * sp + mesh.sp_rank()) * tp + mesh.tp_rank());
+      // Sum of world ranks over each axis group, in closed form.
+      at::Tensor t = at::full({1}, static_cast<int64_t>(mesh.rank()), at::kLong);
+      mesh.tp().all_reduce(t);
+      const int64_t first = mesh.rank() - mesh.tp_rank();
+      EXPECT_EQ(t.item<int64_t>(), tp * first + tp * (tp - 1) / 2);
+      at::Tensor u = at::full({1}, static_cast<int64_t>(mesh.dp_rank()), at::kLong);
+      mesh.dp().all_reduce(u);
+      EXPECT_EQ(u.item<int64_t>(), shape.dp * (shape.dp - 1) / 2);
+    }
+}
+
+TEST(Mesh, RefusesAShapeThatDoesNotFitTheWorld) {
+  try {
+    check_mesh_shape({2, 1, 1, 3}, 4);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("dp (2) x pp (1) x sp (1) x tp (3) = 6 ranks, but the job has 4"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(RecordingCommunicator, CountsOperationsAndBytesByAxis) {
+  CommStats stats;
+  RecordingCommunicator comm(std::make_unique<NullCommunicator>("dp"), stats);
+  at::Tensor t = at::zeros({10}, at::kFloat);
+  comm.all_reduce(t);
+  comm.all_reduce(t);
+  at::Tensor out = at::zeros({10}, at::kFloat);
+  comm.all_gather(t, out);
+  EXPECT_EQ(stats.count("all_reduce", "dp"), 2);
+  EXPECT_EQ(stats.count("all_gather", "dp"), 1);
+  EXPECT_EQ(stats.bytes_by_axis().at("dp"), 120);
+}
+
+}  // namespace
+}  // namespace loom::dist

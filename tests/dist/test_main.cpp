@@ -1,0 +1,46 @@
+// Main of the multi-rank tests: run under `mpiexec -n N` by ctest (label `mpi`). Each rank runs
+// every test; gtest output is kept for rank 0 only, and the exit code is the worst over ranks,
+// so a failure anywhere fails the test.
+#include <ATen/Parallel.h>
+#include <gtest/gtest.h>
+
+#include <cstdio>
+
+#include "loom/dist/runtime.h"
+#include "world.h"
+
+namespace {
+loom::dist::Runtime* g_runtime = nullptr;
+
+// On ranks other than 0: print only failures, prefixed with the rank.
+class FailurePrinter : public testing::EmptyTestEventListener {
+ public:
+  explicit FailurePrinter(int rank) : rank_(rank) {}
+  void OnTestPartResult(const testing::TestPartResult& r) override {
+    if (r.failed())
+      std::fprintf(stderr, "[rank %d] %s:%d: Failure\n%s\n", rank_, r.file_name() ? r.file_name() : "?",
+                   r.line_number(), r.summary());
+  }
+
+ private:
+  int rank_;
+};
+}  // namespace
+
+loom::dist::Communicator& loom::test::world() { return g_runtime->world(); }
+
+int main(int argc, char** argv) {
+  testing::InitGoogleTest(&argc, argv);
+  at::set_num_threads(1);
+  loom::dist::Runtime runtime(/*timeout_s=*/60);
+  g_runtime = &runtime;
+  auto& listeners = testing::UnitTest::GetInstance()->listeners();
+  if (runtime.world().rank() != 0) {
+    delete listeners.Release(listeners.default_result_printer());
+    listeners.Append(new FailurePrinter(runtime.world().rank()));
+  }
+  int failed = RUN_ALL_TESTS();
+  at::Tensor flag = at::full({1}, static_cast<int64_t>(failed), at::kLong);
+  runtime.world().all_reduce(flag, loom::dist::ReduceOp::Max);
+  return static_cast<int>(flag.item<int64_t>());
+}
