@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/data/markov_source.h"
+#include "loom/dist/null_communicator.h"
 #include "loom/memory/accounting_allocator.h"
 #include "loom/train/trainer.h"
 #include "unit/layer_check.h"
@@ -37,7 +38,8 @@ struct RunResult {
 };
 
 RunResult run(const Config& c, const TrainOptions& options = {.peak_flops = 1e9}) {
-  Trainer trainer(c);
+  dist::NullCommunicator world;
+  Trainer trainer(c, world);
   RunResult r;
   r.records = trainer.run(options);
   for (nn::Param* p : trainer.model().params()) r.weights.push_back(p->value.clone());
@@ -134,7 +136,8 @@ TEST(Trainer, RefusesABudgetTooSmallBeforeAllocatingParameters) {
   memory::install_accounting_allocator();
   const int64_t before = memory::live_bytes();
   try {
-    Trainer t(c);
+    dist::NullCommunicator world;
+    Trainer t(c, world);
     ADD_FAILURE() << "expected InputError";
   } catch (const InputError& e) {
     EXPECT_THAT(e.what(), ::testing::HasSubstr("memory.budget = 64.00 KiB is too small"));

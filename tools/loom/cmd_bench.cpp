@@ -25,7 +25,7 @@ Action add_bench(CLI::App& app) {
   gemm->add_option("--seconds", o->seconds, "minimum time per size");
   gemm->add_option("--dtype", o->dtype, "float32 | float64");
   gemm->add_option("--threads", o->threads, "libtorch threads (0 = all cores)");
-  return [gemm, o] {
+  return [gemm, o](dist::Runtime&) {
     if (!*gemm) return;
     LOOM_CHECK_INPUT(o->dtype == "float32" || o->dtype == "float64", "--dtype {} is not float32 or float64", o->dtype);
     LOOM_CHECK_INPUT(o->seconds > 0, "--seconds {} must be positive", o->seconds);

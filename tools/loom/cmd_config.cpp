@@ -11,7 +11,7 @@ Action add_config(CLI::App& app) {
   auto print = std::make_shared<bool>(false);
   config->add_to(*cmd);
   cmd->add_flag("--print", *print, "print the effective config as TOML (every key)");
-  return [cmd, config, print] {
+  return [cmd, config, print](dist::Runtime&) {
     if (!*cmd) return;
     const Config effective = config->load();
     if (*print) std::cout << to_toml(effective);

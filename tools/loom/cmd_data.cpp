@@ -17,7 +17,7 @@ Action add_data(CLI::App& app) {
   prepare->add_option("--text", o->text, "input text file")->required();
   prepare->add_option("--out", o->out, "output token file (flat little-endian ids)")->required();
   prepare->add_option("--dtype", o->dtype, "uint16 | uint32");
-  return [prepare, o] {
+  return [prepare, o](dist::Runtime&) {
     if (!*prepare) return;
     LOOM_CHECK_INPUT(o->dtype == "uint16" || o->dtype == "uint32", "--dtype {} is not uint16 or uint32", o->dtype);
     const int64_t n = data::write_byte_tokens(o->text, o->out, o->dtype == "uint16" ? 2 : 4);

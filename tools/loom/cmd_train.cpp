@@ -2,6 +2,8 @@
 
 #include "commands.h"
 #include "config_options.h"
+#include "loom/core/error.h"
+#include "loom/dist/input_agreement.h"
 #include "loom/train/trainer.h"
 
 namespace loom::cli {
@@ -16,9 +18,18 @@ Action add_train(CLI::App& app) {
   cmd->add_option("--trace", options->trace_path, "write a Chrome trace (opens in Perfetto) to FILE");
   cmd->add_option("--peak-flops", options->peak_flops, "GEMM FLOP/s for MFU (default: measured at start)");
   cmd->add_flag("--quiet,-q", *quiet, "no progress lines");
-  return [cmd, config, options, quiet] {
+  return [cmd, config, options, quiet](dist::Runtime& runtime) {
     if (!*cmd) return;
-    train::Trainer trainer(config->load());
+    // Every rank reads the config; all agree before going on (dist/input_agreement.h).
+    Config loaded;
+    std::exception_ptr failure;
+    try {
+      loaded = config->load();
+    } catch (const InputError&) {
+      failure = std::current_exception();
+    }
+    dist::agree_on_input(runtime.world(), failure);
+    train::Trainer trainer(std::move(loaded), runtime.world());
     options->progress = *quiet ? nullptr : &std::cout;
     trainer.run(*options);
   };

@@ -5,9 +5,11 @@
 
 #include <functional>
 
+#include "loom/dist/runtime.h"
+
 namespace loom::cli {
 
-using Action = std::function<void()>;
+using Action = std::function<void(dist::Runtime&)>;
 
 Action add_train(CLI::App& app);
 Action add_config(CLI::App& app);

@@ -2,10 +2,12 @@
 // `loom: error: <message>`, with exit code 2 for bad input and 1 for failures at run time.
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <iostream>
 
 #include "commands.h"
 #include "loom/core/error.h"
+#include "loom/dist/input_agreement.h"
 #include "loom/version.h"
 
 int main(int argc, char** argv) {
@@ -26,15 +28,29 @@ int main(int argc, char** argv) {
     std::cerr << fmt::format("loom: error: {}; hint: loom --help\n", e.what());
     return 2;
   }
+  // Communication time-out: how long a rank waits for a peer before declaring the job stuck.
+  const char* timeout = std::getenv("LOOM_COMM_TIMEOUT_S");
+  loom::dist::Runtime runtime(timeout != nullptr ? std::atof(timeout) : 300.0);
+  const int rank = runtime.world().rank(), size = runtime.world().size();
+  // A failure at run time on any rank ends every rank: print it, then abort the whole job.
+  auto fail = [&](const char* what, int code) {
+    std::cerr << (size > 1 ? fmt::format("loom: error: [rank {}] {}\n", rank, what) : fmt::format("loom: error: {}\n", what))
+              << std::flush;
+    if (size > 1) runtime.abort_all(code);
+    return code;
+  };
   try {
     for (const auto& action : actions)
-      if (action) action();
+      if (action) action(runtime);
     return 0;
+  } catch (const loom::dist::SilentInputError&) {
+    return 2;  // the first rank that refused the input printed why
+  } catch (const loom::InputError& e) {
+    std::cerr << "loom: error: " << e.what() << '\n';
+    return 2;
   } catch (const loom::Error& e) {
-    std::cerr << "loom: error: " << e.what() << '\n';
-    return e.exit_code();
+    return fail(e.what(), e.exit_code());
   } catch (const std::exception& e) {
-    std::cerr << "loom: error: " << e.what() << '\n';
-    return 1;
+    return fail(e.what(), 1);
   }
 }

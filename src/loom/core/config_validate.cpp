@@ -55,13 +55,12 @@ void validate_parallel(const ParallelConfig& p) {
   LOOM_CHECK_INPUT(p.bucket_mb > 0, "parallel.bucket_mb = {} must be positive", p.bucket_mb);
   LOOM_CHECK_INPUT(p.sparse_partitions >= 0, "parallel.sparse_partitions = {} must be >= 0 (0 = automatic)",
                    p.sparse_partitions);
-  const int64_t ranks = p.dp * p.tp * p.pp * p.sp;
-  LOOM_CHECK_INPUT(ranks == 1 && p.chunks == 1 && p.tp_overlap == 1 && !p.tp_sequence && p.zero == 0 &&
+  LOOM_CHECK_INPUT(p.tp == 1 && p.pp == 1 && p.sp == 1 && p.chunks == 1 && p.tp_overlap == 1 && !p.tp_sequence &&
                        p.pp_cuts.empty(),
-                   "parallel layout dp={} tp={} pp={} sp={} (chunks={}, tp_overlap={}, tp_sequence={}, "
-                   "zero={}) needs the distributed runtime, which this build does not have yet; run "
-                   "with every degree 1",
-                   p.dp, p.tp, p.pp, p.sp, p.chunks, p.tp_overlap, p.tp_sequence, p.zero);
+                   "parallel layout tp={} pp={} sp={} (chunks={}, tp_overlap={}, tp_sequence={}, pp_cuts={}) needs "
+                   "tensor, pipeline or sequence parallelism, which this build does not have yet; data parallelism "
+                   "(parallel.dp, parallel.zero) is available",
+                   p.tp, p.pp, p.sp, p.chunks, p.tp_overlap, p.tp_sequence, p.pp_cuts.size());
 }
 
 void validate_memory(const MemoryConfig& m) {
@@ -96,6 +95,15 @@ void validate_train(const TrainConfig& t) {
   LOOM_CHECK_INPUT(t.threads >= 0, "train.threads = {} must be >= 0 (0 = automatic)", t.threads);
 }
 
+// The global batch splits into micro-batches, and the micro-batches evenly over dp ranks.
+void validate_batch_split(const TrainConfig& t, const ParallelConfig& p) {
+  const int64_t micro_batches = t.global_batch / t.micro_batch;
+  LOOM_CHECK_INPUT(micro_batches % p.dp == 0,
+                   "parallel.dp ({}) must divide the micro-batches of a step (train.global_batch {} / "
+                   "train.micro_batch {} = {}); hint: make global_batch a multiple of micro_batch * dp = {}",
+                   p.dp, t.global_batch, t.micro_batch, micro_batches, t.micro_batch * p.dp);
+}
+
 void validate_data(const DataConfig& d, const ModelConfig& m) {
   const std::string& s = d.source;
   const bool known = s == "synthetic" || (s.starts_with("text:") && s.size() > 5) ||
@@ -113,6 +121,7 @@ void validate(const Config& config) {
   validate_parallel(config.parallel);
   validate_memory(config.memory);
   validate_train(config.train);
+  validate_batch_split(config.train, config.parallel);
   validate_data(config.data, config.model);
 }
 

@@ -10,6 +10,7 @@
 #include <c10/util/BFloat16.h>
 
 #include <chrono>
+#include <algorithm>
 #include <climits>
 #include <cstdlib>
 #include <functional>
@@ -270,6 +271,11 @@ bool launched_by_mpi() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
     if (std::getenv(var) != nullptr) return true;
   return false;
+}
+
+int local_rank_count() {
+  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  return local != nullptr ? std::max(1, std::atoi(local)) : 1;
 }
 
 Runtime::Runtime(double timeout_s) {

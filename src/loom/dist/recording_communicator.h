@@ -27,7 +27,9 @@ struct CommStats {
 class RecordingCommunicator final : public Communicator {
  public:
   RecordingCommunicator(std::unique_ptr<Communicator> inner, CommStats& stats)
-      : inner_(std::move(inner)), stats_(stats) {}
+      : owned_(std::move(inner)), inner_(owned_.get()), stats_(stats) {}
+  // Records on a communicator owned elsewhere (e.g. the runtime's world).
+  RecordingCommunicator(Communicator& inner, CommStats& stats) : inner_(&inner), stats_(stats) {}
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   const std::string& axis() const override { return inner_->axis(); }
@@ -45,7 +47,8 @@ class RecordingCommunicator final : public Communicator {
 
  private:
   void record(const char* op, int64_t bytes) { stats_.records.push_back({op, inner_->axis(), bytes}); }
-  std::unique_ptr<Communicator> inner_;
+  std::unique_ptr<Communicator> owned_;
+  Communicator* inner_;
   CommStats& stats_;
 };
 

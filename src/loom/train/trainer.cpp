@@ -4,12 +4,16 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <ostream>
 #include <thread>
 
 #include "loom/core/error.h"
 #include "loom/core/units.h"
 #include "loom/data/sampler.h"
+#include "loom/dist/input_agreement.h"
+#include "loom/dist/runtime.h"
 #include "loom/memory/accounting_allocator.h"
 #include "loom/models/gpt.h"
 #include "loom/optim/clip.h"
@@ -25,36 +29,91 @@ using Clock = std::chrono::steady_clock;
 
 at::ScalarType dtype_of(const std::string& name) { return name == "float64" ? at::kDouble : at::kFloat; }
 
+int default_threads(int world_size) {
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return world_size > 1 ? std::max(1, cores / dist::local_rank_count()) : cores;
+}
+
+// NOTE [Fault injection]: LOOM_FAULT="rank=R,step=S,kind=throw|hang" makes rank R fail at the
+// start of step S: `throw` raises an error (the CLI must end every rank with it), `hang` stops
+// taking part in collectives (the others' timeouts must end the job). Used by the failure tests.
+struct FaultInjection {
+  int64_t step = -1;
+  std::string kind;
+  void trigger() const {
+    if (kind == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
+    throw Error(fmt::format("injected fault at step {} (LOOM_FAULT)", step));
+  }
+};
+
+FaultInjection fault_injection(int rank) {
+  const char* spec = std::getenv("LOOM_FAULT");
+  if (spec == nullptr) return {};
+  int fault_rank = -1;
+  long long step = -1;
+  char kind[16] = {0};
+  LOOM_CHECK_INPUT(std::sscanf(spec, "rank=%d,step=%lld,kind=%15s", &fault_rank, &step, kind) == 3,
+                   "LOOM_FAULT = \"{}\" is not rank=R,step=S,kind=throw|hang", spec);
+  if (fault_rank != rank) return {};
+  return {step, kind};
+}
+
+std::string rank_path(const std::string& path, int rank) {
+  return rank == 0 ? path : fmt::format("{}.rank{}", path, rank);
+}
+
 }  // namespace
 
-Trainer::Trainer(Config config) : config_(std::move(config)), dtype_(dtype_of(config_.model.dtype)) {
-  validate(config_);
-  const int64_t threads = config_.train.threads > 0 ? config_.train.threads
-                                                    : static_cast<int64_t>(std::thread::hardware_concurrency());
-  at::set_num_threads(static_cast<int>(std::max<int64_t>(1, threads)));
-  memory::install_accounting_allocator();
-  source_ = data::open_source(config_);
-  model_ = models::build_gpt(config_.model);
+Trainer::Trainer(Config config, dist::Communicator& world)
+    : config_(std::move(config)), dtype_(dtype_of(config_.model.dtype)) {
+  check_input(world);  // collective: every rank learns whether any rank refused its input
+  const int threads = config_.train.threads > 0 ? static_cast<int>(config_.train.threads) : default_threads(world.size());
+  at::set_num_threads(threads);
+  world_ = std::make_unique<dist::RecordingCommunicator>(world, comm_stats_);
+  mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
   const int64_t budget = config_.budget_bytes();
-  if (budget > 0) {
-    const double need = estimated_bytes();
-    const double in_use = static_cast<double>(memory::live_bytes());
-    LOOM_CHECK_INPUT(need + in_use <= static_cast<double>(budget),
-                     "memory.budget = {} is too small: this run needs at least {} (parameters, gradients, "
-                     "AdamW moments and one micro-batch's activations){}; hint: raise memory.budget, lower "
-                     "train.micro_batch or set memory.recompute = \"full\"",
-                     format_bytes(static_cast<double>(budget)), format_bytes(need),
-                     in_use > 0 ? fmt::format(" besides {} already in use", format_bytes(in_use)) : "");
-    memory::set_budget(budget);
-  }
+  if (budget > 0) memory::set_budget(budget);
   model_.initialise(static_cast<uint64_t>(config_.train.seed), dtype_);
-  optimizer_ = std::make_unique<optim::AdamW>(
-      model_.params(), optim::AdamWOptions{.beta1 = config_.train.beta1, .beta2 = config_.train.beta2,
-                                           .weight_decay = config_.train.weight_decay});
+  flat_ = std::make_unique<parallel::FlatParams>(model_, mesh_->dp().size());
+  const optim::AdamWOptions adamw{.beta1 = config_.train.beta1, .beta2 = config_.train.beta2,
+                                  .weight_decay = config_.train.weight_decay};
+  if (config_.parallel.zero == 1) {
+    sharded_ = std::make_unique<parallel::ShardedAdamW>(*flat_, mesh_->dp(), adamw);
+  } else {
+    reducer_ = std::make_unique<parallel::GradientReducer>(*flat_, mesh_->dp(), config_.parallel.bucket_mb);
+    optimizer_ = std::make_unique<optim::AdamW>(model_.params(), adamw);
+  }
+  comm_stats_.clear();  // set-up traffic (communicator splits) is not a step's
+}
+
+void Trainer::check_input(dist::Communicator& world) {
+  std::exception_ptr failure;
+  try {
+    validate(config_);
+    dist::check_mesh_shape(dist::mesh_shape(config_.parallel), world.size());
+    memory::install_accounting_allocator();
+    source_ = data::open_source(config_);
+    model_ = models::build_gpt(config_.model);  // layers only: nothing is allocated yet
+    const int64_t budget = config_.budget_bytes();
+    if (budget > 0) {
+      const double need = estimated_bytes();
+      const double in_use = static_cast<double>(memory::live_bytes());
+      LOOM_CHECK_INPUT(need + in_use <= static_cast<double>(budget),
+                       "memory.budget = {} is too small: this run needs at least {} (parameters, gradients, "
+                       "AdamW moments and one micro-batch's activations){}; hint: raise memory.budget, lower "
+                       "train.micro_batch or set memory.recompute = \"full\"",
+                       format_bytes(static_cast<double>(budget)), format_bytes(need),
+                       in_use > 0 ? fmt::format(" besides {} already in use", format_bytes(in_use)) : "");
+    }
+  } catch (const InputError&) {
+    failure = std::current_exception();
+  }
+  dist::agree_on_input(world, failure);
 }
 
 Trainer::~Trainer() {
   optimizer_.reset();
+  sharded_.reset();
   model_.chain.clear();
   memory::set_budget(0);  // the budget belongs to this run, not to whatever the process does next
 }
@@ -67,7 +126,9 @@ double Trainer::estimated_bytes() const {
                                  ? static_cast<double>(config_.train.micro_batch * m.seq_len * m.d_model * bytes) *
                                        static_cast<double>(model_.chain.size())
                                  : cost.saved_bytes;
-  return 4 * cost.param_bytes + activations;
+  // ZeRO-1 keeps 1/dp of the two AdamW moments.
+  const double moments = 2 * cost.param_bytes / (config_.parallel.zero == 1 ? static_cast<double>(config_.parallel.dp) : 1);
+  return 2 * cost.param_bytes + moments + activations;
 }
 
 template <class Fn>
@@ -79,7 +140,7 @@ auto Trainer::timed(const std::string& name, const char* category, Fn&& fn) {
   return result;
 }
 
-double Trainer::train_microbatch(int64_t step, int64_t microbatch_index) {
+double Trainer::train_microbatch(int64_t step, int64_t microbatch_index, bool last_local) {
   const data::BatchShape shape{config_.train.global_batch, config_.train.micro_batch, config_.model.seq_len};
   const nn::MicroBatch mb = data::make_microbatch(*source_, shape, step, microbatch_index);
   const bool recompute = config_.memory.recompute == "full";
@@ -105,56 +166,85 @@ double Trainer::train_microbatch(int64_t step, int64_t microbatch_index) {
       return 0;
     });
     if (recompute) inputs[i].reset();
+    // This layer's gradients are final once the rank's last micro-batch has passed it.
+    if (last_local && reducer_) reducer_->layer_done(i);
   }
   return loss;
 }
 
+double Trainer::optimizer_step(double lr) {
+  const double clip = config_.train.clip;
+  if (sharded_) return timed("zero_step", "optimizer", [&] { return sharded_->step(lr, clip); });
+  timed("all_reduce_wait", "communication", [&] {
+    reducer_->finish();
+    return 0;
+  });
+  const double norm = timed("clip", "optimizer", [&] { return optim::clip_grad_norm(model_.params(), clip); });
+  timed("adamw", "optimizer", [&] {
+    optimizer_->step(lr);
+    return 0;
+  });
+  return norm;
+}
+
 std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
   const auto& t = config_.train;
+  const bool rank0 = mesh_->rank() == 0;
   const int64_t bytes = dtype_ == at::kDouble ? 8 : 4;
   const double peak_flops = options.peak_flops > 0 ? options.peak_flops : plan::measure_gemm_peak(dtype_, 0.2);
   const nn::Cost cost = model_.cost(t.micro_batch, config_.model.seq_len, bytes);
+  const int64_t dp = mesh_->dp().size(), local = config_.microbatch_count() / dp;
+  const int64_t first_microbatch = mesh_->dp_rank() * local;
+  // MFU of this rank: its own micro-batches' FLOPs against its cores' GEMM peak.
   const double flops_per_step =
-      static_cast<double>(config_.microbatch_count()) *
-      (cost.forward_flops + cost.backward_input_flops + cost.backward_weight_flops);
+      static_cast<double>(local) * (cost.forward_flops + cost.backward_input_flops + cost.backward_weight_flops);
   const double tokens_per_step = static_cast<double>(t.global_batch * config_.model.seq_len);
   const optim::LrSchedule schedule{t.lr, t.min_lr_ratio, t.warmup, t.steps};
   memory::reset_peak();  // the GEMM probe above is not part of the run
-  trace::MetricsWriter metrics(options.metrics_path);
-  if (!options.trace_path.empty()) trace_ = std::make_unique<trace::ChromeTrace>();
-  const auto params = model_.params();
-  ProgressPrinter progress(options.progress, t.steps);
-  if (options.progress != nullptr) {
-    *options.progress << fmt::format("loom: {} parameters, {}, {} threads; data: {}\n", model_.param_count(),
-                                     config_.model.dtype, at::get_num_threads(), source_->describe());
+  trace::MetricsWriter metrics(rank0 ? options.metrics_path : "");
+  if (!options.trace_path.empty()) trace_ = std::make_unique<trace::ChromeTrace>(mesh_->rank());
+  std::ostream* console = rank0 ? options.progress : nullptr;
+  ProgressPrinter progress(console, t.steps);
+  if (console != nullptr) {
+    *console << fmt::format("loom: {} parameters, {}, dp={}{}, {} ranks x {} threads; data: {}\n",
+                            model_.param_count(), config_.model.dtype, dp, config_.parallel.zero ? " (ZeRO-1)" : "",
+                            mesh_->world().size(), at::get_num_threads(), source_->describe());
   }
 
   std::vector<StepRecord> records;
+  const FaultInjection fault = fault_injection(mesh_->rank());
   for (int64_t step = 0; step < t.steps; ++step) {
+    if (step == fault.step) fault.trigger();
     const auto start = Clock::now();
+    const size_t comm_before = comm_stats_.records.size();
     StepRecord r;
     r.step = step;
-    for (int64_t m = 0; m < config_.microbatch_count(); ++m) r.loss += train_microbatch(step, m);
-    r.grad_norm = timed("clip", "optimizer", [&] { return optim::clip_grad_norm(params, t.clip); });
+    flat_->grads.zero_();
+    double local_loss = 0;
+    for (int64_t m = 0; m < local; ++m) local_loss += train_microbatch(step, first_microbatch + m, m + 1 == local);
     r.lr = schedule.at(step);
-    timed("adamw", "optimizer", [&] {
-      optimizer_->step(r.lr);
-      for (nn::Param* p : params) nn::zero_grad(*p);
-      return 0;
-    });
+    r.grad_norm = optimizer_step(r.lr);
+    // Two 8-byte all-reduces for the step's figures: the loss summed over dp, the peak over ranks.
+    at::Tensor loss = at::full({1}, local_loss, at::TensorOptions().dtype(at::kDouble));
+    mesh_->dp().all_reduce(loss, dist::ReduceOp::Sum);
+    r.loss = loss.item<double>();
+    at::Tensor peak = at::full({1}, memory::peak_bytes(), at::kLong);
+    mesh_->world().all_reduce(peak, dist::ReduceOp::Max);
+    r.peak_bytes = peak.item<int64_t>();
+    for (size_t i = comm_before; i < comm_stats_.records.size(); ++i)
+      r.comm_bytes[comm_stats_.records[i].axis] += comm_stats_.records[i].bytes;
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     r.step_ms = seconds * 1e3;
     r.tokens_per_s = tokens_per_step / seconds;
     r.mfu = flops_per_step / seconds / peak_flops;
-    r.peak_bytes = memory::peak_bytes();
     metrics.write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                    {"tokens_per_s", r.tokens_per_s}, {"step_ms", r.step_ms}, {"mfu", r.mfu},
-                   {"peak_bytes", r.peak_bytes}});
+                   {"peak_bytes", r.peak_bytes}, {"comm_bytes_per_step", r.comm_bytes}});
     if (step % t.log_every == 0 || step + 1 == t.steps) progress.print(r);
     records.push_back(r);
   }
   if (trace_) {
-    trace_->write(options.trace_path);
+    trace_->write(rank_path(options.trace_path, mesh_->rank()));
     trace_.reset();
   }
   return records;

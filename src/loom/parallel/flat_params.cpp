@@ -1,0 +1,24 @@
+#include "loom/parallel/flat_params.h"
+
+namespace loom::parallel {
+
+FlatParams::FlatParams(models::Model& model, int64_t pad_multiple) {
+  for (size_t layer = model.chain.size(); layer-- > 0;) {
+    for (nn::Param* p : model.chain[layer]->params()) {
+      slots.push_back({p, layer, numel, p->numel()});
+      numel += p->numel();
+    }
+  }
+  const int64_t padded = (numel + pad_multiple - 1) / pad_multiple * pad_multiple;
+  const auto options = model.chain.front()->params().front()->value.options();
+  values = at::zeros({padded}, options);
+  grads = at::zeros({padded}, options);
+  for (const FlatSlot& s : slots) {
+    const auto shape = s.param->value.sizes().vec();
+    values.narrow(0, s.offset, s.numel).copy_(s.param->value.reshape({-1}));
+    s.param->value = values.narrow(0, s.offset, s.numel).view(shape);
+    s.param->grad = grads.narrow(0, s.offset, s.numel).view(shape);
+  }
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,45 @@
+#include "loom/parallel/sharded_adamw.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "loom/core/error.h"
+
+namespace loom::parallel {
+
+ShardedAdamW::ShardedAdamW(FlatParams& flat, dist::Communicator& dp, optim::AdamWOptions options)
+    : flat_(flat), dp_(dp) {
+  LOOM_CHECK(flat.values.numel() % dp.size() == 0, "[zero] flat buffer of {} is not padded to {} shards",
+             flat.values.numel(), dp.size());
+  shard_numel_ = flat.values.numel() / dp.size();
+  shard_offset_ = shard_numel_ * dp.rank();
+  shard_grad_ = at::zeros({shard_numel_}, flat.grads.options());
+  const int64_t end = shard_offset_ + shard_numel_;
+  for (const FlatSlot& s : flat.slots) {
+    const int64_t lo = std::max(s.offset, shard_offset_), hi = std::min(s.offset + s.numel, end);
+    if (lo >= hi) continue;
+    nn::Param part{.name = fmt::format("{}[{}:{}]", s.param->name, lo - s.offset, hi - s.offset),
+                   .full_shape = {hi - lo}, .weight_decay = s.param->weight_decay};
+    part.value = flat.values.narrow(0, lo, hi - lo);
+    part.grad = shard_grad_.narrow(0, lo - shard_offset_, hi - lo);
+    shard_params_.push_back(std::move(part));
+  }
+  std::vector<nn::Param*> pointers;
+  for (nn::Param& p : shard_params_) pointers.push_back(&p);
+  adamw_ = std::make_unique<optim::AdamW>(std::move(pointers), options);
+}
+
+double ShardedAdamW::step(double lr, double clip) {
+  dp_.reduce_scatter(flat_.grads, shard_grad_, dist::ReduceOp::Sum);
+  const double local = shard_grad_.norm().item<double>();
+  at::Tensor sum_sq = at::full({1}, local * local, at::TensorOptions().dtype(at::kDouble));
+  dp_.all_reduce(sum_sq, dist::ReduceOp::Sum);
+  const double norm = std::sqrt(sum_sq.item<double>());
+  if (clip > 0 && norm > clip) shard_grad_.mul_(clip / (norm + 1e-6));
+  adamw_->step(lr);
+  const at::Tensor mine = flat_.values.narrow(0, shard_offset_, shard_numel_).clone();
+  dp_.all_gather(mine, flat_.values);
+  return norm;
+}
+
+}  // namespace loom::parallel

@@ -1,0 +1,31 @@
+#pragma once
+// ZeRO stage 1: AdamW whose moments are sharded over the data-parallel group. Each rank owns one
+// equal, contiguous shard of the flat parameter buffer. A step reduce-scatters the flat gradient
+// (sum), clips by the global norm (an all-reduce of the shards' squared norms), updates the
+// owned shard and all-gathers the parameters.
+#include <memory>
+#include <vector>
+
+#include "loom/dist/communicator.h"
+#include "loom/optim/adamw.h"
+#include "loom/parallel/flat_params.h"
+
+namespace loom::parallel {
+
+class ShardedAdamW {
+ public:
+  ShardedAdamW(FlatParams& flat, dist::Communicator& dp, optim::AdamWOptions options);
+  // Returns the global gradient norm before clipping (clip <= 0: no clipping).
+  double step(double lr, double clip);
+  int64_t shard_numel() const { return shard_numel_; }
+
+ private:
+  FlatParams& flat_;
+  dist::Communicator& dp_;
+  int64_t shard_offset_, shard_numel_;
+  at::Tensor shard_grad_;
+  std::vector<nn::Param> shard_params_;  // the parts of parameters inside the shard, as views
+  std::unique_ptr<optim::AdamW> adamw_;
+};
+
+}  // namespace loom::parallel
