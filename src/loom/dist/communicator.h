@@ -5,8 +5,9 @@
 //
 // Contract shared by every operation:
 //   - every rank of the communicator calls collectives in the same order with matching shapes;
-//   - `*_async` returns a Work handle; the operation's tensors must stay alive and untouched
-//     until wait() returns; wait() is idempotent and the destructor waits;
+//   - `*_async` returns a Work handle; the operation's tensors must stay untouched until wait()
+//     returns (the Work keeps them alive); wait() is idempotent. Destroying an unfinished Work
+//     abandons it: that only happens while an error unwinds towards ending the job;
 //   - counts are in elements; reduce_scatter's input is size() blocks of output.numel() each,
 //     all_gather's output is size() blocks of input.numel(), rank order.
 //   - a Work that does not complete within the communicator's timeout throws loom::Error, so a

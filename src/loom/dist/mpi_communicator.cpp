@@ -76,8 +76,14 @@ class MpiWork final : public Work {
   MpiWork(std::string what, double timeout_s, std::vector<at::Tensor> keep, std::function<void()> finish = {})
       : what_(std::move(what)), timeout_s_(timeout_s), keep_(std::move(keep)), finish_(std::move(finish)) {}
   ~MpiWork() override {
-    // Never throw from a destructor: a failure here is reported by whoever waits first.
-    if (!done_ && request_ != MPI_REQUEST_NULL) MPI_Wait(&request_, MPI_STATUS_IGNORE);
+    // Destroyed unfinished only while an error unwinds the stack, on the way to MPI_Abort: waiting
+    // here could block forever (the peer may be the failure), and a collective cannot be
+    // cancelled. So the request is abandoned and its buffers deliberately leaked, since MPI may
+    // still write into them.
+    if (done_ || request_ == MPI_REQUEST_NULL) return;
+    int flag = 0;
+    MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
+    if (!flag) new std::vector<at::Tensor>(std::move(keep_));  // NOLINT: intentional leak
   }
   MPI_Request* request() { return &request_; }
   std::vector<int>& counts() { return counts_; }
