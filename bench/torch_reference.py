@@ -1,18 +1,27 @@
 #!/usr/bin/env python3
 """PyTorch eager reference of loom's GPT, for tokens/s comparisons in the same run.
 
+With RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environment (bench/run.py sets them
+for each process) it trains with DistributedDataParallel over gloo: the micro-batches of a step
+are split over the ranks, gradients synchronise on each rank's last micro-batch only, and rank 0
+prints the JSON line.
+
 Same shapes and FLOPs as loom: pre-LayerNorm blocks, fused QKV with bias, GELU(tanh) MLP,
 learned token and position embeddings, final LayerNorm, untied bias-free LM head, mean
 cross-entropy. AdamW with gradient clipping and gradient accumulation over micro-batches.
 Prints exactly one JSON line on stdout. Needs only the standard library and torch (CPU).
 """
 import argparse
+import contextlib
 import json
 import math
 import statistics
 import time
 
+import os
+
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -28,7 +37,7 @@ class Block(nn.Module):
         self.fc1 = nn.Linear(d, hidden, bias=True)
         self.fc2 = nn.Linear(hidden, d, bias=True)
         causal = torch.ones(seq, seq, dtype=torch.bool).tril()
-        self.register_buffer("masked", ~causal, persistent=False)
+        self.masked = ~causal  # a plain attribute: DDP over gloo cannot broadcast bool buffers
 
     def attn(self, x):
         b, t, d = x.shape
@@ -108,22 +117,35 @@ def main():
     torch.manual_seed(a.seed)
     dtype = getattr(torch, a.dtype)
 
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    rank = int(os.environ.get("RANK", "0"))
+    if a.micro_batches % world:
+        p.error("--micro-batches must divide over WORLD_SIZE ranks")
     model = GPT(a.vocab, a.d_model, a.layers, a.heads, a.seq, a.ffn_mult).to(dtype)
     params = [q for q in model.parameters() if q.requires_grad]
+    if world > 1:
+        dist.init_process_group("gloo", rank=rank, world_size=world)
+        model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
     opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 
     # One fixed batch per micro-batch slot, generated before timing and reused every step.
     gen = torch.Generator().manual_seed(a.seed)
     data = [torch.randint(0, a.vocab, (a.micro_batch, a.seq + 1), generator=gen)
             for _ in range(a.micro_batches)]
+    local = a.micro_batches // world
+    data = data[rank * local:(rank + 1) * local]
     batches = [(d[:, :-1].contiguous(), d[:, 1:].contiguous()) for d in data]
 
     def step():
         total = 0.0
-        for inputs, targets in batches:
-            loss = model(inputs, targets) / a.micro_batches
-            loss.backward()
-            total += loss.item()
+        for i, (inputs, targets) in enumerate(batches):
+            last = i + 1 == len(batches)
+            sync = model.no_sync() if world > 1 and not last else contextlib.nullcontext()
+            with sync:
+                # DDP averages gradients over ranks; scale so the result is the global mean.
+                loss = model(inputs, targets) / len(batches)
+                loss.backward()
+            total += loss.item()  # this rank's share of the step loss
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
@@ -136,10 +158,16 @@ def main():
         if i >= a.warmup_steps:
             times.append(time.perf_counter() - t0)
 
+    if world > 1:
+        # Every rank's timings end together (DDP synchronises); rank 0 reports the step.
+        dist.destroy_process_group()
+        if rank != 0:
+            return
     median = statistics.median(times)
     tokens = a.micro_batch * a.micro_batches * a.seq
     print(json.dumps({
-        "impl": "pytorch-eager",
+        "impl": "pytorch-ddp-gloo" if world > 1 else "pytorch-eager",
+        "world": world,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
         "steps": a.steps,

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# failure.sh KIND LOOM CONFIG MPIEXEC...: 4 ranks train; rank 2 fails at step 1 (LOOM_FAULT,
-# kind throw or hang). Every rank must be gone within 30 s, with a non-zero exit code and the
-# reason on stderr: the error itself (throw), or a peer's communication time-out (hang).
+# failure.sh KIND ZERO LOOM CONFIG MPIEXEC...: 4 ranks train (parallel.zero = ZERO); rank 2 fails
+# at step 1 (LOOM_FAULT, kind throw or hang). Every rank must be gone within 30 s, with a non-zero
+# exit code and the reason on stderr: the error itself (throw), or a peer's communication time-out
+# (hang: in a non-blocking bucket all-reduce without ZeRO, in a blocking collective with it).
 set -u
-kind=$1 loom=$2 config=$3
-shift 3
+kind=$1 zero=$2 loom=$3 config=$4
+shift 4
 err=$(mktemp)
 trap 'rm -f "$err"' EXIT
 start=$(date +%s)
 timeout -k 5 60 "$@" -n 4 -x LOOM_FAULT="rank=2,step=1,kind=$kind" -x LOOM_COMM_TIMEOUT_S=5 \
-  "$loom" train -c "$config" --quiet --peak-flops 1e9 --set parallel.dp=4 --set train.steps=5 \
+  "$loom" train -c "$config" --quiet --peak-flops 1e9 --set parallel.dp=4 --set parallel.zero="$zero" --set train.steps=5 \
   --set model.n_layers=1 --set model.seq_len=64 --set train.global_batch=16 2>"$err" >/dev/null
 rc=$?
 elapsed=$(( $(date +%s) - start ))

@@ -56,6 +56,22 @@ void RecordingCommunicator::barrier() {
   record("barrier", 0);
   inner_->barrier();
 }
+void RecordingCommunicator::all_reduce(at::Tensor& t, ReduceOp op) {
+  record("all_reduce", bytes_of(t));
+  inner_->all_reduce(t, op);
+}
+void RecordingCommunicator::reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op) {
+  record("reduce_scatter", bytes_of(in));
+  inner_->reduce_scatter(in, out, op);
+}
+void RecordingCommunicator::all_gather(const at::Tensor& in, at::Tensor& out) {
+  record("all_gather", bytes_of(in));
+  inner_->all_gather(in, out);
+}
+void RecordingCommunicator::broadcast(at::Tensor& t, int root) {
+  record("broadcast", bytes_of(t));
+  inner_->broadcast(t, root);
+}
 std::unique_ptr<Communicator> RecordingCommunicator::split(int color, int key, const std::string& axis) {
   return std::make_unique<RecordingCommunicator>(inner_->split(color, key, axis), stats_);
 }

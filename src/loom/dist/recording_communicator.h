@@ -43,6 +43,10 @@ class RecordingCommunicator final : public Communicator {
   WorkPtr send_async(const at::Tensor& t, int peer, int tag) override;
   WorkPtr recv_async(at::Tensor& t, int peer, int tag) override;
   void barrier() override;
+  void all_reduce(at::Tensor& t, ReduceOp op = ReduceOp::Sum) override;
+  void reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op = ReduceOp::Sum) override;
+  void all_gather(const at::Tensor& in, at::Tensor& out) override;
+  void broadcast(at::Tensor& t, int root) override;
   std::unique_ptr<Communicator> split(int color, int key, const std::string& axis) override;
 
  private:
