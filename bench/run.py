@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
 """Runs loom and its peer on the workloads of BENCHMARKS.md and prints one JSON line per run.
 
-loom and the PyTorch eager reference alternate for BENCH_ROUNDS rounds, so both see the same
-machine conditions; each reports the median step time over its timed steps (the first steps of
-every run are warm-up and not timed). The ratio is loom's tokens/s over the peer's.
+A workload is a config name with an optional data-parallel degree: `gpt-tiny` (one rank, peer:
+PyTorch eager), `gpt-tiny@dp2` (two MPI ranks, peer: PyTorch DistributedDataParallel over gloo,
+same thread count in all). loom and its peer alternate for BENCH_ROUNDS rounds, so both see the
+same machine conditions; each reports the median step time over its timed steps (the first
+steps of every run are warm-up and not timed). The ratio is loom's tokens/s over the peer's.
+`allreduce` runs the communicator's all-reduce against a raw MPI_Allreduce loop on 2 ranks.
 """
 import json
 import os
+import socket
 import statistics
 import subprocess
 import sys
@@ -32,38 +36,61 @@ def gemm_peak(threads):
     return json.loads(out.stdout)["peak_flops_per_s"]
 
 
-def run_loom(path, steps, threads, peak):
+def mpirun(ranks):
+    return [os.path.join(ROOT, "scripts", "mpirun.sh"), str(ranks), "-x", "OMP_NUM_THREADS"]
+
+
+def run_loom(path, steps, threads, peak, dp):
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "metrics.jsonl")
-        subprocess.run([LOOM, "train", "-c", path, "--quiet", "--metrics", metrics,
-                        "--peak-flops", str(peak), "--set", f"train.steps={steps + WARMUP}",
-                        "--set", f"train.threads={threads}"], check=True)
+        launch = mpirun(dp) if dp > 1 else []
+        subprocess.run(launch + [LOOM, "train", "-c", path, "--quiet", "--metrics", metrics,
+                                 "--peak-flops", str(peak), "--set", f"train.steps={steps + WARMUP}",
+                                 "--set", f"train.threads={max(1, threads // dp)}",
+                                 "--set", f"parallel.dp={dp}"], check=True)
         with open(metrics) as f:
             return [json.loads(line) for line in f]
 
 
-def run_peer(cfg, steps, threads):
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_peer(cfg, steps, threads, dp):
     m, t = cfg["model"], cfg["train"]
     args = ["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_reference.py"),
             "--vocab", m["vocab"], "--d-model", m["d_model"], "--layers", m["n_layers"],
             "--heads", m["n_heads"], "--seq", m["seq_len"], "--ffn-mult", m["ffn_mult"],
             "--micro-batch", t["micro_batch"], "--micro-batches", t["global_batch"] // t["micro_batch"],
-            "--steps", steps, "--warmup-steps", WARMUP, "--threads", threads, "--dtype", m["dtype"],
-            "--lr", t["lr"]]
-    out = subprocess.run([str(a) for a in args], check=True, capture_output=True, text=True)
-    return json.loads(out.stdout.strip().splitlines()[-1])
+            "--steps", steps, "--warmup-steps", WARMUP, "--threads", max(1, threads // dp),
+            "--dtype", m["dtype"], "--lr", t["lr"]]
+    args = [str(a) for a in args]
+    if dp == 1:
+        out = subprocess.run(args, check=True, capture_output=True, text=True)
+        return json.loads(out.stdout.strip().splitlines()[-1])
+    env = dict(os.environ, WORLD_SIZE=str(dp), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    procs = [subprocess.Popen(args, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True)
+             for r in range(dp)]
+    outs = [p.communicate()[0] for p in procs]
+    if any(p.returncode for p in procs):
+        sys.exit("loom: error: the PyTorch DDP reference failed")
+    return json.loads(outs[0].strip().splitlines()[-1])
 
 
 def bench(workload, steps, rounds, threads, peak):
-    path, cfg = effective_config(workload)
+    name, _, layout = workload.partition("@")
+    dp = int(layout[2:]) if layout.startswith("dp") else 1
+    path, cfg = effective_config(name)
     p, m, t = cfg["parallel"], cfg["model"], cfg["train"]
     tokens_per_step = t["global_batch"] * m["seq_len"]
     loom_ms, peer_ms, records = [], [], []
     for _ in range(rounds):
-        run = run_loom(path, steps, threads, peak)
+        run = run_loom(path, steps, threads, peak, dp)
         records.append(run)
         loom_ms += [r["step_ms"] for r in run[WARMUP:]]
-        peer = run_peer(cfg, steps, threads)
+        peer = run_peer(cfg, steps, threads, dp)
         peer_ms.append(peer["step_ms"])
     step_ms = statistics.median(loom_ms)
     peer_step_ms = statistics.median(peer_ms)
@@ -71,7 +98,7 @@ def bench(workload, steps, rounds, threads, peak):
     mfu = statistics.median(r["mfu"] for run in records for r in run[WARMUP:])
     return {
         "workload": workload,
-        "layout": {"dp": p["dp"], "tp": p["tp"], "pp": p["pp"], "sp": p["sp"], "schedule": None, "sp_mode": None},
+        "layout": {"dp": dp, "tp": p["tp"], "pp": p["pp"], "sp": p["sp"], "schedule": None, "sp_mode": None},
         "threads": threads,
         "steps": steps * rounds,
         "tokens_per_s": tokens_per_step / (step_ms / 1e3),
@@ -80,24 +107,39 @@ def bench(workload, steps, rounds, threads, peak):
         "mfu": mfu,
         "gemm_peak_flops_per_s": peak,
         "peak_bytes": max(r["peak_bytes"] for run in records for r in run),
-        "comm_bytes_per_step": {},
+        "comm_bytes_per_step": first[-1].get("comm_bytes_per_step", {}),
         "bubble_fraction": None,
         "loss_first": first[0]["loss"],
         "loss_last": first[-1]["loss"],
-        "peer": {"impl": "pytorch-eager", "torch": peer["torch"], "step_ms": peer_step_ms,
+        "peer": {"impl": peer["impl"], "torch": peer["torch"], "step_ms": peer_step_ms,
                  "tokens_per_s": tokens_per_step / (peer_step_ms / 1e3)},
         "ratio_vs_peer": peer_step_ms / step_ms,
     }
 
 
+def allreduce():
+    out = subprocess.run(mpirun(2) + [os.path.join(ROOT, "build", "bin", "loom_bench_allreduce")], check=True,
+                         capture_output=True, text=True)
+    for line in out.stdout.strip().splitlines():
+        print(line, flush=True)
+
+
 def main():
-    workloads = sys.argv[1:] or ["gpt-tiny"]
+    workloads = sys.argv[1:] or ["gpt-tiny", "gpt-tiny@dp2"]
     steps = int(os.environ.get("BENCH_STEPS", "8"))
     rounds = int(os.environ.get("BENCH_ROUNDS", "3"))
     threads = int(os.environ.get("THREADS", str(os.cpu_count() or 1)))
-    peak = gemm_peak(threads)
+    peaks = {}  # GEMM peak of one rank's threads: MFU is per rank against its own cores
     for workload in workloads:
-        print(json.dumps(bench(workload, steps, rounds, threads, peak)), flush=True)
+        layout = workload.partition("@")[2]
+        rank_threads = max(1, threads // (int(layout[2:]) if layout.startswith("dp") else 1))
+        if workload != "allreduce" and rank_threads not in peaks:
+            peaks[rank_threads] = gemm_peak(rank_threads)
+        peak = peaks.get(rank_threads)
+        if workload == "allreduce":
+            allreduce()
+        else:
+            print(json.dumps(bench(workload, steps, rounds, threads, peak)), flush=True)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# bench/run.sh [WORKLOAD...]: runs each workload of BENCHMARKS.md that this build supports and
-# prints one JSON line per run, with the peer (PyTorch eager, same model and threads) measured in
-# the same run and the ratio. Default: gpt-tiny. Environment: BENCH_STEPS, BENCH_ROUNDS, THREADS.
+# bench/run.sh [WORKLOAD...]: runs the workloads of BENCHMARKS.md that this build supports and
+# prints one JSON line per run, with the peer measured in the same run and the ratio.
+# WORKLOAD: gpt-tiny, gpt-tiny@dp2 (default: both), any configs/NAME.toml with @dpN, allreduce.
+# Environment: BENCH_STEPS (timed steps per round, 8), BENCH_ROUNDS (3), THREADS (all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/bin/loom ] || { echo "loom: error: build/bin/loom is missing; run 'make' first" >&2; exit 2; }
+export OMP_NUM_THREADS=1
 exec /usr/bin/python3 bench/run.py "$@"
