@@ -66,6 +66,10 @@ TEST(DataParallelComm, OneAllReducePerBucketCoveringEveryGradient) {
   int64_t dp_all_reduce_bytes = 0, big = 0;
   for (const auto& r : stats.records)
     if (r.op == "all_reduce" && r.axis == "dp" && r.bytes > 8) dp_all_reduce_bytes += r.bytes, ++big;
+  if (dp == 1) {
+    EXPECT_TRUE(stats.records.empty()) << "a world of one moves nothing";
+    return;
+  }
   EXPECT_EQ(dp_all_reduce_bytes, 2 * padded * 8) << "every gradient element travels once per step";
   EXPECT_GT(big, 2 * 4) << "bucket_mb = 0.02 must give several buckets";
   EXPECT_EQ(stats.count("all_reduce", "dp"), big + 2) << "buckets plus the loss, each step";
@@ -85,6 +89,10 @@ TEST(DataParallelComm, ZeroReduceScattersGradientsAndGathersParameters) {
   const int dp = world().size();
   const int64_t padded = (trainer.model().param_count() + dp - 1) / dp * dp;
   const auto& stats = trainer.comm_stats();
+  if (dp == 1) {
+    EXPECT_TRUE(stats.records.empty()) << "a world of one moves nothing";
+    return;
+  }
   EXPECT_EQ(stats.count("reduce_scatter", "dp"), 2);
   EXPECT_EQ(stats.count("all_gather", "dp"), 2);
   EXPECT_EQ(stats.count("all_reduce", "dp"), 2 * 2);  // norm and loss

@@ -9,11 +9,8 @@
 
 #include <c10/util/BFloat16.h>
 
-#include <atomic>
 #include <chrono>
-#include <condition_variable>
 #include <cstdio>
-#include <mutex>
 #include <algorithm>
 #include <climits>
 #include <cstdlib>
@@ -23,6 +20,7 @@
 #include "loom/core/error.h"
 #include "loom/dist/null_communicator.h"
 #include "loom/dist/runtime.h"
+#include "loom/dist/watchdog.h"
 
 namespace loom::dist {
 namespace {
@@ -74,79 +72,6 @@ int count_of(int64_t n, const char* op) {
   LOOM_CHECK(n >= 0 && n <= INT_MAX, "[dist] {}: {} elements exceed MPI's int count; split the buffer", op, n);
   return static_cast<int>(n);
 }
-
-// NOTE [Watchdog]: blocking collectives use MPI's tuned blocking algorithms, which cannot time
-// out by themselves. While one runs, the watchdog thread holds its deadline; if the call is not
-// back by then, the watchdog prints the error and aborts the job (MPI_Abort, legal from another
-// thread under MPI_THREAD_MULTIPLE; without it, std::abort ends this rank and the launcher the
-// rest). Non-blocking operations time out in Work::wait instead.
-class Watchdog {
- public:
-  Watchdog(double timeout_s, int rank, bool thread_multiple)
-      : timeout_s_(timeout_s), rank_(rank), thread_multiple_(thread_multiple), thread_([this] { loop(); }) {}
-  ~Watchdog() {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      stop_ = true;
-    }
-    cv_.notify_all();
-    thread_.join();
-  }
-  // Arming is a store, not a wake-up: blocking calls are frequent and the watchdog only polls.
-  void arm(const std::string* what) {
-    what_.store(what, std::memory_order_relaxed);
-    since_ns_.store(now_ns(), std::memory_order_release);
-  }
-  void disarm() { since_ns_.store(0, std::memory_order_release); }
-
- private:
-  static int64_t now_ns() {
-    return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now().time_since_epoch())
-        .count();
-  }
-  void loop() {
-    const auto poll = std::chrono::duration<double>(std::clamp(timeout_s_ / 10, 0.05, 1.0));
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!cv_.wait_for(lock, poll, [this] { return stop_; })) {
-      const int64_t since = since_ns_.load(std::memory_order_acquire);
-      if (since == 0 || static_cast<double>(now_ns() - since) < timeout_s_ * 1e9) continue;
-      const std::string* what = what_.load(std::memory_order_relaxed);
-      std::fprintf(stderr,
-                   "loom: error: [rank %d] %s did not complete within %.0f s; a peer rank has probably failed or is "
-                   "stuck\n",
-                   rank_, what != nullptr ? what->c_str() : "a blocking collective", timeout_s_);
-      std::fflush(stderr);
-      if (thread_multiple_) MPI_Abort(MPI_COMM_WORLD, 1);
-      std::abort();
-    }
-  }
-
-  double timeout_s_;
-  int rank_;
-  bool thread_multiple_;
-  std::atomic<const std::string*> what_{nullptr};
-  std::atomic<int64_t> since_ns_{0};
-  std::mutex mutex_;
-  std::condition_variable cv_;
-  bool stop_ = false;
-  std::thread thread_;
-};
-
-std::unique_ptr<Watchdog> g_watchdog;
-
-// Holds the watchdog's deadline for the duration of one blocking call.
-class Deadline {
- public:
-  explicit Deadline(std::string what) : what_(std::move(what)) {
-    if (g_watchdog) g_watchdog->arm(&what_);
-  }
-  ~Deadline() {
-    if (g_watchdog) g_watchdog->disarm();
-  }
-
- private:
-  std::string what_;
-};
 
 class MpiWork final : public Work {
  public:
@@ -323,7 +248,7 @@ class MpiCommunicator final : public Communicator {
     LOOM_CHECK(op != ReduceOp::Avg || t.is_floating_point(), "[dist] all_reduce avg on '{}' needs floating point",
                axis_);
     {
-      Deadline deadline(describe("all_reduce"));
+      detail::Deadline deadline(describe("all_reduce"));
       LOOM_MPI(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t.numel(), "all_reduce"), mpi_type(t),
                              mpi_op(t, op), comm_),
                "all_reduce");
@@ -336,7 +261,7 @@ class MpiCommunicator final : public Communicator {
     detail::check_tensor(out, "reduce_scatter", axis_);
     detail::check_blocks(in.numel(), out.numel(), size_, "reduce_scatter", axis_);
     {
-      Deadline deadline(describe("reduce_scatter"));
+      detail::Deadline deadline(describe("reduce_scatter"));
       LOOM_MPI(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out.numel(), "reduce_scatter"),
                                         mpi_type(in), mpi_op(in, op), comm_),
                "reduce_scatter");
@@ -349,14 +274,14 @@ class MpiCommunicator final : public Communicator {
     detail::check_tensor(out, "all_gather", axis_);
     detail::check_blocks(out.numel(), in.numel(), size_, "all_gather", axis_);
     const int n = count_of(in.numel(), "all_gather");
-    Deadline deadline(describe("all_gather"));
+    detail::Deadline deadline(describe("all_gather"));
     LOOM_MPI(MPI_Allgather(in.data_ptr(), n, mpi_type(in), out.data_ptr(), n, mpi_type(out), comm_), "all_gather");
   }
 
   void broadcast(at::Tensor& t, int root) override {
     detail::check_tensor(t, "broadcast", axis_);
     LOOM_CHECK(root >= 0 && root < size_, "[dist] broadcast on '{}' from rank {} of {}", axis_, root, size_);
-    Deadline deadline(describe("broadcast"));
+    detail::Deadline deadline(describe("broadcast"));
     LOOM_MPI(MPI_Bcast(t.data_ptr(), count_of(t.numel(), "broadcast"), mpi_type(t), root, comm_), "broadcast");
   }
 
@@ -415,7 +340,7 @@ Runtime::Runtime(double timeout_s) {
   mpi_ = true;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  g_watchdog = std::make_unique<Watchdog>(timeout_s, rank, provided >= MPI_THREAD_MULTIPLE);
+  detail::start_watchdog(timeout_s, rank, provided >= MPI_THREAD_MULTIPLE);
   MPI_Type_contiguous(2, MPI_BYTE, &g_bf16);
   MPI_Type_commit(&g_bf16);
   MPI_Op_create(&bf16_sum, 1, &g_bf16_sum);
@@ -426,7 +351,7 @@ Runtime::Runtime(double timeout_s) {
 Runtime::~Runtime() {
   world_.reset();
   if (!mpi_) return;
-  g_watchdog.reset();
+  detail::stop_watchdog();
   MPI_Op_free(&g_bf16_sum);
   MPI_Op_free(&g_bf16_max);
   MPI_Type_free(&g_bf16);
