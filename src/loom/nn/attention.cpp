@@ -9,20 +9,22 @@
 namespace loom::nn {
 namespace {
 
-// Sets the scores of keys a query may not see to -inf; a no-op for tiles fully in the past. The
-// mask depends only on the tile shape and the diagonal's offset, so a call builds each one once.
+// Sets the scores of keys a query may not see to -inf. Only the first rows of a block can see
+// part of it (row i sees block key j iff j <= i + shift), so the mask covers just those rows;
+// it depends only on the tile width and the shift, so a call builds each one once.
 class FutureMask {
  public:
   explicit FutureMask(int64_t q_offset) : q_offset_(q_offset) {}
   void apply(at::Tensor& scores, int64_t q_start, int64_t k_start) {
     const int64_t tq = scores.size(-2), tk = scores.size(-1);
-    const int64_t shift = q_start + q_offset_ - k_start;  // key j is visible to row i iff j <= i + shift
-    if (tk - 1 <= shift) return;
-    if (!mask_.defined() || mask_.size(0) != tq || mask_.size(1) != tk || shift != shift_) {
-      mask_ = at::ones({tq, tk}, at::TensorOptions().dtype(at::kBool)).triu(shift + 1);
+    const int64_t shift = q_start + q_offset_ - k_start;
+    const int64_t rows = std::clamp<int64_t>(tk - 1 - shift, 0, tq);  // rows that miss some key
+    if (rows == 0) return;
+    if (!mask_.defined() || mask_.size(0) != rows || mask_.size(1) != tk || shift != shift_) {
+      mask_ = at::ones({rows, tk}, at::TensorOptions().dtype(at::kBool)).triu(shift + 1);
       shift_ = shift;
     }
-    scores.masked_fill_(mask_, -std::numeric_limits<double>::infinity());
+    scores.narrow(-2, 0, rows).masked_fill_(mask_, -std::numeric_limits<double>::infinity());
   }
 
  private:
@@ -31,74 +33,64 @@ class FutureMask {
   at::Tensor mask_;
 };
 
-// Keys visible to any query of the tile [q_start, q_end).
-int64_t visible_keys(int64_t q_end, int64_t q_offset, int64_t key_count) {
-  return std::clamp<int64_t>(q_end + q_offset, 0, key_count);
-}
-
-// The kernels below work on [n, T, hd] chunks of the (batch x head) rows. Each thread takes one
+// NOTE [Key-major tiles]: the kernels walk the keys in tiles and, for each, take every query that
+// can see at least its first key (query i sees key j iff j <= i + q_offset). Each tile's matmuls
+// are then tall ([queries, tile]), few in number, and only the diagonal triangle is wasted; the
+// scores of one tile are O(seq * tile), so memory stays linear in the sequence. The forward keeps
+// an online softmax per query (running max, running sum, rescaled accumulator).
+//
+// The kernels work on [n, T, hd] chunks of the (batch x head) rows. Each thread takes one
 // contiguous chunk and runs it with single-threaded ops: a tile's matmuls are too small to split
 // across threads profitably, but independent heads are not.
 void forward_chunk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, at::Tensor out, at::Tensor lse,
                    int64_t tile, int64_t q_offset) {
-  const int64_t tq_all = q.size(1), tk_all = k.size(1);
+  const int64_t tq = q.size(1), tk = k.size(1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
   FutureMask mask(q_offset);
-  for (int64_t qs = 0; qs < tq_all; qs += tile) {
-    const int64_t qe = std::min(qs + tile, tq_all);
-    const at::Tensor qb = q.narrow(1, qs, qe - qs) * scale;
-    const int64_t kend = visible_keys(qe, q_offset, tk_all);
-    at::Tensor row_max, row_sum, acc;
-    for (int64_t ks = 0; ks < kend; ks += tile) {
-      const int64_t ke = std::min(ks + tile, kend);
-      at::Tensor s = at::bmm(qb, k.narrow(1, ks, ke - ks).transpose(1, 2));
-      mask.apply(s, qs, ks);
-      const at::Tensor block_max = s.amax(-1);
-      if (!acc.defined()) {
-        row_max = block_max;
-        const at::Tensor p = s.sub_(row_max.unsqueeze(-1)).exp_();
-        row_sum = p.sum(-1);
-        acc = at::bmm(p, v.narrow(1, ks, ke - ks));
-        continue;
-      }
-      const at::Tensor new_max = at::maximum(row_max, block_max);
-      const at::Tensor correction = row_max.sub_(new_max).exp_();
-      const at::Tensor p = s.sub_(new_max.unsqueeze(-1)).exp_();
-      row_sum.mul_(correction).add_(p.sum(-1));
-      acc.mul_(correction.unsqueeze(-1)).baddbmm_(p, v.narrow(1, ks, ke - ks));
-      row_max = new_max;
-    }
-    at::Tensor out_tile = out.narrow(1, qs, qe - qs), lse_tile = lse.narrow(1, qs, qe - qs);
-    at::div_out(out_tile, acc, row_sum.unsqueeze(-1));
-    at::add_out(lse_tile, row_max, row_sum.log_());
+  const at::Tensor qs = q * scale;  // scaled once: the score GEMMs need no extra pass
+  at::Tensor row_max = at::full({q.size(0), tq}, -std::numeric_limits<double>::infinity(), q.options());
+  at::Tensor row_sum = at::zeros({q.size(0), tq}, q.options());
+  at::Tensor acc = at::zeros_like(q);
+  for (int64_t ks = 0; ks < tk; ks += tile) {
+    const int64_t q_lo = std::max<int64_t>(0, ks - q_offset);  // first query that sees key ks
+    if (q_lo >= tq) break;
+    const int64_t rows = tq - q_lo, width = std::min(tile, tk - ks);
+    at::Tensor s = at::bmm(qs.narrow(1, q_lo, rows), k.narrow(1, ks, width).transpose(1, 2));
+    mask.apply(s, q_lo, ks);
+    at::Tensor m = row_max.narrow(1, q_lo, rows);
+    const at::Tensor new_max = at::maximum(m, s.amax(-1));  // finite: every row sees key ks
+    const at::Tensor correction = (m - new_max).exp_();
+    const at::Tensor p = s.sub_(new_max.unsqueeze(-1)).exp_();
+    row_sum.narrow(1, q_lo, rows).mul_(correction).add_(p.sum(-1));
+    acc.narrow(1, q_lo, rows).mul_(correction.unsqueeze(-1)).baddbmm_(p, v.narrow(1, ks, width));
+    m.copy_(new_max);
   }
+  at::div_out(out, acc, row_sum.unsqueeze(-1));
+  at::add_out(lse, row_max, row_sum.log_());
 }
 
 void backward_chunk(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                     const at::Tensor& lse, const at::Tensor& delta, at::Tensor dq, at::Tensor dk, at::Tensor dv,
                     int64_t tile, int64_t q_offset) {
-  const int64_t tq_all = q.size(1), tk_all = k.size(1);
+  const int64_t tq = q.size(1), tk = k.size(1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
   FutureMask mask(q_offset);
-  for (int64_t qs = 0; qs < tq_all; qs += tile) {
-    const int64_t qe = std::min(qs + tile, tq_all), tq = qe - qs;
-    const at::Tensor qb = q.narrow(1, qs, tq) * scale;
-    const at::Tensor dob = dout.narrow(1, qs, tq);
-    const at::Tensor lse_b = lse.narrow(1, qs, tq).unsqueeze(-1);
-    const at::Tensor delta_b = delta.narrow(1, qs, tq).unsqueeze(-1);
-    at::Tensor dq_b = dq.narrow(1, qs, tq);
-    const int64_t kend = visible_keys(qe, q_offset, tk_all);
-    for (int64_t ks = 0; ks < kend; ks += tile) {
-      const int64_t ke = std::min(ks + tile, kend), tk = ke - ks;
-      const at::Tensor kb = k.narrow(1, ks, tk), vb = v.narrow(1, ks, tk);
-      at::Tensor s = at::bmm(qb, kb.transpose(1, 2));
-      mask.apply(s, qs, ks);
-      const at::Tensor p = s.sub_(lse_b).exp_();
-      dv.narrow(1, ks, tk).baddbmm_(p.transpose(1, 2), dob);
-      const at::Tensor ds = p.mul_(at::bmm(dob, vb.transpose(1, 2)).sub_(delta_b));  // P * (dP - D)
-      dq_b.baddbmm_(ds, kb, /*beta=*/1, /*alpha=*/scale);
-      dk.narrow(1, ks, tk).baddbmm_(ds.transpose(1, 2), qb);  // qb already carries `scale`
-    }
+  const at::Tensor qs = q * scale;
+  for (int64_t ks = 0; ks < tk; ks += tile) {
+    const int64_t q_lo = std::max<int64_t>(0, ks - q_offset);
+    if (q_lo >= tq) break;
+    const int64_t rows = tq - q_lo, width = std::min(tile, tk - ks);
+    const at::Tensor qb = qs.narrow(1, q_lo, rows), dob = dout.narrow(1, q_lo, rows);
+    const at::Tensor kb = k.narrow(1, ks, width), vb = v.narrow(1, ks, width);
+    at::Tensor s = at::bmm(qb, kb.transpose(1, 2));
+    mask.apply(s, q_lo, ks);
+    const at::Tensor p = s.sub_(lse.narrow(1, q_lo, rows).unsqueeze(-1)).exp_();
+    dv.narrow(1, ks, width).baddbmm_(p.transpose(1, 2), dob);
+    // dS = P * (dP - D), with dP = dO V^T: one GEMM whose input term is -D.
+    at::Tensor dp = at::baddbmm(delta.narrow(1, q_lo, rows).unsqueeze(-1), dob, vb.transpose(1, 2), -1, 1);
+    const at::Tensor ds = p.mul_(dp);
+    dq.narrow(1, q_lo, rows).baddbmm_(ds, kb, /*beta=*/1, scale);
+    dk.narrow(1, ks, width).baddbmm_(ds.transpose(1, 2), qb);  // qb carries the scale
   }
 }
 
