@@ -73,15 +73,20 @@ Trainer::Trainer(Config config, dist::Communicator& world)
   mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
   const int64_t budget = config_.budget_bytes();
   if (budget > 0) memory::set_budget(budget);
-  model_.initialise(static_cast<uint64_t>(config_.train.seed), dtype_);
-  flat_ = std::make_unique<parallel::FlatParams>(model_, mesh_->dp().size());
-  const optim::AdamWOptions adamw{.beta1 = config_.train.beta1, .beta2 = config_.train.beta2,
-                                  .weight_decay = config_.train.weight_decay};
-  if (config_.parallel.zero == 1) {
-    sharded_ = std::make_unique<parallel::ShardedAdamW>(*flat_, mesh_->dp(), adamw);
-  } else {
-    reducer_ = std::make_unique<parallel::GradientReducer>(*flat_, mesh_->dp(), config_.parallel.bucket_mb);
-    optimizer_ = std::make_unique<optim::AdamW>(model_.params(), adamw);
+  try {
+    model_.initialise(static_cast<uint64_t>(config_.train.seed), dtype_);
+    flat_ = std::make_unique<parallel::FlatParams>(model_, mesh_->dp().size());
+    const optim::AdamWOptions adamw{.beta1 = config_.train.beta1, .beta2 = config_.train.beta2,
+                                    .weight_decay = config_.train.weight_decay};
+    if (config_.parallel.zero == 1) {
+      sharded_ = std::make_unique<parallel::ShardedAdamW>(*flat_, mesh_->dp(), adamw);
+    } else {
+      reducer_ = std::make_unique<parallel::GradientReducer>(*flat_, mesh_->dp(), config_.parallel.bucket_mb);
+      optimizer_ = std::make_unique<optim::AdamW>(model_.params(), adamw);
+    }
+  } catch (...) {
+    memory::set_budget(0);  // no destructor runs for a constructor that throws
+    throw;
   }
   comm_stats_.clear();  // set-up traffic (communicator splits) is not a step's
 }
