@@ -1,0 +1,90 @@
+#include "loom/parallel/tensor_parallel_linear.h"
+
+#include "loom/core/error.h"
+
+namespace loom::parallel {
+namespace {
+
+int64_t split(int64_t size, const dist::Communicator& tp, const std::string& what) {
+  LOOM_CHECK(size % tp.size() == 0, "[tp] {} ({}) must be divisible by tp ({})", what, size, tp.size());
+  return size / tp.size();
+}
+
+}  // namespace
+
+ColumnParallelLinear::ColumnParallelLinear(const std::string& name, int64_t in_features, int64_t out_features,
+                                           bool bias, double init_std, dist::Communicator& tp, int64_t groups)
+    : tp_(tp), in_(in_features) {
+  LOOM_CHECK(groups >= 1 && out_features % groups == 0, "[tp] {}: {} outputs are not {} equal groups", name,
+             out_features, groups);
+  const int64_t per_group = out_features / groups;
+  const int64_t local = split(per_group, tp, name + " outputs per group");
+  local_out_ = local * groups;
+  // One group: [out, in] split along dim 0. Several: [groups, out/groups, in] split along dim 1.
+  // Both enumerate the elements of the serial [out, in] weight in the same order.
+  const bool grouped = groups > 1;
+  weight = nn::Param{.name = name + ".weight",
+                     .full_shape = grouped ? std::vector<int64_t>{groups, per_group, in_features}
+                                           : std::vector<int64_t>{out_features, in_features},
+                     .shard = {grouped ? 1 : 0, tp.rank() * local, local},
+                     .init = nn::Init::Normal, .init_std = init_std, .weight_decay = true};
+  if (bias) {
+    this->bias = nn::Param{.name = name + ".bias",
+                           .full_shape = grouped ? std::vector<int64_t>{groups, per_group}
+                                                 : std::vector<int64_t>{out_features},
+                           .shard = {grouped ? 1 : 0, tp.rank() * local, local}};
+  }
+}
+
+at::Tensor ColumnParallelLinear::forward(const at::Tensor& x) const {
+  const at::Tensor w = weight.value.view({local_out_, in_});
+  return bias.name.empty() ? at::linear(x, w) : at::linear(x, w, bias.value.view({local_out_}));
+}
+
+at::Tensor ColumnParallelLinear::backward_input(const at::Tensor& dy) const {
+  at::Tensor dx = at::matmul(dy, weight.value.view({local_out_, in_})).contiguous();
+  tp_.all_reduce(dx, dist::ReduceOp::Sum);
+  return dx;
+}
+
+void ColumnParallelLinear::backward_weight(const at::Tensor& x, const at::Tensor& dy) {
+  const at::Tensor dy2 = dy.reshape({-1, local_out_});
+  weight.grad.view({local_out_, in_}).addmm_(dy2.t(), x.reshape({-1, in_}));
+  if (!bias.name.empty()) bias.grad.view({local_out_}).add_(dy2.sum(0));
+}
+
+std::vector<nn::Param*> ColumnParallelLinear::params() {
+  if (bias.name.empty()) return {&weight};
+  return {&weight, &bias};
+}
+
+RowParallelLinear::RowParallelLinear(const std::string& name, int64_t in_features, int64_t out_features, bool bias,
+                                     double init_std, dist::Communicator& tp)
+    : tp_(tp), out_(out_features), local_in_(split(in_features, tp, name + " inputs")) {
+  weight = nn::Param{.name = name + ".weight", .full_shape = {out_features, in_features},
+                     .shard = {1, tp.rank() * local_in_, local_in_}, .init = nn::Init::Normal,
+                     .init_std = init_std, .weight_decay = true};
+  if (bias) this->bias = nn::Param{.name = name + ".bias", .full_shape = {out_features}};
+}
+
+at::Tensor RowParallelLinear::forward(const at::Tensor& x_local) const {
+  at::Tensor y = at::matmul(x_local, weight.value.t()).contiguous();
+  tp_.all_reduce(y, dist::ReduceOp::Sum);
+  if (!bias.name.empty()) y.add_(bias.value);
+  return y;
+}
+
+at::Tensor RowParallelLinear::backward_input(const at::Tensor& dy) const { return at::matmul(dy, weight.value); }
+
+void RowParallelLinear::backward_weight(const at::Tensor& x_local, const at::Tensor& dy) {
+  const at::Tensor dy2 = dy.reshape({-1, out_});
+  weight.grad.addmm_(dy2.t(), x_local.reshape({-1, local_in_}));
+  if (!bias.name.empty()) bias.grad.add_(dy2.sum(0));
+}
+
+std::vector<nn::Param*> RowParallelLinear::params() {
+  if (bias.name.empty()) return {&weight};
+  return {&weight, &bias};
+}
+
+}  // namespace loom::parallel
