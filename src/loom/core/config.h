@@ -58,7 +58,7 @@ struct TrainConfig {
   double beta2 = 0.95;
   double clip = 1.0;  // global gradient-norm limit; 0 = off
   int64_t seed = 1234;
-  int64_t threads = 0;  // libtorch intra-op threads per rank; 0 = all cores (1 per rank under MPI)
+  int64_t threads = 0;  // libtorch intra-op threads per rank; 0 = cores / ranks on this machine
   int64_t log_every = 1;
   bool operator==(const TrainConfig&) const = default;
 };
