@@ -6,6 +6,7 @@
 
 #include <cstdlib>
 
+#include "loom/dist/null_communicator.h"
 #include "loom/nn/attention.h"
 #include "loom/nn/attention_block.h"
 #include "loom/nn/embedding.h"
@@ -35,7 +36,8 @@ void run_layer(benchmark::State& state, loom::nn::Layer& layer, const at::Tensor
 at::Tensor activations() { return at::randn({kBatch, kSeq, kModel}); }
 
 void BM_AttentionBlock(benchmark::State& state) {
-  loom::nn::AttentionBlock layer("attn", kModel, kHeads, state.range(0), 0.02);
+  loom::dist::NullCommunicator tp;
+  loom::nn::AttentionBlock layer("attn", kModel, kHeads, state.range(0), 0.02, tp);
   run_layer(state, layer, activations(), {}, activations());
 }
 BENCHMARK(BM_AttentionBlock)->Arg(64)->Arg(128)->Arg(256)->Unit(benchmark::kMillisecond);
@@ -52,7 +54,8 @@ void BM_AttentionKernel(benchmark::State& state) {
 BENCHMARK(BM_AttentionKernel)->Arg(64)->Arg(128)->Arg(256)->Unit(benchmark::kMillisecond);
 
 void BM_MlpBlock(benchmark::State& state) {
-  loom::nn::MlpBlock layer("mlp", kModel, 4 * kModel, 0.02);
+  loom::dist::NullCommunicator tp;
+  loom::nn::MlpBlock layer("mlp", kModel, 4 * kModel, 0.02, tp);
   run_layer(state, layer, activations(), {}, activations());
 }
 BENCHMARK(BM_MlpBlock)->Unit(benchmark::kMillisecond);

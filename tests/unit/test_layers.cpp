@@ -2,6 +2,7 @@
 // in float64 (relative error <= 1e-9) and float32.
 #include <cmath>
 
+#include "loom/dist/null_communicator.h"
 #include "loom/nn/attention.h"
 #include "loom/nn/attention_block.h"
 #include "loom/nn/embedding.h"
@@ -41,12 +42,15 @@ class LayerGradients : public ::testing::TestWithParam<at::ScalarType> {
 };
 
 TEST_P(LayerGradients, AttentionBlockMatchesAutograd) {
-  nn::AttentionBlock layer("blocks.0.attn", kModel, kHeads, kTile, 0.02);
+  dist::NullCommunicator tp;
+  nn::AttentionBlock layer("blocks.0.attn", kModel, kHeads, kTile, 0.02, tp);
   randomise(layer, dtype());
   const int64_t hd = kModel / kHeads;
   auto reference = [&](const torch::Tensor& x, const std::vector<torch::Tensor>& p) {
     auto h = F::layer_norm(x, F::LayerNormFuncOptions({kModel}).weight(p[0]).bias(p[1]).eps(1e-5));
-    auto qkv = F::linear(h, p[2], p[3]).view({kBatch, kSeq, 3, kHeads, hd}).permute({2, 0, 3, 1, 4});
+    auto qkv = F::linear(h, p[2].reshape({3 * kModel, kModel}), p[3].reshape({3 * kModel}))
+                   .view({kBatch, kSeq, 3, kHeads, hd})
+                   .permute({2, 0, 3, 1, 4});
     auto o = causal_reference(qkv[0], qkv[1], qkv[2]).transpose(1, 2).reshape({kBatch, kSeq, kModel});
     return x + F::linear(o, p[4], p[5]);
   };
@@ -54,7 +58,8 @@ TEST_P(LayerGradients, AttentionBlockMatchesAutograd) {
 }
 
 TEST_P(LayerGradients, MlpBlockMatchesAutograd) {
-  nn::MlpBlock layer("blocks.0.mlp", kModel, 4 * kModel, 0.02);
+  dist::NullCommunicator tp;
+  nn::MlpBlock layer("blocks.0.mlp", kModel, 4 * kModel, 0.02, tp);
   randomise(layer, dtype());
   auto reference = [&](const torch::Tensor& x, const std::vector<torch::Tensor>& p) {
     auto h = F::layer_norm(x, F::LayerNormFuncOptions({kModel}).weight(p[0]).bias(p[1]).eps(1e-5));

@@ -2,11 +2,14 @@
 // GPT (pre-LayerNorm, learned positions, GELU-tanh MLP, untied head) as the chain
 //   embedding, [attention sub-block, MLP sub-block] x n_layers, final_norm, head_loss.
 #include "loom/core/config.h"
+#include "loom/dist/communicator.h"
 #include "loom/models/model.h"
 
 namespace loom::models {
 
-// Layers only; call Model::initialise to allocate and fill the parameters.
-Model build_gpt(const ModelConfig& config);
+// Layers only; call Model::initialise to allocate and fill the parameters. The attention and MLP
+// sub-blocks split their heads and hidden units over `tp` (a communicator of one rank for a
+// serial model); the embedding and the head are replicated for now.
+Model build_gpt(const ModelConfig& config, dist::Communicator& tp);
 
 }  // namespace loom::models

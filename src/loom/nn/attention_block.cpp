@@ -16,37 +16,37 @@ struct State : SavedState {
 }  // namespace
 
 AttentionBlock::AttentionBlock(const std::string& prefix, int64_t d_model, int64_t n_heads, int64_t tile,
-                               double residual_std)
+                               double residual_std, dist::Communicator& tp)
     : norm(prefix + ".norm", d_model),
-      qkv(prefix + ".qkv", d_model, 3 * d_model, true, 0.02),
-      proj(prefix + ".proj", d_model, d_model, true, residual_std),
+      qkv(prefix + ".qkv", d_model, 3 * d_model, true, 0.02, tp, /*groups=*/3),
+      proj(prefix + ".proj", d_model, d_model, true, residual_std, tp),
       prefix_(prefix),
       d_model_(d_model),
-      n_heads_(n_heads),
+      local_heads_(n_heads / tp.size()),
       tile_(tile) {}
 
 at::Tensor AttentionBlock::forward(const at::Tensor& x, const MicroBatch&, Saved& saved) {
-  const int64_t batch = x.size(0), seq = x.size(1), hd = d_model_ / n_heads_;
+  const int64_t batch = x.size(0), seq = x.size(1), local = proj.local_in(), hd = local / local_heads_;
   auto& s = saved.emplace<State>();
   auto n = norm.forward(x);
   s.x = x, s.mean = n.mean, s.rstd = n.rstd, s.h = n.y;
-  s.heads = qkv.forward(n.y).view({batch, seq, 3, n_heads_, hd}).permute({2, 0, 3, 1, 4}).contiguous();
+  s.heads = qkv.forward(n.y).view({batch, seq, 3, local_heads_, hd}).permute({2, 0, 3, 1, 4}).contiguous();
   auto att = causal_attention_forward(s.heads[0], s.heads[1], s.heads[2], tile_);
   s.lse = att.lse;
-  s.merged = att.out.transpose(1, 2).reshape({batch, seq, d_model_});
+  s.merged = att.out.transpose(1, 2).reshape({batch, seq, local});
   return x + proj.forward(s.merged);
 }
 
 at::Tensor AttentionBlock::backward_input(const at::Tensor& dy, Saved& saved) {
   auto& s = saved.get<State>();
-  const int64_t batch = dy.size(0), seq = dy.size(1), hd = d_model_ / n_heads_;
+  const int64_t batch = dy.size(0), seq = dy.size(1), local = proj.local_in(), hd = local / local_heads_;
   s.dy = dy;
   const at::Tensor dmerged = proj.backward_input(dy);
-  const at::Tensor dout = dmerged.view({batch, seq, n_heads_, hd}).transpose(1, 2).contiguous();
-  const at::Tensor out = s.merged.view({batch, seq, n_heads_, hd}).transpose(1, 2);
+  const at::Tensor dout = dmerged.view({batch, seq, local_heads_, hd}).transpose(1, 2).contiguous();
+  const at::Tensor out = s.merged.view({batch, seq, local_heads_, hd}).transpose(1, 2);
   auto g = causal_attention_backward(dout, s.heads[0], s.heads[1], s.heads[2], out, s.lse, tile_);
   s.heads.reset(), s.lse.reset();
-  s.dqkv = g.packed.permute({1, 3, 0, 2, 4}).reshape({batch, seq, 3 * d_model_});
+  s.dqkv = g.packed.permute({1, 3, 0, 2, 4}).reshape({batch, seq, 3 * local});
   s.norm_grads = norm.backward(qkv.backward_input(s.dqkv), s.x, s.mean, s.rstd);
   s.x.reset(), s.mean.reset(), s.rstd.reset();
   at::Tensor dx = std::move(s.norm_grads.dx);
@@ -65,17 +65,18 @@ std::vector<Param*> AttentionBlock::params() {
   return {&norm.gain, &norm.bias, &qkv.weight, &qkv.bias, &proj.weight, &proj.bias};
 }
 
+// Per rank: the linears' and the attention's FLOPs shrink by tp, the norm's activations do not.
 Cost AttentionBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
-  const int64_t rows = batch * seq, hd = d_model_ / n_heads_;
+  const int64_t rows = batch * seq, local = proj.local_in(), hd = local / local_heads_;
   const double linear = qkv.flops(rows) + proj.flops(rows);
-  const double attention = causal_attention_flops(batch, n_heads_, seq, hd);
+  const double attention = causal_attention_flops(batch, local_heads_, seq, hd);
   Cost c;
   c.forward_flops = linear + attention;
   c.backward_input_flops = linear + 2 * attention;  // dQ, dK, dV, dP: twice the forward's matmuls
   c.backward_weight_flops = linear;
-  // x, h, q/k/v, merged output: 6 activations of [rows, d_model], plus the log-sum-exp.
-  c.saved_bytes = static_cast<double>((6 * rows * d_model_ + batch * n_heads_ * seq) * dtype_bytes);
-  c.param_bytes = static_cast<double>((4 * d_model_ * d_model_ + 6 * d_model_) * dtype_bytes);
+  // x and h of [rows, d_model]; q/k/v and the merged output of [rows, d_model / tp]; the lse.
+  c.saved_bytes = static_cast<double>((2 * rows * d_model_ + 4 * rows * local + batch * local_heads_ * seq) * dtype_bytes);
+  c.param_bytes = static_cast<double>((4 * d_model_ * local + 2 * d_model_ + 3 * local + d_model_) * dtype_bytes);
   return c;
 }
 

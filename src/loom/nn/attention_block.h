@@ -1,9 +1,15 @@
 #pragma once
 // Pre-norm causal self-attention sub-block: y = x + proj(attention(split_heads(qkv(ln(x))))).
 // One chain layer, so a pipeline stage boundary may fall between it and the MLP sub-block.
+//
+// Tensor parallelism over `tp` (a communicator of one rank for a serial model): the heads are
+// split, qkv is column-parallel (each rank holds q, k and v of its heads) and proj row-parallel.
+// Communication per call: forward one all-reduce of [batch, seq, d_model] (in proj);
+// backward_input one all-reduce of the same size (in qkv's input gradient); backward_weight none.
 #include "loom/nn/layer.h"
 #include "loom/nn/layer_norm.h"
-#include "loom/nn/linear.h"
+#include "loom/dist/communicator.h"
+#include "loom/parallel/tensor_parallel_linear.h"
 
 namespace loom::nn {
 
@@ -11,7 +17,8 @@ class AttentionBlock final : public Layer {
  public:
   // `prefix` names the parameters, e.g. "blocks.0.attn"; `residual_std` initialises the output
   // projection (GPT-2 scales it by 1/sqrt(2 * n_layers)).
-  AttentionBlock(const std::string& prefix, int64_t d_model, int64_t n_heads, int64_t tile, double residual_std);
+  AttentionBlock(const std::string& prefix, int64_t d_model, int64_t n_heads, int64_t tile, double residual_std,
+                 dist::Communicator& tp);
 
   std::string name() const override { return prefix_; }
   at::Tensor forward(const at::Tensor& x, const MicroBatch& mb, Saved& saved) override;
@@ -21,12 +28,12 @@ class AttentionBlock final : public Layer {
   Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
 
   LayerNorm norm;
-  Linear qkv;   // d_model -> 3 d_model, laid out [q | k | v], each head-major
-  Linear proj;  // d_model -> d_model
+  parallel::ColumnParallelLinear qkv;  // d_model -> 3 d_model as [q | k | v], each head-major
+  parallel::RowParallelLinear proj;    // d_model -> d_model
 
  private:
   std::string prefix_;
-  int64_t d_model_, n_heads_, tile_;
+  int64_t d_model_, local_heads_, tile_;  // local_heads_ = n_heads / tp
 };
 
 }  // namespace loom::nn

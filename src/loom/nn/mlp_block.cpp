@@ -12,10 +12,11 @@ struct State : SavedState {
 };
 }  // namespace
 
-MlpBlock::MlpBlock(const std::string& prefix, int64_t d_model, int64_t hidden, double residual_std)
+MlpBlock::MlpBlock(const std::string& prefix, int64_t d_model, int64_t hidden, double residual_std,
+                   dist::Communicator& tp)
     : norm(prefix + ".norm", d_model),
-      up(prefix + ".up", d_model, hidden, true, 0.02),
-      down(prefix + ".down", hidden, d_model, true, residual_std),
+      up(prefix + ".up", d_model, hidden, true, 0.02, tp),
+      down(prefix + ".down", hidden, d_model, true, residual_std, tp),
       prefix_(prefix),
       d_model_(d_model),
       hidden_(hidden) {}
@@ -59,8 +60,9 @@ Cost MlpBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
   c.forward_flops = linear;
   c.backward_input_flops = linear;
   c.backward_weight_flops = linear;
-  c.saved_bytes = static_cast<double>((2 * rows * d_model_ + 2 * rows * hidden_) * dtype_bytes);
-  c.param_bytes = static_cast<double>((2 * d_model_ * hidden_ + hidden_ + 3 * d_model_) * dtype_bytes);
+  const int64_t local = down.local_in();  // hidden / tp
+  c.saved_bytes = static_cast<double>((2 * rows * d_model_ + 2 * rows * local) * dtype_bytes);
+  c.param_bytes = static_cast<double>((2 * d_model_ * local + local + 3 * d_model_) * dtype_bytes);
   return c;
 }
 

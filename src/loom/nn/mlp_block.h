@@ -1,14 +1,20 @@
 #pragma once
 // Pre-norm MLP sub-block: y = x + down(gelu_tanh(up(ln(x)))), hidden = ffn_mult * d_model.
+//
+// Tensor parallelism over `tp` (a communicator of one rank for a serial model): up is
+// column-parallel, down row-parallel, so GELU runs on each rank's hidden slice. Communication
+// per call: forward one all-reduce of [batch, seq, d_model] (in down); backward_input one of the
+// same size (in up's input gradient); backward_weight none.
 #include "loom/nn/layer.h"
 #include "loom/nn/layer_norm.h"
-#include "loom/nn/linear.h"
+#include "loom/dist/communicator.h"
+#include "loom/parallel/tensor_parallel_linear.h"
 
 namespace loom::nn {
 
 class MlpBlock final : public Layer {
  public:
-  MlpBlock(const std::string& prefix, int64_t d_model, int64_t hidden, double residual_std);
+  MlpBlock(const std::string& prefix, int64_t d_model, int64_t hidden, double residual_std, dist::Communicator& tp);
 
   std::string name() const override { return prefix_; }
   at::Tensor forward(const at::Tensor& x, const MicroBatch& mb, Saved& saved) override;
@@ -18,8 +24,8 @@ class MlpBlock final : public Layer {
   Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
 
   LayerNorm norm;
-  Linear up;    // d_model -> hidden
-  Linear down;  // hidden -> d_model
+  parallel::ColumnParallelLinear up;  // d_model -> hidden
+  parallel::RowParallelLinear down;   // hidden -> d_model
 
  private:
   std::string prefix_;

@@ -31,6 +31,7 @@ class ColumnParallelLinear {
   void backward_weight(const at::Tensor& x, const at::Tensor& dy);
   std::vector<nn::Param*> params();
   int64_t local_out() const { return local_out_; }
+  double flops(int64_t rows) const { return 2.0 * static_cast<double>(rows * in_ * local_out_); }
 
   nn::Param weight, bias;
 
@@ -49,6 +50,7 @@ class RowParallelLinear {
   void backward_weight(const at::Tensor& x_local, const at::Tensor& dy);
   std::vector<nn::Param*> params();
   int64_t local_in() const { return local_in_; }
+  double flops(int64_t rows) const { return 2.0 * static_cast<double>(rows * local_in_ * out_); }
 
   nn::Param weight, bias;
 

@@ -71,6 +71,7 @@ Trainer::Trainer(Config config, dist::Communicator& world)
   at::set_num_threads(threads);
   world_ = std::make_unique<dist::RecordingCommunicator>(world, comm_stats_);
   mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
+  model_ = models::build_gpt(config_.model, mesh_->tp());
   const int64_t budget = config_.budget_bytes();
   if (budget > 0) memory::set_budget(budget);
   try {
@@ -98,7 +99,7 @@ void Trainer::check_input(dist::Communicator& world) {
     dist::check_mesh_shape(dist::mesh_shape(config_.parallel), world.size());
     memory::install_accounting_allocator();
     source_ = data::open_source(config_);
-    model_ = models::build_gpt(config_.model);  // layers only: nothing is allocated yet
+    model_ = models::build_gpt(config_.model, sizing_tp_);  // layers only: nothing is allocated yet
     const int64_t budget = config_.budget_bytes();
     if (budget > 0) {
       const double need = estimated_bytes();

@@ -16,6 +16,7 @@
 #include "loom/core/config.h"
 #include "loom/data/token_source.h"
 #include "loom/dist/mesh.h"
+#include "loom/dist/null_communicator.h"
 #include "loom/dist/recording_communicator.h"
 #include "loom/models/model.h"
 #include "loom/optim/adamw.h"
@@ -65,6 +66,7 @@ class Trainer {
   Config config_;
   at::ScalarType dtype_;
   std::unique_ptr<data::TokenSource> source_;
+  dist::NullCommunicator sizing_tp_;  // the model's shape for the input checks, before the mesh exists
   models::Model model_;
   dist::CommStats comm_stats_;
   std::unique_ptr<dist::RecordingCommunicator> world_;
