@@ -61,7 +61,8 @@ void BM_MlpBlock(benchmark::State& state) {
 BENCHMARK(BM_MlpBlock)->Unit(benchmark::kMillisecond);
 
 void BM_LmHeadLoss(benchmark::State& state) {
-  loom::nn::LmHeadLoss layer(kModel, kVocab);
+  loom::dist::NullCommunicator tp;
+  loom::nn::LmHeadLoss layer(kModel, kVocab, tp);
   loom::nn::MicroBatch mb;
   mb.targets = at::randint(0, kVocab, {kBatch, kSeq}, at::kLong);
   mb.loss_scale = 1.0 / (kBatch * kSeq);
@@ -70,7 +71,8 @@ void BM_LmHeadLoss(benchmark::State& state) {
 BENCHMARK(BM_LmHeadLoss)->Unit(benchmark::kMillisecond);
 
 void BM_Embedding(benchmark::State& state) {
-  loom::nn::TokenPositionEmbedding layer(kVocab, kSeq, kModel);
+  loom::dist::NullCommunicator tp;
+  loom::nn::TokenPositionEmbedding layer(kVocab, kSeq, kModel, tp);
   run_layer(state, layer, at::randint(0, kVocab, {kBatch, kSeq}, at::kLong), {}, activations());
 }
 BENCHMARK(BM_Embedding)->Unit(benchmark::kMillisecond);

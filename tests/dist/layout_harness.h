@@ -13,7 +13,8 @@ namespace loom::test {
 struct TrainedRun {
   std::vector<train::StepRecord> records;
   std::vector<std::string> names;
-  std::vector<at::Tensor> weights;  // full (unsharded) values, by parameter
+  std::vector<at::Tensor> weights;  // this rank's values (a shard where the layout shards)
+  std::vector<Shard> shards;
   dist::CommStats comm;
 };
 
@@ -24,6 +25,7 @@ inline TrainedRun train_run(const Config& config, dist::Communicator& world) {
   for (nn::Param* p : trainer.model().params()) {
     run.names.push_back(p->name);
     run.weights.push_back(p->value.clone());
+    run.shards.push_back(p->shard);
   }
   run.comm = trainer.comm_stats();
   return run;
@@ -45,7 +47,17 @@ inline void expect_same_training(const TrainedRun& got, const TrainedRun& want, 
   ASSERT_EQ(got.weights.size(), want.weights.size());
   for (size_t i = 0; i < want.weights.size(); ++i) {
     SCOPED_TRACE(want.names[i]);
-    EXPECT_TENSOR_NEAR(got.weights[i], want.weights[i], weight_tol);
+    const Shard& shard = got.shards[i];
+    if (shard.dim < 0) {
+      EXPECT_TENSOR_NEAR(got.weights[i], want.weights[i], weight_tol);
+      continue;
+    }
+    // The serial slice this shard holds; rows past the serial size are vocabulary padding.
+    const int64_t serial_size = want.weights[i].size(shard.dim);
+    const int64_t real = std::clamp<int64_t>(serial_size - shard.start, 0, shard.length);
+    if (real == 0) continue;
+    EXPECT_TENSOR_NEAR(got.weights[i].narrow(shard.dim, 0, real), want.weights[i].narrow(shard.dim, shard.start, real),
+                       weight_tol);
   }
 }
 

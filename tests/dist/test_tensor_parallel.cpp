@@ -1,8 +1,10 @@
-// Tensor-parallel linear layers against the serial Linear (float64): each rank's outputs,
-// input gradients and weight-gradient shards equal the matching slices of the serial ones, and
-// each layer runs exactly the one all-reduce its header promises.
+// Tensor parallelism against the serial model (float64): the column- and row-parallel linear
+// layers slice by slice, the whole GPT under tp and dp x tp (with vocabulary padding and ZeRO-1)
+// step by step, and the collectives each block runs against the analytic count.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include "layout_harness.h"
 #include "loom/core/rng.h"
 #include "loom/dist/recording_communicator.h"
 #include "loom/nn/linear.h"
@@ -100,3 +102,88 @@ TEST(TensorParallelLinearRow, RowParallelMatchesSlicesOfTheSerialLayer) {
 
 }  // namespace
 }  // namespace loom::parallel
+
+// ---------------------------------------------------------------------------------------------
+// The GPT under tensor parallelism (and dp x tp) against the serial run, float64, 1e-9.
+
+namespace loom::test {
+namespace {
+
+Config tp_config(int64_t vocab) {
+  Config c;
+  c.model.vocab = vocab;
+  c.model.d_model = 32;
+  c.model.n_layers = 2;
+  c.model.n_heads = 4;
+  c.model.seq_len = 24;
+  c.model.attn_tile = 8;
+  c.model.dtype = "float64";
+  c.train.steps = 3;
+  c.train.global_batch = 4;
+  c.train.micro_batch = 1;
+  c.train.warmup = 1;
+  c.train.lr = 1e-2;
+  c.train.threads = 1;
+  c.parallel.bucket_mb = 0.02;
+  return c;
+}
+
+struct TpCase {
+  int64_t vocab;
+  int zero;
+  bool with_dp;  // dp x tp = 2 x (world / 2) instead of tp = world
+};
+
+class TensorParallelGpt : public ::testing::TestWithParam<TpCase> {};
+
+TEST_P(TensorParallelGpt, MatchesTheSerialRunInFloat64) {
+  const TpCase tc = GetParam();
+  const int n = world().size();
+  Config c = tp_config(tc.vocab);
+  c.parallel.zero = tc.zero;
+  c.parallel.dp = tc.with_dp ? 2 : 1;
+  c.parallel.tp = n / c.parallel.dp;
+  if (n % c.parallel.dp != 0 || 4 % c.parallel.tp != 0 || (tc.with_dp && n < 4)) GTEST_SKIP();
+  const TrainedRun serial = run_serial(c);
+  const TrainedRun layout = train_run(c, world());
+  expect_same_training(layout, serial, 1e-9, 1e-9);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelGpt,
+                         ::testing::Values(TpCase{96, 0, false}, TpCase{97, 0, false}, TpCase{96, 1, false},
+                                           TpCase{97, 1, true}, TpCase{96, 0, true}),
+                         [](const auto& info) {
+                           const TpCase& t = info.param;
+                           return fmt::format("vocab{}_zero{}{}", t.vocab, t.zero, t.with_dp ? "_dp2" : "");
+                         });
+
+// Per step with one micro-batch, the tp axis carries: the embedding's all-reduce of the
+// activations; per transformer block four (attention and MLP, forward and backward); the head's
+// row maxima and [exp-sum, target] statistics in forward and dx in backward; and the 8-byte
+// squared norm of the sharded gradients for clipping.
+TEST(TensorParallelGptComm, CollectivesPerBlockMatchTheAnalyticCount) {
+  const int n = world().size();
+  if (n == 1) GTEST_SKIP() << "nothing moves with one rank";
+  Config c = tp_config(96);
+  c.parallel.tp = n;
+  c.train.steps = 1;
+  c.train.global_batch = 1;
+  if (4 % n != 0) GTEST_SKIP();
+  train::Trainer trainer(c, world());
+  trainer.run({.peak_flops = 1e9});
+  const int64_t layers = c.model.n_layers, rows = c.train.micro_batch * c.model.seq_len;
+  const int64_t activation = rows * c.model.d_model * 8;
+  const auto& stats = trainer.comm_stats();
+  EXPECT_EQ(stats.count("all_reduce", "tp"), 1 + 4 * layers + 3 + 1);
+  int64_t activations = 0, small = 0;
+  for (const auto& r : stats.records) {
+    if (r.axis != "tp") continue;
+    if (r.bytes == activation) ++activations;
+    else small += r.bytes;
+  }
+  EXPECT_EQ(activations, 1 + 4 * layers + 1) << "embedding, four per block, the head's dx";
+  EXPECT_EQ(small, rows * 8 + 2 * rows * 8 + 8) << "row maxima, [exp-sum, target], the norm";
+}
+
+}  // namespace
+}  // namespace loom::test

@@ -110,7 +110,9 @@ TEST(Config, ValidationRefusesInconsistentValues) {
   EXPECT_THAT(refused([](Config& c) { c.data.source = "csv:x"; }), HasSubstr("data.source"));
   EXPECT_THAT(refused([](Config& c) { c.memory.budget = "lots"; }), HasSubstr("memory.budget = \"lots\""));
   EXPECT_THAT(refused([](Config& c) { c.train.steps = 0; }), HasSubstr("train.steps = 0 must be positive"));
-  EXPECT_THAT(refused([](Config& c) { c.parallel.tp = 2; }), HasSubstr("tp=2"));
+  EXPECT_THAT(refused([](Config& c) { c.parallel.pp = 2; }), HasSubstr("pp=2"));
+  EXPECT_THAT(refused([](Config& c) { c.parallel.tp = 3; }),
+              HasSubstr("[tp] model.n_heads (4) must be divisible by parallel.tp (3)"));
   EXPECT_THAT(refused([](Config& c) { c.parallel.dp = 4; }), HasSubstr("parallel.dp (4) must divide the micro-batches"));
   EXPECT_THAT(refused([](Config& c) { c.parallel.schedule = "zigzag"; }), HasSubstr("parallel.schedule"));
 }

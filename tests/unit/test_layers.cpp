@@ -70,7 +70,8 @@ TEST_P(LayerGradients, MlpBlockMatchesAutograd) {
 }
 
 TEST_P(LayerGradients, EmbeddingMatchesAutogradWithRepeatedTokens) {
-  nn::TokenPositionEmbedding layer(kVocab, kSeq + 5, kModel);
+  dist::NullCommunicator tp;
+  nn::TokenPositionEmbedding layer(kVocab, kSeq + 5, kModel, tp);
   randomise(layer, dtype());
   // Few distinct ids, so rows repeat and their gradients must add up.
   const at::Tensor tokens = at::randint(0, 6, {kBatch, kSeq}, at::TensorOptions().dtype(at::kLong));
@@ -90,7 +91,8 @@ TEST_P(LayerGradients, FinalNormMatchesAutograd) {
 }
 
 TEST_P(LayerGradients, LmHeadLossMatchesAutogradCrossEntropy) {
-  nn::LmHeadLoss layer(kModel, kVocab);
+  dist::NullCommunicator tp;
+  nn::LmHeadLoss layer(kModel, kVocab, tp);
   randomise(layer, dtype());
   nn::MicroBatch mb;
   mb.targets = at::randint(0, kVocab, {kBatch, kSeq}, at::TensorOptions().dtype(at::kLong));

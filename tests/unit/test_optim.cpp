@@ -1,6 +1,7 @@
 // AdamW against libtorch's AdamW, the LR schedule's shape, and global-norm clipping.
 #include <cmath>
 
+#include "loom/dist/null_communicator.h"
 #include "loom/optim/adamw.h"
 #include "loom/optim/clip.h"
 #include "loom/optim/lr_schedule.h"
@@ -64,10 +65,11 @@ TEST(Clip, ScalesAllGradientsToTheGlobalNorm) {
   nn::Param a{.name = "a"}, b{.name = "b"};
   a.grad = at::full({4}, 3.0, at::kDouble);  // norm 6
   b.grad = at::full({1}, 8.0, at::kDouble);  // norm 8 -> global 10
-  EXPECT_DOUBLE_EQ(clip_grad_norm({&a, &b}, 20.0), 10.0);  // under the limit: untouched
+  dist::NullCommunicator tp;
+  EXPECT_DOUBLE_EQ(clip_grad_norm({&a, &b}, 20.0, tp), 10.0);  // under the limit: untouched
   EXPECT_DOUBLE_EQ(a.grad[0].item<double>(), 3.0);
-  EXPECT_DOUBLE_EQ(clip_grad_norm({&a, &b}, 5.0), 10.0);
-  EXPECT_NEAR(global_grad_norm({&a, &b}), 5.0, 1e-6);
+  EXPECT_DOUBLE_EQ(clip_grad_norm({&a, &b}, 5.0, tp), 10.0);
+  EXPECT_NEAR(global_grad_norm({&a, &b}, tp), 5.0, 1e-6);
   EXPECT_NEAR(a.grad[0].item<double>() / b.grad[0].item<double>(), 3.0 / 8.0, 1e-15);
 }
 

@@ -16,7 +16,7 @@ Model build_gpt(const ModelConfig& m, dist::Communicator& tp) {
   const int64_t positions = m.max_positions > 0 ? m.max_positions : m.seq_len;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
   Model model;
-  model.chain.push_back(std::make_unique<nn::TokenPositionEmbedding>(m.vocab, positions, m.d_model));
+  model.chain.push_back(std::make_unique<nn::TokenPositionEmbedding>(m.vocab, positions, m.d_model, tp));
   for (int64_t i = 0; i < m.n_layers; ++i) {
     const std::string prefix = fmt::format("blocks.{}", i);
     model.chain.push_back(
@@ -25,7 +25,7 @@ Model build_gpt(const ModelConfig& m, dist::Communicator& tp) {
         std::make_unique<nn::MlpBlock>(prefix + ".mlp", m.d_model, m.ffn_mult * m.d_model, residual_std, tp));
   }
   model.chain.push_back(std::make_unique<nn::FinalNorm>(m.d_model));
-  model.chain.push_back(std::make_unique<nn::LmHeadLoss>(m.d_model, m.vocab));
+  model.chain.push_back(std::make_unique<nn::LmHeadLoss>(m.d_model, m.vocab, tp));
   return model;
 }
 

@@ -7,9 +7,10 @@
 
 namespace loom::models {
 
-// Layers only; call Model::initialise to allocate and fill the parameters. The attention and MLP
-// sub-blocks split their heads and hidden units over `tp` (a communicator of one rank for a
-// serial model); the embedding and the head are replicated for now.
+// Layers only; call Model::initialise to allocate and fill the parameters. Tensor parallelism
+// over `tp` (a communicator of one rank for a serial model): the attention and MLP sub-blocks
+// split their heads and hidden units, the embedding and the head their (padded) vocabulary;
+// norms and the position table are replicated.
 Model build_gpt(const ModelConfig& config, dist::Communicator& tp);
 
 }  // namespace loom::models

@@ -1,13 +1,26 @@
 #pragma once
 // Token + learned position embedding: y[b, t] = wte[tokens[b, t]] + wpe[t]. The chain's first
 // layer: its input is the token ids, so backward_input returns an undefined tensor.
+//
+// Vocabulary-parallel over `tp`: the token table's rows are split (see padded_vocab); each rank
+// looks up the ids it owns, zeros for the others, and one all-reduce of [batch, seq, d_model] in
+// forward sums the parts. The position table is replicated. Backward communicates nothing.
+#include "loom/dist/communicator.h"
 #include "loom/nn/layer.h"
 
 namespace loom::nn {
 
+// NOTE [Vocabulary padding]: a vocabulary split over tp ranks is padded up to a multiple of tp.
+// Padding rows exist in the token table and the head but never matter: no id refers to them
+// (data ids are checked < vocab), and the head sets their logits to -inf, so their softmax
+// probability and every gradient they would receive are exactly zero. Their initial values are
+// drawn like any row's, and the real rows keep their serial values (the generator indexes
+// elements of the full tensor, and rows < vocab have the same indices with or without padding).
+int64_t padded_vocab(int64_t vocab, int tp);
+
 class TokenPositionEmbedding final : public Layer {
  public:
-  TokenPositionEmbedding(int64_t vocab, int64_t positions, int64_t d_model);
+  TokenPositionEmbedding(int64_t vocab, int64_t positions, int64_t d_model, dist::Communicator& tp);
 
   std::string name() const override { return "embedding"; }
   at::Tensor forward(const at::Tensor& tokens, const MicroBatch& mb, Saved& saved) override;
@@ -16,11 +29,12 @@ class TokenPositionEmbedding final : public Layer {
   std::vector<Param*> params() override { return {&token_table, &position_table}; }
   Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
 
-  Param token_table;     // wte [vocab, d_model]
+  Param token_table;     // wte [padded vocab, d_model], rows split over tp
   Param position_table;  // wpe [positions, d_model]
 
  private:
-  int64_t d_model_;
+  dist::Communicator& tp_;
+  int64_t d_model_, first_row_, rows_;  // the token rows this rank owns
 };
 
 }  // namespace loom::nn

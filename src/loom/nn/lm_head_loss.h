@@ -4,26 +4,34 @@
 // gradient (softmax - onehot); only that is kept (the loss scale is applied in backward's GEMMs),
 // so the logits and the probabilities never coexist. The chain's last layer: forward returns the 0-d loss, and
 // backward_input ignores dy (the loss is the root of backward).
+//
+// Vocabulary-parallel over `tp` (NOTE [Vocabulary padding]): each rank holds a slice of the
+// head's rows and computes its slice of the logits; the full logits are never gathered. The
+// softmax statistics travel instead: forward all-reduces the row maxima (max) and then the
+// exp-sums with the target logits (one sum of [2, rows]); backward_input all-reduces dx
+// ([rows, d_model], sum). With tp = 1 the fused log-softmax path runs and nothing travels.
+#include "loom/dist/communicator.h"
 #include "loom/nn/layer.h"
-#include "loom/nn/linear.h"
 
 namespace loom::nn {
 
 class LmHeadLoss final : public Layer {
  public:
-  LmHeadLoss(int64_t d_model, int64_t vocab);
+  LmHeadLoss(int64_t d_model, int64_t vocab, dist::Communicator& tp);
 
   std::string name() const override { return "head_loss"; }
   at::Tensor forward(const at::Tensor& x, const MicroBatch& mb, Saved& saved) override;
   at::Tensor backward_input(const at::Tensor& dy, Saved& saved) override;
   void backward_weight(Saved& saved) override;
-  std::vector<Param*> params() override { return head.params(); }
+  std::vector<Param*> params() override { return {&weight}; }
   Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
 
-  Linear head;  // d_model -> vocab, no bias
+  Param weight;  // [padded vocab, d_model], rows split over tp; no bias
 
  private:
-  int64_t d_model_, vocab_;
+  at::Tensor distributed_forward(const at::Tensor& x, const at::Tensor& targets, double scale, at::Tensor& dlogits);
+  dist::Communicator& tp_;
+  int64_t d_model_, vocab_, first_row_, rows_;
 };
 
 }  // namespace loom::nn

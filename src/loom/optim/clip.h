@@ -1,13 +1,20 @@
 #pragma once
 // Global gradient-norm clipping: if ||g|| over all params exceeds max_norm, every gradient is
 // scaled by max_norm / (||g|| + 1e-6). Returns the norm before clipping. max_norm <= 0 only measures.
+//
+// With tensor parallelism a rank holds shards of some parameters (Param::shard.dim >= 0) and
+// full copies of the rest: the shards' squared norms are summed over `tp` (one 8-byte
+// all-reduce), the replicated ones counted once. Every tp rank gets the same norm.
 #include <vector>
 
+#include "loom/dist/communicator.h"
 #include "loom/nn/param.h"
 
 namespace loom::optim {
 
-double global_grad_norm(const std::vector<nn::Param*>& params);
-double clip_grad_norm(const std::vector<nn::Param*>& params, double max_norm);
+double global_grad_norm(const std::vector<nn::Param*>& params, dist::Communicator& tp);
+double clip_grad_norm(const std::vector<nn::Param*>& params, double max_norm, dist::Communicator& tp);
+// Squared gradient norms of the replicated and the tp-sharded parameters, in that order.
+std::pair<double, double> grad_norm_squares(const std::vector<nn::Param*>& params);
 
 }  // namespace loom::optim

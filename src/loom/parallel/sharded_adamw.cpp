@@ -4,11 +4,13 @@
 #include <cmath>
 
 #include "loom/core/error.h"
+#include "loom/optim/clip.h"
 
 namespace loom::parallel {
 
-ShardedAdamW::ShardedAdamW(FlatParams& flat, dist::Communicator& dp, optim::AdamWOptions options)
-    : flat_(flat), dp_(dp) {
+ShardedAdamW::ShardedAdamW(FlatParams& flat, dist::Communicator& dp, dist::Communicator& tp,
+                           optim::AdamWOptions options)
+    : flat_(flat), dp_(dp), tp_(tp) {
   LOOM_CHECK(flat.values.numel() % dp.size() == 0, "[zero] flat buffer of {} is not padded to {} shards",
              flat.values.numel(), dp.size());
   shard_numel_ = flat.values.numel() / dp.size();
@@ -20,6 +22,7 @@ ShardedAdamW::ShardedAdamW(FlatParams& flat, dist::Communicator& dp, optim::Adam
     if (lo >= hi) continue;
     nn::Param part{.name = fmt::format("{}[{}:{}]", s.param->name, lo - s.offset, hi - s.offset),
                    .full_shape = {hi - lo}, .weight_decay = s.param->weight_decay};
+    part.shard.dim = s.param->shard.dim;  // only whether it is tp-sharded matters here (clipping)
     part.value = flat.values.narrow(0, lo, hi - lo);
     part.grad = shard_grad_.narrow(0, lo - shard_offset_, hi - lo);
     shard_params_.push_back(std::move(part));
@@ -31,10 +34,16 @@ ShardedAdamW::ShardedAdamW(FlatParams& flat, dist::Communicator& dp, optim::Adam
 
 double ShardedAdamW::step(double lr, double clip) {
   dp_.reduce_scatter(flat_.grads, shard_grad_, dist::ReduceOp::Sum);
-  const double local = shard_grad_.norm().item<double>();
-  at::Tensor sum_sq = at::full({1}, local * local, at::TensorOptions().dtype(at::kDouble));
-  dp_.all_reduce(sum_sq, dist::ReduceOp::Sum);
-  const double norm = std::sqrt(sum_sq.item<double>());
+  // Squared norms of this dp shard: [replicated, tp-sharded] parameters; summed over dp, and the
+  // tp-sharded part also over tp.
+  std::vector<nn::Param*> parts;
+  for (nn::Param& p : shard_params_) parts.push_back(&p);
+  auto [replicated, sharded] = optim::grad_norm_squares(parts);
+  at::Tensor sums = at::tensor({replicated, sharded}, at::TensorOptions().dtype(at::kDouble));
+  dp_.all_reduce(sums, dist::ReduceOp::Sum);
+  at::Tensor tp_part = sums.narrow(0, 1, 1).clone();
+  if (tp_.size() > 1) tp_.all_reduce(tp_part, dist::ReduceOp::Sum);
+  const double norm = std::sqrt(sums[0].item<double>() + tp_part.item<double>());
   if (clip > 0 && norm > clip) shard_grad_.mul_(clip / (norm + 1e-6));
   adamw_->step(lr);
   const at::Tensor mine = flat_.values.narrow(0, shard_offset_, shard_numel_).clone();

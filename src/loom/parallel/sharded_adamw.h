@@ -14,7 +14,8 @@ namespace loom::parallel {
 
 class ShardedAdamW {
  public:
-  ShardedAdamW(FlatParams& flat, dist::Communicator& dp, optim::AdamWOptions options);
+  // `tp`: the tensor-parallel group, over which the norm of tp-sharded parameters is summed.
+  ShardedAdamW(FlatParams& flat, dist::Communicator& dp, dist::Communicator& tp, optim::AdamWOptions options);
   // Returns the global gradient norm before clipping (clip <= 0: no clipping).
   double step(double lr, double clip);
   int64_t shard_numel() const { return shard_numel_; }
@@ -22,6 +23,7 @@ class ShardedAdamW {
  private:
   FlatParams& flat_;
   dist::Communicator& dp_;
+  dist::Communicator& tp_;
   int64_t shard_offset_, shard_numel_;
   at::Tensor shard_grad_;
   std::vector<nn::Param> shard_params_;  // the parts of parameters inside the shard, as views

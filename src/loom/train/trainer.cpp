@@ -80,7 +80,7 @@ Trainer::Trainer(Config config, dist::Communicator& world)
     const optim::AdamWOptions adamw{.beta1 = config_.train.beta1, .beta2 = config_.train.beta2,
                                     .weight_decay = config_.train.weight_decay};
     if (config_.parallel.zero == 1) {
-      sharded_ = std::make_unique<parallel::ShardedAdamW>(*flat_, mesh_->dp(), adamw);
+      sharded_ = std::make_unique<parallel::ShardedAdamW>(*flat_, mesh_->dp(), mesh_->tp(), adamw);
     } else {
       reducer_ = std::make_unique<parallel::GradientReducer>(*flat_, mesh_->dp(), config_.parallel.bucket_mb);
       optimizer_ = std::make_unique<optim::AdamW>(model_.params(), adamw);
@@ -185,7 +185,7 @@ double Trainer::optimizer_step(double lr) {
     reducer_->finish();
     return 0;
   });
-  const double norm = timed("clip", "optimizer", [&] { return optim::clip_grad_norm(model_.params(), clip); });
+  const double norm = timed("clip", "optimizer", [&] { return optim::clip_grad_norm(model_.params(), clip, mesh_->tp()); });
   timed("adamw", "optimizer", [&] {
     optimizer_->step(lr);
     return 0;
