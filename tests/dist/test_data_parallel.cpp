@@ -81,7 +81,8 @@ TEST(DataParallelComm, OneAllReducePerBucketCoveringEveryGradient) {
 }
 
 // ZeRO-1 per step: one reduce-scatter of the padded flat gradient, one all-gather of this rank's
-// shard, one 8-byte all-reduce of the squared norm, plus the figures.
+// shard, one 16-byte all-reduce of the squared norms (replicated and tp-sharded parameters),
+// plus the figures.
 TEST(DataParallelComm, ZeroReduceScattersGradientsAndGathersParameters) {
   Config c = equivalence_config("float64");
   c.train.steps = 2;
@@ -99,7 +100,7 @@ TEST(DataParallelComm, ZeroReduceScattersGradientsAndGathersParameters) {
   EXPECT_EQ(stats.count("reduce_scatter", "dp"), 2);
   EXPECT_EQ(stats.count("all_gather", "dp"), 2);
   EXPECT_EQ(stats.count("all_reduce", "dp"), 2 * 2);  // norm and loss
-  EXPECT_EQ(records.back().comm_bytes.at("dp"), padded * 8 + padded / dp * 8 + 8 + 8);
+  EXPECT_EQ(records.back().comm_bytes.at("dp"), padded * 8 + padded / dp * 8 + 16 + 8);
 }
 
 }  // namespace
