@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
 """Runs loom and its peer on the workloads of BENCHMARKS.md and prints one JSON line per run.
 
-A workload is a config name with an optional data-parallel degree: `gpt-tiny` (one rank, peer:
-PyTorch eager), `gpt-tiny@dp2` (two MPI ranks, peer: PyTorch DistributedDataParallel over gloo,
-same thread count in all). loom and its peer alternate for BENCH_ROUNDS rounds, so both see the
+A workload is a config name with an optional layout: `gpt-tiny` (one rank, peer: PyTorch eager),
+`gpt-tiny@dp2` (two MPI ranks, peer: PyTorch DistributedDataParallel over gloo), `gpt-small@tp2`
+(two ranks in tensor parallelism, peer: PyTorch eager in one process with the same total
+threads); the thread count is the same in all. loom and its peer alternate for BENCH_ROUNDS rounds, so both see the
 same machine conditions; each reports the median step time over its timed steps (the first
 steps of every run are warm-up and not timed). The ratio is loom's tokens/s over the peer's.
 `allreduce` runs the communicator's all-reduce against a raw MPI_Allreduce loop on 2 ranks.
@@ -40,14 +41,21 @@ def mpirun(ranks):
     return [os.path.join(ROOT, "scripts", "mpirun.sh"), str(ranks), "-x", "OMP_NUM_THREADS"]
 
 
-def run_loom(path, steps, threads, peak, dp):
+def parse_layout(layout):
+    """'dp2' -> {'dp': 2}; 'tp2' -> {'tp': 2}; '' -> {}."""
+    return {layout[:2]: int(layout[2:])} if layout[:2] in ("dp", "tp") else {}
+
+
+def run_loom(path, steps, threads, peak, degrees):
+    ranks = degrees.get("dp", 1) * degrees.get("tp", 1)
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "metrics.jsonl")
-        launch = mpirun(dp) if dp > 1 else []
+        launch = mpirun(ranks) if ranks > 1 else []
+        sets = [f"parallel.{axis}={degree}" for axis, degree in degrees.items()]
+        sets += [f"train.steps={steps + WARMUP}", f"train.threads={max(1, threads // ranks)}"]
         subprocess.run(launch + [LOOM, "train", "-c", path, "--quiet", "--metrics", metrics,
-                                 "--peak-flops", str(peak), "--set", f"train.steps={steps + WARMUP}",
-                                 "--set", f"train.threads={max(1, threads // dp)}",
-                                 "--set", f"parallel.dp={dp}"], check=True)
+                                 "--peak-flops", str(peak)] + [a for s in sets for a in ("--set", s)],
+                       check=True)
         with open(metrics) as f:
             return [json.loads(line) for line in f]
 
@@ -81,13 +89,14 @@ def run_peer(cfg, steps, threads, dp):
 
 def bench(workload, steps, rounds, threads, peak):
     name, _, layout = workload.partition("@")
-    dp = int(layout[2:]) if layout.startswith("dp") else 1
+    degrees = parse_layout(layout)
+    dp, tp = degrees.get("dp", 1), degrees.get("tp", 1)
     path, cfg = effective_config(name)
     p, m, t = cfg["parallel"], cfg["model"], cfg["train"]
     tokens_per_step = t["global_batch"] * m["seq_len"]
     loom_ms, peer_ms, records = [], [], []
     for _ in range(rounds):
-        run = run_loom(path, steps, threads, peak, dp)
+        run = run_loom(path, steps, threads, peak, degrees)
         records.append(run)
         loom_ms += [r["step_ms"] for r in run[WARMUP:]]
         peer = run_peer(cfg, steps, threads, dp)
@@ -98,7 +107,7 @@ def bench(workload, steps, rounds, threads, peak):
     mfu = statistics.median(r["mfu"] for run in records for r in run[WARMUP:])
     return {
         "workload": workload,
-        "layout": {"dp": dp, "tp": p["tp"], "pp": p["pp"], "sp": p["sp"], "schedule": None, "sp_mode": None},
+        "layout": {"dp": dp, "tp": tp, "pp": p["pp"], "sp": p["sp"], "schedule": None, "sp_mode": None},
         "threads": threads,
         "steps": steps * rounds,
         "tokens_per_s": tokens_per_step / (step_ms / 1e3),
@@ -131,8 +140,8 @@ def main():
     threads = int(os.environ.get("THREADS", str(os.cpu_count() or 1)))
     peaks = {}  # GEMM peak of one rank's threads: MFU is per rank against its own cores
     for workload in workloads:
-        layout = workload.partition("@")[2]
-        rank_threads = max(1, threads // (int(layout[2:]) if layout.startswith("dp") else 1))
+        degrees = parse_layout(workload.partition("@")[2])
+        rank_threads = max(1, threads // (degrees.get("dp", 1) * degrees.get("tp", 1)))
         if workload != "allreduce" and rank_threads not in peaks:
             peaks[rank_threads] = gemm_peak(rank_threads)
         peak = peaks.get(rank_threads)
