@@ -7,7 +7,6 @@
 #include "layout_harness.h"
 #include "loom/core/rng.h"
 #include "loom/dist/recording_communicator.h"
-#include "loom/nn/linear.h"
 #include "loom/parallel/tensor_parallel_linear.h"
 #include "unit/layer_check.h"
 #include "world.h"
@@ -24,11 +23,16 @@ at::Tensor shared_randn(const std::string& name, std::vector<int64_t> shape) {
   return normal_tensor(stream_key(99, name), shape, {}, 1.0, at::kDouble);
 }
 
-nn::Linear serial_linear() {
-  nn::Linear l("layer", kIn, kOut, true, 0.5);
-  for (nn::Param* p : l.params()) nn::initialise(*p, 7, at::kDouble);
-  l.bias.value.normal_(0.0, 0.5, at::make_generator<at::CPUGeneratorImpl>(1));
-  return l;
+// The serial layer's math on full tensors: y = x W^T + b, dx = dy W, dW = dy^T x, db = sum dy.
+struct SerialLinear {
+  at::Tensor w, b;
+  at::Tensor forward(const at::Tensor& x) const { return at::addmm(b, x, w.t()); }
+  at::Tensor backward_input(const at::Tensor& dy) const { return at::mm(dy, w); }
+};
+
+// The full weight a layer named "layer" draws its shard from (seed 7, std 0.5).
+at::Tensor full_weight(int64_t out, int64_t in) {
+  return normal_tensor(stream_key(7, "layer.weight"), {out, in}, {}, 0.5, at::kDouble);
 }
 
 class TensorParallelLinear : public ::testing::TestWithParam<int64_t> {};  // groups
@@ -36,12 +40,11 @@ class TensorParallelLinear : public ::testing::TestWithParam<int64_t> {};  // gr
 TEST_P(TensorParallelLinear, ColumnParallelMatchesSlicesOfTheSerialLayer) {
   const int64_t groups = GetParam(), tp = world().size(), r = world().rank();
   if ((kOut / groups) % tp != 0) GTEST_SKIP();
-  nn::Linear serial = serial_linear();
+  const SerialLinear serial{full_weight(kOut, kIn), shared_randn("bias", {kOut})};
   dist::CommStats stats;
   dist::RecordingCommunicator comm(world(), stats);
   ColumnParallelLinear layer("layer", kIn, kOut, true, 0.5, comm, groups);
   for (nn::Param* p : layer.params()) nn::initialise(*p, 7, at::kDouble);
-  // The bias is zero-initialised; give both the same non-zero values to see it travel.
   const int64_t per = kOut / groups, local = per / tp;
   auto my_slice = [&](const at::Tensor& full) {  // this rank's columns of each group
     const auto lead = full.sizes().slice(0, full.dim() - 1).vec();
@@ -51,17 +54,16 @@ TEST_P(TensorParallelLinear, ColumnParallelMatchesSlicesOfTheSerialLayer) {
     flat.push_back(groups * local);
     return full.reshape(grouped).narrow(-1, r * local, local).reshape(flat);
   };
-  layer.bias.value.view({-1}).copy_(my_slice(serial.bias.value));
+  layer.bias.value.view({-1}).copy_(my_slice(serial.b));  // a non-zero bias, to see it travel
 
   const at::Tensor x = shared_randn("x", {kRows, kIn}), dy = shared_randn("dy", {kRows, kOut});
   const at::Tensor y = layer.forward(x), dx = layer.backward_input(my_slice(dy));
   layer.backward_weight(x, my_slice(dy));
-  serial.backward_weight(x, dy);
 
   EXPECT_TENSOR_NEAR(y, my_slice(serial.forward(x)), 1e-12);
   EXPECT_TENSOR_NEAR(dx, serial.backward_input(dy), 1e-12);
-  EXPECT_TENSOR_NEAR(layer.weight.grad.reshape({-1, kIn}), my_slice(serial.weight.grad.t()).t(), 1e-12);
-  EXPECT_TENSOR_NEAR(layer.bias.grad.reshape({-1}), my_slice(serial.bias.grad), 1e-12);
+  EXPECT_TENSOR_NEAR(layer.weight.grad.reshape({-1, kIn}), my_slice(dy.t().mm(x).t()).t(), 1e-12);
+  EXPECT_TENSOR_NEAR(layer.bias.grad.reshape({-1}), my_slice(dy.sum(0)), 1e-12);
   if (tp > 1) {
     ASSERT_EQ(stats.records.size(), 1u) << "column-parallel: one all-reduce, in backward_input";
     EXPECT_EQ(stats.records[0], (dist::CommRecord{"all_reduce", "world", kRows * kIn * 8}));
@@ -73,27 +75,24 @@ INSTANTIATE_TEST_SUITE_P(Groups, TensorParallelLinear, ::testing::Values(1, 3),
 
 TEST(TensorParallelLinearRow, RowParallelMatchesSlicesOfTheSerialLayer) {
   const int64_t tp = world().size(), r = world().rank();
-  // Row-parallel splits the inputs: use the serial layer's transpose shape (in = kOut).
-  nn::Linear serial("layer", kOut, kIn, true, 0.5);
-  for (nn::Param* p : serial.params()) nn::initialise(*p, 7, at::kDouble);
-  serial.bias.value.normal_(0.0, 0.5, at::make_generator<at::CPUGeneratorImpl>(1));
+  // Row-parallel splits the inputs: the serial layer maps kOut features to kIn.
+  const SerialLinear serial{full_weight(kIn, kOut), shared_randn("bias", {kIn})};
   dist::CommStats stats;
   dist::RecordingCommunicator comm(world(), stats);
   RowParallelLinear layer("layer", kOut, kIn, true, 0.5, comm);
   for (nn::Param* p : layer.params()) nn::initialise(*p, 7, at::kDouble);
-  layer.bias.value.copy_(serial.bias.value);
+  layer.bias.value.copy_(serial.b);
   const int64_t local = kOut / tp;
 
   const at::Tensor x = shared_randn("x", {kRows, kOut}), dy = shared_randn("dy", {kRows, kIn});
   const at::Tensor x_local = x.narrow(1, r * local, local).contiguous();
   const at::Tensor y = layer.forward(x_local), dx = layer.backward_input(dy);
   layer.backward_weight(x_local, dy);
-  serial.backward_weight(x, dy);
 
   EXPECT_TENSOR_NEAR(y, serial.forward(x), 1e-12);
   EXPECT_TENSOR_NEAR(dx, serial.backward_input(dy).narrow(1, r * local, local), 1e-12);
-  EXPECT_TENSOR_NEAR(layer.weight.grad, serial.weight.grad.narrow(1, r * local, local), 1e-12);
-  EXPECT_TENSOR_NEAR(layer.bias.grad, serial.bias.grad, 1e-12);
+  EXPECT_TENSOR_NEAR(layer.weight.grad, dy.t().mm(x).narrow(1, r * local, local), 1e-12);
+  EXPECT_TENSOR_NEAR(layer.bias.grad, dy.sum(0), 1e-12);
   if (tp > 1) {
     ASSERT_EQ(stats.records.size(), 1u) << "row-parallel: one all-reduce, in forward";
     EXPECT_EQ(stats.records[0], (dist::CommRecord{"all_reduce", "world", kRows * kIn * 8}));
