@@ -130,7 +130,8 @@ Config tp_config(int64_t vocab) {
 struct TpCase {
   int64_t vocab;
   int zero;
-  bool with_dp;  // dp x tp = 2 x (world / 2) instead of tp = world
+  bool with_dp;         // dp x tp = 2 x (world / 2) instead of tp = world
+  int64_t overlap = 1;  // parallel.tp_overlap (micro-batches of 2 samples when > 1)
 };
 
 class TensorParallelGpt : public ::testing::TestWithParam<TpCase> {};
@@ -142,6 +143,8 @@ TEST_P(TensorParallelGpt, MatchesTheSerialRunInFloat64) {
   c.parallel.zero = tc.zero;
   c.parallel.dp = tc.with_dp ? 2 : 1;
   c.parallel.tp = n / c.parallel.dp;
+  c.parallel.tp_overlap = tc.overlap;
+  if (tc.overlap > 1) c.train.micro_batch = 2;
   if (n % c.parallel.dp != 0 || 4 % c.parallel.tp != 0 || (tc.with_dp && n < 4)) GTEST_SKIP();
   const TrainedRun serial = run_serial(c);
   const TrainedRun layout = train_run(c, world());
@@ -150,39 +153,52 @@ TEST_P(TensorParallelGpt, MatchesTheSerialRunInFloat64) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelGpt,
                          ::testing::Values(TpCase{96, 0, false}, TpCase{97, 0, false}, TpCase{96, 1, false},
-                                           TpCase{97, 1, true}, TpCase{96, 0, true}),
+                                           TpCase{97, 1, true}, TpCase{96, 0, true}, TpCase{96, 0, false, 2},
+                                           TpCase{97, 1, true, 2}),
                          [](const auto& info) {
                            const TpCase& t = info.param;
-                           return fmt::format("vocab{}_zero{}{}", t.vocab, t.zero, t.with_dp ? "_dp2" : "");
+                           return fmt::format("vocab{}_zero{}{}_overlap{}", t.vocab, t.zero, t.with_dp ? "_dp2" : "",
+                                              t.overlap);
                          });
 
 // Per step with one micro-batch, the tp axis carries: the embedding's all-reduce of the
 // activations; per transformer block four (attention and MLP, forward and backward); the head's
 // row maxima and [exp-sum, target] statistics in forward and dx in backward; and the 8-byte
 // squared norm of the sharded gradients for clipping.
-TEST(TensorParallelGptComm, CollectivesPerBlockMatchTheAnalyticCount) {
+// With tp_overlap = k the four per block become k chunk all-reduces each, with the same bytes.
+class TensorParallelGptComm : public ::testing::TestWithParam<int64_t> {};  // tp_overlap
+
+TEST_P(TensorParallelGptComm, CollectivesPerBlockMatchTheAnalyticCount) {
   const int n = world().size();
+  const int64_t k = GetParam();
   if (n == 1) GTEST_SKIP() << "nothing moves with one rank";
   Config c = tp_config(96);
   c.parallel.tp = n;
+  c.parallel.tp_overlap = k;
   c.train.steps = 1;
-  c.train.global_batch = 1;
+  c.train.global_batch = 2;
+  c.train.micro_batch = 2;
   if (4 % n != 0) GTEST_SKIP();
   train::Trainer trainer(c, world());
   trainer.run({.peak_flops = 1e9});
   const int64_t layers = c.model.n_layers, rows = c.train.micro_batch * c.model.seq_len;
   const int64_t activation = rows * c.model.d_model * 8;
   const auto& stats = trainer.comm_stats();
-  EXPECT_EQ(stats.count("all_reduce", "tp"), 1 + 4 * layers + 3 + 1);
-  int64_t activations = 0, small = 0;
+  EXPECT_EQ(stats.count("all_reduce", "tp"), 1 + 4 * layers * k + 3 + 1);
+  int64_t activations = 0, block_chunks = 0, small = 0;
   for (const auto& r : stats.records) {
     if (r.axis != "tp") continue;
     if (r.bytes == activation) ++activations;
+    else if (k > 1 && r.bytes == activation / k) ++block_chunks;
     else small += r.bytes;
   }
-  EXPECT_EQ(activations, 1 + 4 * layers + 1) << "embedding, four per block, the head's dx";
+  EXPECT_EQ(activations, 1 + (k == 1 ? 4 * layers : 0) + 1) << "embedding, [four per block], the head's dx";
+  EXPECT_EQ(block_chunks, k == 1 ? 0 : 4 * layers * k) << "four per block, cut into k chunks";
   EXPECT_EQ(small, rows * 8 + 2 * rows * 8 + 8) << "row maxima, [exp-sum, target], the norm";
 }
+
+INSTANTIATE_TEST_SUITE_P(Overlap, TensorParallelGptComm, ::testing::Values(1, 2),
+                         [](const auto& info) { return "overlap" + std::to_string(info.param); });
 
 }  // namespace
 }  // namespace loom::test

@@ -55,14 +55,18 @@ void validate_parallel(const ParallelConfig& p) {
   LOOM_CHECK_INPUT(p.bucket_mb > 0, "parallel.bucket_mb = {} must be positive", p.bucket_mb);
   LOOM_CHECK_INPUT(p.sparse_partitions >= 0, "parallel.sparse_partitions = {} must be >= 0 (0 = automatic)",
                    p.sparse_partitions);
-  LOOM_CHECK_INPUT(p.pp == 1 && p.sp == 1 && p.chunks == 1 && p.tp_overlap == 1 && !p.tp_sequence && p.pp_cuts.empty(),
-                   "parallel layout pp={} sp={} (chunks={}, tp_overlap={}, tp_sequence={}, pp_cuts={}) needs "
-                   "pipeline or sequence parallelism or a tensor-parallel option this build does not have yet; "
-                   "data and tensor parallelism (parallel.dp, parallel.zero, parallel.tp) are available",
-                   p.pp, p.sp, p.chunks, p.tp_overlap, p.tp_sequence, p.pp_cuts.size());
+  LOOM_CHECK_INPUT(p.pp == 1 && p.sp == 1 && p.chunks == 1 && !p.tp_sequence && p.pp_cuts.empty(),
+                   "parallel layout pp={} sp={} (chunks={}, tp_sequence={}, pp_cuts={}) needs pipeline or sequence "
+                   "parallelism or a tensor-parallel option this build does not have yet; data and tensor "
+                   "parallelism (parallel.dp, parallel.zero, parallel.tp, parallel.tp_overlap) are available",
+                   p.pp, p.sp, p.chunks, p.tp_sequence, p.pp_cuts.size());
 }
 
-void validate_tensor_parallel(const ModelConfig& m, const ParallelConfig& p) {
+void validate_tensor_parallel(const ModelConfig& m, const ParallelConfig& p, const TrainConfig& t) {
+  LOOM_CHECK_INPUT(t.micro_batch % p.tp_overlap == 0,
+                   "[tp] parallel.tp_overlap ({}) must divide train.micro_batch ({}): each micro-batch is cut into "
+                   "tp_overlap equal chunks",
+                   p.tp_overlap, t.micro_batch);
   LOOM_CHECK_INPUT(m.n_heads % p.tp == 0, "[tp] model.n_heads ({}) must be divisible by parallel.tp ({})", m.n_heads,
                    p.tp);
   LOOM_CHECK_INPUT(m.ffn_mult * m.d_model % p.tp == 0,
@@ -127,7 +131,7 @@ void validate_data(const DataConfig& d, const ModelConfig& m) {
 void validate(const Config& config) {
   validate_model(config.model, config.position_count());
   validate_parallel(config.parallel);
-  validate_tensor_parallel(config.model, config.parallel);
+  validate_tensor_parallel(config.model, config.parallel, config.train);
   validate_memory(config.memory);
   validate_train(config.train);
   validate_batch_split(config.train, config.parallel);

@@ -12,7 +12,7 @@
 
 namespace loom::models {
 
-Model build_gpt(const ModelConfig& m, dist::Communicator& tp) {
+Model build_gpt(const ModelConfig& m, dist::Communicator& tp, int64_t tp_overlap) {
   const int64_t positions = m.max_positions > 0 ? m.max_positions : m.seq_len;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
   Model model;
@@ -20,9 +20,11 @@ Model build_gpt(const ModelConfig& m, dist::Communicator& tp) {
   for (int64_t i = 0; i < m.n_layers; ++i) {
     const std::string prefix = fmt::format("blocks.{}", i);
     model.chain.push_back(
-        std::make_unique<nn::AttentionBlock>(prefix + ".attn", m.d_model, m.n_heads, m.attn_tile, residual_std, tp));
+        std::make_unique<nn::AttentionBlock>(prefix + ".attn", m.d_model, m.n_heads, m.attn_tile, residual_std, tp,
+                                             tp_overlap));
     model.chain.push_back(
-        std::make_unique<nn::MlpBlock>(prefix + ".mlp", m.d_model, m.ffn_mult * m.d_model, residual_std, tp));
+        std::make_unique<nn::MlpBlock>(prefix + ".mlp", m.d_model, m.ffn_mult * m.d_model, residual_std, tp,
+                                       tp_overlap));
   }
   model.chain.push_back(std::make_unique<nn::FinalNorm>(m.d_model));
   model.chain.push_back(std::make_unique<nn::LmHeadLoss>(m.d_model, m.vocab, tp));

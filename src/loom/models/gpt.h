@@ -10,7 +10,8 @@ namespace loom::models {
 // Layers only; call Model::initialise to allocate and fill the parameters. Tensor parallelism
 // over `tp` (a communicator of one rank for a serial model): the attention and MLP sub-blocks
 // split their heads and hidden units, the embedding and the head their (padded) vocabulary;
-// norms and the position table are replicated.
-Model build_gpt(const ModelConfig& config, dist::Communicator& tp);
+// norms and the position table are replicated. `tp_overlap` > 1 cuts each micro-batch into that
+// many chunks in the sub-blocks to overlap their all-reduces (NOTE [Sub-pipelined TP]).
+Model build_gpt(const ModelConfig& config, dist::Communicator& tp, int64_t tp_overlap = 1);
 
 }  // namespace loom::models

@@ -1,6 +1,7 @@
 #include "loom/nn/attention_block.h"
 
 #include "loom/nn/attention.h"
+#include "loom/parallel/chunked_all_reduce.h"
 
 namespace loom::nn {
 namespace {
@@ -16,8 +17,10 @@ struct State : SavedState {
 }  // namespace
 
 AttentionBlock::AttentionBlock(const std::string& prefix, int64_t d_model, int64_t n_heads, int64_t tile,
-                               double residual_std, dist::Communicator& tp)
-    : norm(prefix + ".norm", d_model),
+                               double residual_std, dist::Communicator& tp, int64_t overlap_chunks)
+    : tp_(tp),
+      chunks_(tp.size() > 1 ? overlap_chunks : 1),
+      norm(prefix + ".norm", d_model),
       qkv(prefix + ".qkv", d_model, 3 * d_model, true, 0.02, tp, /*groups=*/3),
       proj(prefix + ".proj", d_model, d_model, true, residual_std, tp),
       prefix_(prefix),
@@ -30,11 +33,38 @@ at::Tensor AttentionBlock::forward(const at::Tensor& x, const MicroBatch&, Saved
   auto& s = saved.emplace<State>();
   auto n = norm.forward(x);
   s.x = x, s.mean = n.mean, s.rstd = n.rstd, s.h = n.y;
-  s.heads = qkv.forward(n.y).view({batch, seq, 3, local_heads_, hd}).permute({2, 0, 3, 1, 4}).contiguous();
-  auto att = causal_attention_forward(s.heads[0], s.heads[1], s.heads[2], tile_);
-  s.lse = att.lse;
-  s.merged = att.out.transpose(1, 2).reshape({batch, seq, local});
-  return x + proj.forward(s.merged);
+  // q, k, v of the local heads, attention, and the merged heads of `rows` batch rows from `first`.
+  auto attend = [&](int64_t first, int64_t rows) {
+    const at::Tensor heads = qkv.forward(n.y.narrow(0, first, rows))
+                                 .view({rows, seq, 3, local_heads_, hd})
+                                 .permute({2, 0, 3, 1, 4})
+                                 .contiguous();
+    auto att = causal_attention_forward(heads[0], heads[1], heads[2], tile_);
+    return std::tuple{heads, att.lse, att.out.transpose(1, 2).reshape({rows, seq, local})};
+  };
+  if (chunks_ == 1) {
+    std::tie(s.heads, s.lse, s.merged) = attend(0, batch);
+    return x + proj.forward(s.merged);
+  }
+  // NOTE [Sub-pipelined TP]: each chunk's projection is reduced while the next chunk attends.
+  s.heads = at::empty({3, batch, local_heads_, seq, hd}, x.options());
+  s.lse = at::empty({batch, local_heads_, seq}, x.options());
+  s.merged = at::empty({batch, seq, local}, x.options());
+  at::Tensor y = at::empty_like(x);
+  parallel::ChunkedAllReduce reduce(tp_);
+  for (int64_t c = 0; c < chunks_; ++c) {
+    const auto [first, rows] = parallel::chunk_rows(batch, chunks_, c);
+    auto [heads, lse, merged] = attend(first, rows);
+    s.heads.narrow(1, first, rows).copy_(heads);
+    s.lse.narrow(0, first, rows).copy_(lse);
+    s.merged.narrow(0, first, rows).copy_(merged);
+    at::Tensor y_c = y.narrow(0, first, rows);
+    y_c.copy_(proj.forward_partial(merged));
+    reduce.start(y_c);
+  }
+  reduce.finish();
+  proj.add_bias(y);
+  return y.add_(x);
 }
 
 at::Tensor AttentionBlock::backward_input(const at::Tensor& dy, Saved& saved) {
@@ -42,12 +72,34 @@ at::Tensor AttentionBlock::backward_input(const at::Tensor& dy, Saved& saved) {
   const int64_t batch = dy.size(0), seq = dy.size(1), local = proj.local_in(), hd = local / local_heads_;
   s.dy = dy;
   const at::Tensor dmerged = proj.backward_input(dy);
-  const at::Tensor dout = dmerged.view({batch, seq, local_heads_, hd}).transpose(1, 2).contiguous();
-  const at::Tensor out = s.merged.view({batch, seq, local_heads_, hd}).transpose(1, 2);
-  auto g = causal_attention_backward(dout, s.heads[0], s.heads[1], s.heads[2], out, s.lse, tile_);
+  // dqkv of `rows` batch rows from `first`, laid out [rows, seq, 3 * local] like qkv's output.
+  auto attend_backward = [&](int64_t first, int64_t rows) {
+    const at::Tensor dout = dmerged.narrow(0, first, rows).view({rows, seq, local_heads_, hd}).transpose(1, 2).contiguous();
+    const at::Tensor out = s.merged.narrow(0, first, rows).view({rows, seq, local_heads_, hd}).transpose(1, 2);
+    const at::Tensor heads = s.heads.narrow(1, first, rows);
+    const at::Tensor lse = s.lse.narrow(0, first, rows);
+    auto g = causal_attention_backward(dout, heads[0], heads[1], heads[2], out, lse, tile_);
+    return g.packed.permute({1, 3, 0, 2, 4}).reshape({rows, seq, 3 * local});
+  };
+  at::Tensor dh;
+  if (chunks_ == 1) {
+    s.dqkv = attend_backward(0, batch);
+    dh = qkv.backward_input(s.dqkv);
+  } else {  // NOTE [Sub-pipelined TP]: each chunk's input gradient is reduced while the next computes
+    s.dqkv = at::empty({batch, seq, 3 * local}, dy.options());
+    dh = at::empty_like(dy);
+    parallel::ChunkedAllReduce reduce(tp_);
+    for (int64_t c = 0; c < chunks_; ++c) {
+      const auto [first, rows] = parallel::chunk_rows(batch, chunks_, c);
+      at::Tensor dqkv = s.dqkv.narrow(0, first, rows), dh_c = dh.narrow(0, first, rows);
+      dqkv.copy_(attend_backward(first, rows));
+      dh_c.copy_(qkv.backward_input_partial(dqkv));
+      reduce.start(dh_c);
+    }
+    reduce.finish();
+  }
   s.heads.reset(), s.lse.reset();
-  s.dqkv = g.packed.permute({1, 3, 0, 2, 4}).reshape({batch, seq, 3 * local});
-  s.norm_grads = norm.backward(qkv.backward_input(s.dqkv), s.x, s.mean, s.rstd);
+  s.norm_grads = norm.backward(dh, s.x, s.mean, s.rstd);
   s.x.reset(), s.mean.reset(), s.rstd.reset();
   at::Tensor dx = std::move(s.norm_grads.dx);
   return dx.add_(dy);  // the residual branch

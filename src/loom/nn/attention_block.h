@@ -6,6 +6,8 @@
 // split, qkv is column-parallel (each rank holds q, k and v of its heads) and proj row-parallel.
 // Communication per call: forward one all-reduce of [batch, seq, d_model] (in proj);
 // backward_input one all-reduce of the same size (in qkv's input gradient); backward_weight none.
+// With `overlap_chunks` = k > 1 each of those is k all-reduces of a batch chunk, overlapped with
+// the next chunk's compute (NOTE [Sub-pipelined TP]).
 #include "loom/nn/layer.h"
 #include "loom/nn/layer_norm.h"
 #include "loom/dist/communicator.h"
@@ -18,7 +20,7 @@ class AttentionBlock final : public Layer {
   // `prefix` names the parameters, e.g. "blocks.0.attn"; `residual_std` initialises the output
   // projection (GPT-2 scales it by 1/sqrt(2 * n_layers)).
   AttentionBlock(const std::string& prefix, int64_t d_model, int64_t n_heads, int64_t tile, double residual_std,
-                 dist::Communicator& tp);
+                 dist::Communicator& tp, int64_t overlap_chunks = 1);
 
   std::string name() const override { return prefix_; }
   at::Tensor forward(const at::Tensor& x, const MicroBatch& mb, Saved& saved) override;
@@ -27,6 +29,11 @@ class AttentionBlock final : public Layer {
   std::vector<Param*> params() override;
   Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
 
+ private:
+  dist::Communicator& tp_;
+  int64_t chunks_;  // sub-pipelined TP chunks per micro-batch (1 = off)
+
+ public:
   LayerNorm norm;
   parallel::ColumnParallelLinear qkv;  // d_model -> 3 d_model as [q | k | v], each head-major
   parallel::RowParallelLinear proj;    // d_model -> d_model

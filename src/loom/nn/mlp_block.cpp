@@ -1,5 +1,7 @@
 #include "loom/nn/mlp_block.h"
 
+#include "loom/parallel/chunked_all_reduce.h"
+
 namespace loom::nn {
 namespace {
 struct State : SavedState {
@@ -13,8 +15,10 @@ struct State : SavedState {
 }  // namespace
 
 MlpBlock::MlpBlock(const std::string& prefix, int64_t d_model, int64_t hidden, double residual_std,
-                   dist::Communicator& tp)
-    : norm(prefix + ".norm", d_model),
+                   dist::Communicator& tp, int64_t overlap_chunks)
+    : tp_(tp),
+      chunks_(tp.size() > 1 ? overlap_chunks : 1),
+      norm(prefix + ".norm", d_model),
       up(prefix + ".up", d_model, hidden, true, 0.02, tp),
       down(prefix + ".down", hidden, d_model, true, residual_std, tp),
       prefix_(prefix),
@@ -25,9 +29,28 @@ at::Tensor MlpBlock::forward(const at::Tensor& x, const MicroBatch&, Saved& save
   auto& s = saved.emplace<State>();
   auto n = norm.forward(x);
   s.x = x, s.mean = n.mean, s.rstd = n.rstd, s.h = n.y;
-  s.u = up.forward(n.y);
-  s.a = at::gelu(s.u, "tanh");
-  return x + down.forward(s.a);
+  if (chunks_ == 1) {
+    s.u = up.forward(n.y);
+    s.a = at::gelu(s.u, "tanh");
+    return x + down.forward(s.a);
+  }
+  // NOTE [Sub-pipelined TP]: each chunk's down projection is reduced while the next computes.
+  const int64_t batch = x.size(0);
+  s.u = at::empty({batch, x.size(1), down.local_in()}, x.options());
+  s.a = at::empty_like(s.u);
+  at::Tensor y = at::empty_like(x);
+  parallel::ChunkedAllReduce reduce(tp_);
+  for (int64_t c = 0; c < chunks_; ++c) {
+    const auto [first, rows] = parallel::chunk_rows(batch, chunks_, c);
+    at::Tensor u = s.u.narrow(0, first, rows), a = s.a.narrow(0, first, rows), y_c = y.narrow(0, first, rows);
+    u.copy_(up.forward(n.y.narrow(0, first, rows)));
+    a.copy_(at::gelu(u, "tanh"));
+    y_c.copy_(down.forward_partial(a));
+    reduce.start(y_c);
+  }
+  reduce.finish();
+  down.add_bias(y);
+  return y.add_(x);
 }
 
 at::Tensor MlpBlock::backward_input(const at::Tensor& dy, Saved& saved) {
@@ -35,7 +58,22 @@ at::Tensor MlpBlock::backward_input(const at::Tensor& dy, Saved& saved) {
   s.dy = dy;
   s.du = at::gelu_backward(down.backward_input(dy), s.u, "tanh");
   s.u.reset();
-  s.norm_grads = norm.backward(up.backward_input(s.du), s.x, s.mean, s.rstd);
+  at::Tensor dh;
+  if (chunks_ == 1) {
+    dh = up.backward_input(s.du);
+  } else {  // NOTE [Sub-pipelined TP]: each chunk's input gradient is reduced while the next computes
+    const int64_t batch = dy.size(0);
+    dh = at::empty_like(dy);
+    parallel::ChunkedAllReduce reduce(tp_);
+    for (int64_t c = 0; c < chunks_; ++c) {
+      const auto [first, rows] = parallel::chunk_rows(batch, chunks_, c);
+      at::Tensor dh_c = dh.narrow(0, first, rows);
+      dh_c.copy_(up.backward_input_partial(s.du.narrow(0, first, rows)));
+      reduce.start(dh_c);
+    }
+    reduce.finish();
+  }
+  s.norm_grads = norm.backward(dh, s.x, s.mean, s.rstd);
   s.x.reset(), s.mean.reset(), s.rstd.reset();
   at::Tensor dx = std::move(s.norm_grads.dx);
   return dx.add_(dy);  // the residual branch

@@ -4,7 +4,9 @@
 // Tensor parallelism over `tp` (a communicator of one rank for a serial model): up is
 // column-parallel, down row-parallel, so GELU runs on each rank's hidden slice. Communication
 // per call: forward one all-reduce of [batch, seq, d_model] (in down); backward_input one of the
-// same size (in up's input gradient); backward_weight none.
+// same size (in up's input gradient); backward_weight none. With `overlap_chunks` = k > 1 each
+// of those is k all-reduces of a batch chunk, overlapped with the next chunk's compute
+// (NOTE [Sub-pipelined TP]).
 #include "loom/nn/layer.h"
 #include "loom/nn/layer_norm.h"
 #include "loom/dist/communicator.h"
@@ -14,7 +16,8 @@ namespace loom::nn {
 
 class MlpBlock final : public Layer {
  public:
-  MlpBlock(const std::string& prefix, int64_t d_model, int64_t hidden, double residual_std, dist::Communicator& tp);
+  MlpBlock(const std::string& prefix, int64_t d_model, int64_t hidden, double residual_std, dist::Communicator& tp,
+           int64_t overlap_chunks = 1);
 
   std::string name() const override { return prefix_; }
   at::Tensor forward(const at::Tensor& x, const MicroBatch& mb, Saved& saved) override;
@@ -23,6 +26,11 @@ class MlpBlock final : public Layer {
   std::vector<Param*> params() override;
   Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
 
+ private:
+  dist::Communicator& tp_;
+  int64_t chunks_;  // sub-pipelined TP chunks per micro-batch (1 = off)
+
+ public:
   LayerNorm norm;
   parallel::ColumnParallelLinear up;  // d_model -> hidden
   parallel::RowParallelLinear down;   // hidden -> d_model

@@ -41,8 +41,12 @@ at::Tensor ColumnParallelLinear::forward(const at::Tensor& x) const {
   return bias.name.empty() ? at::linear(x, w) : at::linear(x, w, bias.value.view({local_out_}));
 }
 
+at::Tensor ColumnParallelLinear::backward_input_partial(const at::Tensor& dy) const {
+  return at::matmul(dy, weight.value.view({local_out_, in_})).contiguous();
+}
+
 at::Tensor ColumnParallelLinear::backward_input(const at::Tensor& dy) const {
-  at::Tensor dx = at::matmul(dy, weight.value.view({local_out_, in_})).contiguous();
+  at::Tensor dx = backward_input_partial(dy);
   tp_.all_reduce(dx, dist::ReduceOp::Sum);
   return dx;
 }
@@ -67,10 +71,18 @@ RowParallelLinear::RowParallelLinear(const std::string& name, int64_t in_feature
   if (bias) this->bias = nn::Param{.name = name + ".bias", .full_shape = {out_features}};
 }
 
-at::Tensor RowParallelLinear::forward(const at::Tensor& x_local) const {
-  at::Tensor y = at::matmul(x_local, weight.value.t()).contiguous();
-  tp_.all_reduce(y, dist::ReduceOp::Sum);
+at::Tensor RowParallelLinear::forward_partial(const at::Tensor& x_local) const {
+  return at::matmul(x_local, weight.value.t()).contiguous();
+}
+
+void RowParallelLinear::add_bias(at::Tensor& y) const {
   if (!bias.name.empty()) y.add_(bias.value);
+}
+
+at::Tensor RowParallelLinear::forward(const at::Tensor& x_local) const {
+  at::Tensor y = forward_partial(x_local);
+  tp_.all_reduce(y, dist::ReduceOp::Sum);
+  add_bias(y);
   return y;
 }
 

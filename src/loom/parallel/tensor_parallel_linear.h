@@ -28,6 +28,8 @@ class ColumnParallelLinear {
 
   at::Tensor forward(const at::Tensor& x) const;            // [..., in] -> [..., out / tp]
   at::Tensor backward_input(const at::Tensor& dy) const;    // [..., out / tp] -> [..., in], all-reduced
+  // This rank's term of dx, before the all-reduce (for callers that overlap it with compute).
+  at::Tensor backward_input_partial(const at::Tensor& dy) const;
   void backward_weight(const at::Tensor& x, const at::Tensor& dy);
   std::vector<nn::Param*> params();
   int64_t local_out() const { return local_out_; }
@@ -46,6 +48,10 @@ class RowParallelLinear {
                     double init_std, dist::Communicator& tp);
 
   at::Tensor forward(const at::Tensor& x_local) const;      // [..., in / tp] -> [..., out], all-reduced
+  // The two halves of forward, for callers that overlap the all-reduce with compute:
+  // forward_partial gives this rank's term; after the sum over tp, add_bias completes y in place.
+  at::Tensor forward_partial(const at::Tensor& x_local) const;
+  void add_bias(at::Tensor& y) const;
   at::Tensor backward_input(const at::Tensor& dy) const;    // [..., out] -> [..., in / tp]
   void backward_weight(const at::Tensor& x_local, const at::Tensor& dy);
   std::vector<nn::Param*> params();

@@ -71,7 +71,7 @@ Trainer::Trainer(Config config, dist::Communicator& world)
   at::set_num_threads(threads);
   world_ = std::make_unique<dist::RecordingCommunicator>(world, comm_stats_);
   mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
-  model_ = models::build_gpt(config_.model, mesh_->tp());
+  model_ = models::build_gpt(config_.model, mesh_->tp(), config_.parallel.tp_overlap);
   const int64_t budget = config_.budget_bytes();
   if (budget > 0) memory::set_budget(budget);
   try {
