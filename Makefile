@@ -26,7 +26,7 @@ demo: build
 	@scripts/demo.sh
 
 bench: build
-	@bench/run.sh gpt-tiny
+	@bench/run.sh
 
 clean:
 	@rm -rf $(BUILD)
