@@ -1,3 +1,6 @@
+#include <unistd.h>
+
+#include <filesystem>
 #include <iostream>
 
 #include "commands.h"
@@ -7,6 +10,18 @@
 #include "loom/train/trainer.h"
 
 namespace loom::cli {
+namespace {
+
+// The directory of `path` exists and is writable (nothing is created yet).
+void check_writable(const std::string& path, const char* flag) {
+  if (path.empty()) return;
+  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
+  const std::string where = dir.empty() ? "." : dir.string();
+  LOOM_CHECK_INPUT(::access(where.c_str(), W_OK) == 0, "{} {}: the directory '{}' does not exist or is not writable",
+                   flag, path, where);
+}
+
+}  // namespace
 
 Action add_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "train a model from a config");
@@ -25,6 +40,9 @@ Action add_train(CLI::App& app) {
     std::exception_ptr failure;
     try {
       loaded = config->load();
+      // Rank 0 writes the metrics, every rank its trace: check the places before anyone trains.
+      if (runtime.world().rank() == 0) check_writable(options->metrics_path, "--metrics");
+      check_writable(options->trace_path, "--trace");
     } catch (const InputError&) {
       failure = std::current_exception();
     }

@@ -2,7 +2,9 @@
 // `loom: error: <message>`, with exit code 2 for bad input and 1 for failures at run time.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <memory>
 #include <iostream>
 
 #include "commands.h"
@@ -29,8 +31,23 @@ int main(int argc, char** argv) {
     return 2;
   }
   // Communication time-out: how long a rank waits for a peer before declaring the job stuck.
-  const char* timeout = std::getenv("LOOM_COMM_TIMEOUT_S");
-  loom::dist::Runtime runtime(timeout != nullptr ? std::atof(timeout) : 300.0);
+  double timeout_s = 300.0;
+  if (const char* text = std::getenv("LOOM_COMM_TIMEOUT_S"); text != nullptr) {
+    char* end = nullptr;
+    timeout_s = std::strtod(text, &end);
+    if (end == text || *end != '\0' || !(timeout_s > 0) || !std::isfinite(timeout_s)) {
+      std::cerr << fmt::format("loom: error: LOOM_COMM_TIMEOUT_S = \"{}\" is not a positive number of seconds\n", text);
+      return 2;
+    }
+  }
+  std::unique_ptr<loom::dist::Runtime> runtime_holder;
+  try {
+    runtime_holder = std::make_unique<loom::dist::Runtime>(timeout_s);
+  } catch (const std::exception& e) {
+    std::cerr << "loom: error: " << e.what() << '\n';
+    return 1;
+  }
+  loom::dist::Runtime& runtime = *runtime_holder;
   const int rank = runtime.world().rank(), size = runtime.world().size();
   // A failure at run time on any rank ends every rank: print it, then abort the whole job.
   auto fail = [&](const char* what, int code) {
@@ -45,9 +62,15 @@ int main(int argc, char** argv) {
     return 0;
   } catch (const loom::dist::SilentInputError&) {
     return 2;  // the first rank that refused the input printed why
-  } catch (const loom::InputError& e) {
+  } catch (const loom::dist::AgreedInputError& e) {
     std::cerr << "loom: error: " << e.what() << '\n';
     return 2;
+  } catch (const loom::InputError& e) {
+    if (size == 1) {
+      std::cerr << "loom: error: " << e.what() << '\n';
+      return 2;
+    }
+    return fail(e.what(), 2);  // refused on this rank alone: the others must not wait for it
   } catch (const loom::Error& e) {
     return fail(e.what(), e.exit_code());
   } catch (const std::exception& e) {

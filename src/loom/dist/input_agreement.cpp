@@ -9,7 +9,13 @@ void agree_on_input(Communicator& world, std::exception_ptr failure) {
   world.all_reduce(vote, ReduceOp::Max);
   const int64_t first = vote.item<int64_t>();
   if (first == 0) return;
-  if (size - first == rank) std::rethrow_exception(failure);
+  if (size - first == rank) {
+    try {
+      std::rethrow_exception(failure);
+    } catch (const std::exception& e) {
+      throw AgreedInputError(e.what());
+    }
+  }
   throw SilentInputError(fmt::format("input refused on rank {}", size - first));
 }
 

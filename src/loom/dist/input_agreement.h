@@ -16,6 +16,14 @@ class SilentInputError : public InputError {
   using InputError::InputError;
 };
 
+// The first failing rank's error after agreement: every other rank threw SilentInputError, so
+// printing it and exiting 2 ends the job cleanly. An InputError that is neither went through no
+// agreement (one rank only), and the CLI must end the job with MPI_Abort instead.
+class AgreedInputError : public InputError {
+ public:
+  using InputError::InputError;
+};
+
 // `failure` holds this rank's InputError, or is null.
 void agree_on_input(Communicator& world, std::exception_ptr failure);
 
