@@ -54,8 +54,9 @@ TEST_P(DataParallel, LossesMatchTheSerialRunInFloat32) {
 INSTANTIATE_TEST_SUITE_P(Zero, DataParallel, ::testing::Values(0, 1),
                          [](const auto& info) { return info.param ? "Zero1" : "Replicated"; });
 
-// Per step: one all-reduce per bucket over dp covering the whole padded flat gradient, plus the
-// two 8-byte figure all-reduces (loss over dp, peak memory over the world).
+// Per step (the trainer keeps the last step's records): one all-reduce per bucket over dp
+// covering the whole padded flat gradient, plus the two 8-byte figure all-reduces (loss over dp,
+// peak memory over the world).
 TEST(DataParallelComm, OneAllReducePerBucketCoveringEveryGradient) {
   Config c = equivalence_config("float64");
   c.train.steps = 2;
@@ -73,10 +74,10 @@ TEST(DataParallelComm, OneAllReducePerBucketCoveringEveryGradient) {
     EXPECT_TRUE(stats.records.empty()) << "a world of one moves nothing";
     return;
   }
-  EXPECT_EQ(dp_all_reduce_bytes, 2 * padded * 8) << "every gradient element travels once per step";
-  EXPECT_GT(big, 2 * 4) << "bucket_mb = 0.02 must give several buckets";
-  EXPECT_EQ(stats.count("all_reduce", "dp"), big + 2) << "buckets plus the loss, each step";
-  EXPECT_EQ(stats.count("all_reduce", "world"), 2);
+  EXPECT_EQ(dp_all_reduce_bytes, padded * 8) << "every gradient element travels once per step";
+  EXPECT_GT(big, 4) << "bucket_mb = 0.02 must give several buckets";
+  EXPECT_EQ(stats.count("all_reduce", "dp"), big + 1) << "buckets plus the loss";
+  EXPECT_EQ(stats.count("all_reduce", "world"), 1);
   EXPECT_EQ(stats.count("reduce_scatter", "dp") + stats.count("all_gather", "dp"), 0);
 }
 
@@ -97,9 +98,9 @@ TEST(DataParallelComm, ZeroReduceScattersGradientsAndGathersParameters) {
     EXPECT_TRUE(stats.records.empty()) << "a world of one moves nothing";
     return;
   }
-  EXPECT_EQ(stats.count("reduce_scatter", "dp"), 2);
-  EXPECT_EQ(stats.count("all_gather", "dp"), 2);
-  EXPECT_EQ(stats.count("all_reduce", "dp"), 2 * 2);  // norm and loss
+  EXPECT_EQ(stats.count("reduce_scatter", "dp"), 1);
+  EXPECT_EQ(stats.count("all_gather", "dp"), 1);
+  EXPECT_EQ(stats.count("all_reduce", "dp"), 2);  // norm and loss
   EXPECT_EQ(records.back().comm_bytes.at("dp"), padded * 8 + padded / dp * 8 + 16 + 8);
 }
 

@@ -33,7 +33,7 @@ void validate_model(const ModelConfig& m, int64_t positions) {
     check_positive(key, value);
   LOOM_CHECK_INPUT(m.d_model % m.n_heads == 0,
                    "model.d_model ({}) must be divisible by model.n_heads ({}); hint: d_model = {} or {} fits",
-                   m.d_model, m.n_heads, m.d_model / m.n_heads * m.n_heads,
+                   m.d_model, m.n_heads, std::max(m.n_heads, m.d_model / m.n_heads * m.n_heads),
                    (m.d_model / m.n_heads + 1) * m.n_heads);
   LOOM_CHECK_INPUT(m.max_positions >= 0, "model.max_positions = {} must be >= 0 (0 = seq_len)", m.max_positions);
   LOOM_CHECK_INPUT(m.seq_len <= positions,

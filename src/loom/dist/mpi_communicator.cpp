@@ -325,10 +325,11 @@ bool launched_by_mpi() {
   return false;
 }
 
-int local_rank_count() {
-  const char* local = std::getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
-  return local != nullptr ? std::max(1, std::atoi(local)) : 1;
+namespace {
+int g_local_ranks = 1;  // set once by the Runtime
 }
+
+int local_rank_count() { return g_local_ranks; }
 
 Runtime::Runtime(double timeout_s) {
   if (!launched_by_mpi()) {
@@ -340,6 +341,12 @@ Runtime::Runtime(double timeout_s) {
   mpi_ = true;
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // Ranks sharing this machine, whatever the launcher (mpirun, srun with PMI/PMIx).
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_size(node, &g_local_ranks);
+    MPI_Comm_free(&node);
+  }
   detail::start_watchdog(timeout_s, rank, provided >= MPI_THREAD_MULTIPLE);
   MPI_Type_contiguous(2, MPI_BYTE, &g_bf16);
   MPI_Type_commit(&g_bf16);

@@ -49,6 +49,10 @@ std::unique_ptr<Communicator> NullCommunicator::split(int, int, const std::strin
   return std::make_unique<NullCommunicator>(axis);
 }
 
+void SizingCommunicator::refuse() const {
+  throw Error(fmt::format("[dist] the sizing communicator for '{}' cannot communicate", axis_));
+}
+
 namespace detail {
 void check_tensor(const at::Tensor& t, const char* op, const std::string& axis) {
   LOOM_CHECK(t.defined() && t.device().is_cpu() && t.is_contiguous(),

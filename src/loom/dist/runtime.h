@@ -11,8 +11,8 @@ namespace loom::dist {
 
 // True when the environment shows an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK).
 bool launched_by_mpi();
-// Ranks of this job on this machine (OMPI_COMM_WORLD_LOCAL_SIZE, or 1): the default thread
-// count per rank is the cores divided by it.
+// Ranks of this job on this machine (from MPI's shared-memory split; 1 without MPI): the default
+// thread count per rank is the cores divided by it.
 int local_rank_count();
 
 class Runtime {

@@ -10,6 +10,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -29,12 +30,19 @@ class Watchdog {
     cv_.notify_all();
     thread_.join();
   }
-  // Arming is a store, not a wake-up: blocking calls are frequent and the watchdog only polls.
-  void arm(const std::string* what) {
-    what_.store(what, std::memory_order_relaxed);
+  // Arming copies the description and stores the start time; it never wakes the watchdog, which
+  // only polls (blocking calls are frequent).
+  void arm(const std::string& what) {
+    std::lock_guard<std::mutex> lock(what_mutex_);
+    const size_t n = std::min(what.size(), sizeof(what_) - 1);
+    std::memcpy(what_, what.data(), n);
+    what_[n] = '\0';
     since_ns_.store(now_ns(), std::memory_order_release);
   }
-  void disarm() { since_ns_.store(0, std::memory_order_release); }
+  void disarm() {
+    std::lock_guard<std::mutex> lock(what_mutex_);
+    since_ns_.store(0, std::memory_order_release);
+  }
 
  private:
   static int64_t now_ns() {
@@ -47,11 +55,17 @@ class Watchdog {
     while (!cv_.wait_for(lock, poll, [this] { return stop_; })) {
       const int64_t since = since_ns_.load(std::memory_order_acquire);
       if (since == 0 || static_cast<double>(now_ns() - since) < timeout_s_ * 1e9) continue;
-      const std::string* what = what_.load(std::memory_order_relaxed);
+      char what[sizeof(what_)];
+      {
+        // Re-check under the lock: the call may have returned (and disarmed) in the meantime.
+        std::lock_guard<std::mutex> guard(what_mutex_);
+        if (since_ns_.load(std::memory_order_acquire) != since) continue;
+        std::memcpy(what, what_, sizeof(what));
+      }
       std::fprintf(stderr,
                    "loom: error: [rank %d] %s did not complete within %.0f s; a peer rank has probably failed or is "
                    "stuck\n",
-                   rank_, what != nullptr ? what->c_str() : "a blocking collective", timeout_s_);
+                   rank_, what, timeout_s_);
       std::fflush(stderr);
       if (thread_multiple_) MPI_Abort(MPI_COMM_WORLD, 1);
       std::abort();
@@ -61,7 +75,8 @@ class Watchdog {
   double timeout_s_;
   int rank_;
   bool thread_multiple_;
-  std::atomic<const std::string*> what_{nullptr};
+  std::mutex what_mutex_;
+  char what_[256] = {0};
   std::atomic<int64_t> since_ns_{0};
   std::mutex mutex_;
   std::condition_variable cv_;
@@ -80,7 +95,7 @@ void start_watchdog(double timeout_s, int rank, bool thread_multiple) {
 void stop_watchdog() { g_watchdog.reset(); }
 
 Deadline::Deadline(std::string what) : what_(std::move(what)) {
-  if (g_watchdog) g_watchdog->arm(&what_);
+  if (g_watchdog) g_watchdog->arm(what_);
 }
 
 Deadline::~Deadline() {

@@ -1,6 +1,7 @@
 #include "loom/nn/attention_block.h"
 
 #include "loom/nn/attention.h"
+#include "loom/core/error.h"
 #include "loom/parallel/chunked_all_reduce.h"
 
 namespace loom::nn {

@@ -1,8 +1,10 @@
 #pragma once
 // LM head fused with cross-entropy: loss = loss_scale * sum_t (logsumexp(z_t) - z_t[target_t]),
-// z = x W^T (untied, no bias). Forward computes the loss and, over the same buffer, the logits'
-// gradient (softmax - onehot); only that is kept (the loss scale is applied in backward's GEMMs),
-// so the logits and the probabilities never coexist. The chain's last layer: forward returns the 0-d loss, and
+// z = x W^T (untied, no bias). Forward computes the loss and the logits' gradient
+// (softmax - onehot); only that gradient is kept (the loss scale is applied in backward's GEMMs).
+// With tp = 1 the fused log-softmax is out of place, so the logits and the log-probabilities
+// coexist for a moment (twice [rows, vocab] at the peak); with tp > 1 the slice is transformed
+// in place. The chain's last layer: forward returns the 0-d loss, and
 // backward_input ignores dy (the loss is the root of backward).
 //
 // Vocabulary-parallel over `tp` (NOTE [Vocabulary padding]): each rank holds a slice of the

@@ -1,5 +1,6 @@
 #include "loom/nn/mlp_block.h"
 
+#include "loom/core/error.h"
 #include "loom/parallel/chunked_all_reduce.h"
 
 namespace loom::nn {

@@ -7,6 +7,7 @@
 // are the same as one all-reduce of the whole tensor, chunk by chunk, so the model is unchanged.
 #include <vector>
 
+#include "loom/core/error.h"
 #include "loom/dist/communicator.h"
 
 namespace loom::parallel {
@@ -23,8 +24,11 @@ class ChunkedAllReduce {
   std::vector<dist::WorkPtr> pending_;
 };
 
-// The [begin, length) batch rows of chunk c when `batch` rows are cut into `chunks` equal parts.
+// The [begin, length) batch rows of chunk c when `batch` rows are cut into `chunks` equal parts;
+// `chunks` must divide `batch` (the config check parallel.tp_overlap | train.micro_batch).
 inline std::pair<int64_t, int64_t> chunk_rows(int64_t batch, int64_t chunks, int64_t c) {
+  LOOM_CHECK(batch % chunks == 0, "[tp] a batch of {} rows does not cut into {} equal tp_overlap chunks", batch,
+             chunks);
   const int64_t length = batch / chunks;
   return {c * length, length};
 }

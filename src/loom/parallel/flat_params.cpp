@@ -11,14 +11,17 @@ FlatParams::FlatParams(models::Model& model, int64_t pad_multiple) {
   }
   const int64_t padded = (numel + pad_multiple - 1) / pad_multiple * pad_multiple;
   const auto options = model.chain.front()->params().front()->value.options();
+  // Release the per-parameter gradients first and each value as soon as it is copied, so the
+  // move never holds more than twice the parameters (what the budget check assumes).
+  for (const FlatSlot& s : slots) s.param->grad.reset();
   values = at::zeros({padded}, options);
-  grads = at::zeros({padded}, options);
   for (const FlatSlot& s : slots) {
     const auto shape = s.param->value.sizes().vec();
     values.narrow(0, s.offset, s.numel).copy_(s.param->value.reshape({-1}));
     s.param->value = values.narrow(0, s.offset, s.numel).view(shape);
-    s.param->grad = grads.narrow(0, s.offset, s.numel).view(shape);
   }
+  grads = at::zeros({padded}, options);
+  for (const FlatSlot& s : slots) s.param->grad = grads.narrow(0, s.offset, s.numel).view(s.param->value.sizes());
 }
 
 }  // namespace loom::parallel

@@ -99,7 +99,9 @@ void Trainer::check_input(dist::Communicator& world) {
     dist::check_mesh_shape(dist::mesh_shape(config_.parallel), world.size());
     memory::install_accounting_allocator();
     source_ = data::open_source(config_);
-    model_ = models::build_gpt(config_.model, sizing_tp_);  // layers only: nothing is allocated yet
+    // Layers only, nothing allocated: rank 0's shard shapes under the configured tp degree.
+    sizing_tp_ = std::make_unique<dist::SizingCommunicator>(0, static_cast<int>(config_.parallel.tp), "tp");
+    model_ = models::build_gpt(config_.model, *sizing_tp_, config_.parallel.tp_overlap);
     const int64_t budget = config_.budget_bytes();
     if (budget > 0) {
       const double need = estimated_bytes();
@@ -222,7 +224,7 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
   for (int64_t step = 0; step < t.steps; ++step) {
     if (step == fault.step) fault.trigger();
     const auto start = Clock::now();
-    const size_t comm_before = comm_stats_.records.size();
+    comm_stats_.clear();  // keep one step's records: a long run must not grow them without bound
     StepRecord r;
     r.step = step;
     flat_->grads.zero_();
@@ -237,8 +239,7 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     at::Tensor peak = at::full({1}, memory::peak_bytes(), at::kLong);
     mesh_->world().all_reduce(peak, dist::ReduceOp::Max);
     r.peak_bytes = peak.item<int64_t>();
-    for (size_t i = comm_before; i < comm_stats_.records.size(); ++i)
-      r.comm_bytes[comm_stats_.records[i].axis] += comm_stats_.records[i].bytes;
+    r.comm_bytes = comm_stats_.bytes_by_axis();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
     r.step_ms = seconds * 1e3;
     r.tokens_per_s = tokens_per_step / seconds;

@@ -51,6 +51,7 @@ class Trainer {
   models::Model& model() { return model_; }
   const Config& config() const { return config_; }
   dist::Mesh& mesh() { return *mesh_; }
+  // The communication of the last step run (each step starts a fresh record).
   const dist::CommStats& comm_stats() const { return comm_stats_; }
   // Bytes the run needs at least: parameters, gradients, optimizer moments, one micro-batch's
   // saved activations (or only layer inputs under full recompute).
@@ -66,7 +67,7 @@ class Trainer {
   Config config_;
   at::ScalarType dtype_;
   std::unique_ptr<data::TokenSource> source_;
-  dist::NullCommunicator sizing_tp_;  // the model's shape for the input checks, before the mesh exists
+  std::unique_ptr<dist::SizingCommunicator> sizing_tp_;  // shapes the model for the input checks
   models::Model model_;
   dist::CommStats comm_stats_;
   std::unique_ptr<dist::RecordingCommunicator> world_;
