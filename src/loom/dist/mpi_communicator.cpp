@@ -139,9 +139,7 @@ class MpiCommunicator final : public Communicator {
   const std::string& axis() const override { return axis_; }
 
   WorkPtr all_reduce_async(at::Tensor& t, ReduceOp op) override {
-    detail::check_tensor(t, "all_reduce", axis_);
-    LOOM_CHECK(op != ReduceOp::Avg || t.is_floating_point(), "[dist] all_reduce avg on '{}' needs floating point",
-               axis_);
+    check_all_reduce(t, op);
     std::function<void()> finish;
     if (op == ReduceOp::Avg) finish = [t, n = size_]() mutable { t.div_(n); };
     auto work = make("all_reduce", {t}, std::move(finish));
@@ -152,9 +150,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   WorkPtr reduce_scatter_async(const at::Tensor& in, at::Tensor& out, ReduceOp op) override {
-    detail::check_tensor(in, "reduce_scatter", axis_);
-    detail::check_tensor(out, "reduce_scatter", axis_);
-    detail::check_blocks(in.numel(), out.numel(), size_, "reduce_scatter", axis_);
+    check_reduce_scatter(in, out, op);
     std::function<void()> finish;
     if (op == ReduceOp::Avg) finish = [out, n = size_]() mutable { out.div_(n); };
     auto work = make("reduce_scatter", {in, out}, std::move(finish));
@@ -165,9 +161,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   WorkPtr all_gather_async(const at::Tensor& in, at::Tensor& out) override {
-    detail::check_tensor(in, "all_gather", axis_);
-    detail::check_tensor(out, "all_gather", axis_);
-    detail::check_blocks(out.numel(), in.numel(), size_, "all_gather", axis_);
+    check_all_gather(in, out);
     const int n = count_of(in.numel(), "all_gather");
     auto work = make("all_gather", {in, out});
     LOOM_MPI(MPI_Iallgather(in.data_ptr(), n, mpi_type(in), out.data_ptr(), n, mpi_type(out), comm_, work->request()),
@@ -244,9 +238,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void all_reduce(at::Tensor& t, ReduceOp op) override {
-    detail::check_tensor(t, "all_reduce", axis_);
-    LOOM_CHECK(op != ReduceOp::Avg || t.is_floating_point(), "[dist] all_reduce avg on '{}' needs floating point",
-               axis_);
+    check_all_reduce(t, op);
     {
       detail::Deadline deadline(describe("all_reduce"));
       LOOM_MPI(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t.numel(), "all_reduce"), mpi_type(t),
@@ -257,9 +249,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op) override {
-    detail::check_tensor(in, "reduce_scatter", axis_);
-    detail::check_tensor(out, "reduce_scatter", axis_);
-    detail::check_blocks(in.numel(), out.numel(), size_, "reduce_scatter", axis_);
+    check_reduce_scatter(in, out, op);
     {
       detail::Deadline deadline(describe("reduce_scatter"));
       LOOM_MPI(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out.numel(), "reduce_scatter"),
@@ -270,9 +260,7 @@ class MpiCommunicator final : public Communicator {
   }
 
   void all_gather(const at::Tensor& in, at::Tensor& out) override {
-    detail::check_tensor(in, "all_gather", axis_);
-    detail::check_tensor(out, "all_gather", axis_);
-    detail::check_blocks(out.numel(), in.numel(), size_, "all_gather", axis_);
+    check_all_gather(in, out);
     const int n = count_of(in.numel(), "all_gather");
     detail::Deadline deadline(describe("all_gather"));
     LOOM_MPI(MPI_Allgather(in.data_ptr(), n, mpi_type(in), out.data_ptr(), n, mpi_type(out), comm_), "all_gather");
@@ -298,6 +286,24 @@ class MpiCommunicator final : public Communicator {
   }
 
  private:
+  // Argument checks shared by the non-blocking and blocking forms.
+  void check_all_reduce(const at::Tensor& t, ReduceOp op) const {
+    detail::check_tensor(t, "all_reduce", axis_);
+    LOOM_CHECK(op != ReduceOp::Avg || t.is_floating_point(), "[dist] all_reduce avg on '{}' needs floating point",
+               axis_);
+  }
+  void check_reduce_scatter(const at::Tensor& in, const at::Tensor& out, ReduceOp op) const {
+    detail::check_tensor(in, "reduce_scatter", axis_);
+    detail::check_tensor(out, "reduce_scatter", axis_);
+    detail::check_blocks(in.numel(), out.numel(), size_, "reduce_scatter", axis_);
+    LOOM_CHECK(op != ReduceOp::Avg || in.is_floating_point(),
+               "[dist] reduce_scatter avg on '{}' needs floating point", axis_);
+  }
+  void check_all_gather(const at::Tensor& in, const at::Tensor& out) const {
+    detail::check_tensor(in, "all_gather", axis_);
+    detail::check_tensor(out, "all_gather", axis_);
+    detail::check_blocks(out.numel(), in.numel(), size_, "all_gather", axis_);
+  }
   std::string describe(const std::string& op) const {
     return fmt::format("{} on '{}' (rank {} of {})", op, axis_, rank_, size_);
   }

@@ -21,8 +21,6 @@ class AdamW {
   AdamW(std::vector<nn::Param*> params, AdamWOptions options);
   void step(double lr);  // uses each Param::grad as it is (clip before)
   int64_t step_count() const { return step_; }
-  const at::Tensor& exp_avg(size_t i) const { return state_[i].m; }
-  const at::Tensor& exp_avg_sq(size_t i) const { return state_[i].v; }
 
  private:
   struct State {

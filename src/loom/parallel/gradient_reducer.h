@@ -20,7 +20,6 @@ class GradientReducer {
 
   void layer_done(size_t layer);
   void finish();
-  size_t bucket_count() const { return buckets_.size(); }
 
  private:
   struct Bucket {

@@ -18,7 +18,6 @@ class ShardedAdamW {
   ShardedAdamW(FlatParams& flat, dist::Communicator& dp, dist::Communicator& tp, optim::AdamWOptions options);
   // Returns the global gradient norm before clipping (clip <= 0: no clipping).
   double step(double lr, double clip);
-  int64_t shard_numel() const { return shard_numel_; }
 
  private:
   FlatParams& flat_;
