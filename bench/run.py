@@ -4,10 +4,13 @@
 A workload is a config name with an optional layout: `gpt-tiny` (one rank, peer: PyTorch eager),
 `gpt-tiny@dp2` (two MPI ranks, peer: PyTorch DistributedDataParallel over gloo), `gpt-small@tp2`
 (two ranks in tensor parallelism, peer: PyTorch eager in one process with the same total
-threads); the thread count is the same in all. loom and its peer alternate for BENCH_ROUNDS rounds, so both see the
+threads); a layout may add `+overlapK` (parallel.tp_overlap = K) and `+seq` (parallel.tp_sequence),
+e.g. `gpt-small@tp2+overlap2+seq`. The thread count is the same in all. loom and its peer alternate for BENCH_ROUNDS rounds, so both see the
 same machine conditions; each reports the median step time over its timed steps (the first
 steps of every run are warm-up and not timed). The ratio is loom's tokens/s over the peer's.
 `allreduce` runs the communicator's all-reduce against a raw MPI_Allreduce loop on 2 ranks.
+`tp-overlap` and `tp-sequence` compare loom with itself on gpt-small at tp=2: tp_overlap 1 against 2,
+and tp_sequence off against on, alternating the two in every round; the peer is the option off.
 """
 import json
 import os
@@ -42,16 +45,27 @@ def mpirun(ranks):
 
 
 def parse_layout(layout):
-    """'dp2' -> {'dp': 2}; 'tp2' -> {'tp': 2}; '' -> {}."""
-    return {layout[:2]: int(layout[2:])} if layout[:2] in ("dp", "tp") else {}
+    """'tp2+overlap2+seq' -> ({'tp': 2}, ['parallel.tp_overlap=2', 'parallel.tp_sequence=true']); '' -> ({}, [])."""
+    degrees, options = {}, []
+    for part in filter(None, layout.split("+")):
+        if part[:2] in ("dp", "tp") and part[2:].isdigit():
+            degrees[part[:2]] = int(part[2:])
+        elif part.startswith("overlap") and part[7:].isdigit():
+            options.append(f"parallel.tp_overlap={part[7:]}")
+        elif part == "seq":
+            options.append("parallel.tp_sequence=true")
+        else:
+            sys.exit(f"loom: error: unknown layout part '{part}' in '{layout}'; "
+                     "hint: dpN, tpN, overlapK, seq joined by '+'")
+    return degrees, options
 
 
-def run_loom(path, steps, threads, peak, degrees):
+def run_loom(path, steps, threads, peak, degrees, options=()):
     ranks = degrees.get("dp", 1) * degrees.get("tp", 1)
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "metrics.jsonl")
         launch = mpirun(ranks) if ranks > 1 else []
-        sets = [f"parallel.{axis}={degree}" for axis, degree in degrees.items()]
+        sets = [f"parallel.{axis}={degree}" for axis, degree in degrees.items()] + list(options)
         sets += [f"train.steps={steps + WARMUP}", f"train.threads={max(1, threads // ranks)}"]
         subprocess.run(launch + [LOOM, "train", "-c", path, "--quiet", "--metrics", metrics,
                                  "--peak-flops", str(peak)] + [a for s in sets for a in ("--set", s)],
@@ -89,14 +103,14 @@ def run_peer(cfg, steps, threads, dp):
 
 def bench(workload, steps, rounds, threads, peak):
     name, _, layout = workload.partition("@")
-    degrees = parse_layout(layout)
+    degrees, options = parse_layout(layout)
     dp, tp = degrees.get("dp", 1), degrees.get("tp", 1)
     path, cfg = effective_config(name)
     p, m, t = cfg["parallel"], cfg["model"], cfg["train"]
     tokens_per_step = t["global_batch"] * m["seq_len"]
     loom_ms, peer_ms, records = [], [], []
     for _ in range(rounds):
-        run = run_loom(path, steps, threads, peak, degrees)
+        run = run_loom(path, steps, threads, peak, degrees, options)
         records.append(run)
         loom_ms += [r["step_ms"] for r in run[WARMUP:]]
         peer = run_peer(cfg, steps, threads, dp)
@@ -107,7 +121,8 @@ def bench(workload, steps, rounds, threads, peak):
     mfu = statistics.median(r["mfu"] for run in records for r in run[WARMUP:])
     return {
         "workload": workload,
-        "layout": {"dp": dp, "tp": tp, "pp": p["pp"], "sp": p["sp"], "schedule": None, "sp_mode": None},
+        "layout": {"dp": dp, "tp": tp, "pp": p["pp"], "sp": p["sp"], "schedule": None, "sp_mode": None,
+                   "options": options},
         "threads": threads,
         "steps": steps * rounds,
         "tokens_per_s": tokens_per_step / (step_ms / 1e3),
@@ -126,6 +141,42 @@ def bench(workload, steps, rounds, threads, peak):
     }
 
 
+# Self-comparisons: (config, degrees, the option off, the option on).
+VARIANTS = {
+    "tp-overlap": ("gpt-small", {"tp": 2}, ["parallel.tp_overlap=1"], ["parallel.tp_overlap=2"]),
+    "tp-sequence": ("gpt-small", {"tp": 2}, ["parallel.tp_sequence=false"], ["parallel.tp_sequence=true"]),
+}
+
+
+def compare(workload, steps, rounds, threads, peak):
+    name, degrees, off, on = VARIANTS[workload]
+    path, cfg = effective_config(name)
+    tokens_per_step = cfg["train"]["global_batch"] * cfg["model"]["seq_len"]
+    ms = {"off": [], "on": []}
+    runs = {"off": [], "on": []}
+    for _ in range(rounds):
+        for key, options in (("off", off), ("on", on)):
+            run = run_loom(path, steps, threads, peak, degrees, options)
+            runs[key].append(run)
+            ms[key] += [r["step_ms"] for r in run[WARMUP:]]
+
+    def summary(key, options):
+        first = runs[key][0]
+        step_ms = statistics.median(ms[key])
+        return {"options": options, "step_ms": step_ms, "step_ms_spread": [min(ms[key]), max(ms[key])],
+                "tokens_per_s": tokens_per_step / (step_ms / 1e3),
+                "peak_bytes": max(r["peak_bytes"] for run in runs[key] for r in run),
+                "comm_bytes_per_step": first[-1].get("comm_bytes_per_step", {}),
+                "losses": [r["loss"] for r in first]}
+
+    base, variant = summary("off", off), summary("on", on)
+    return {"workload": workload, "config": name, "layout": degrees, "threads": threads, "steps": steps * rounds,
+            "off": base, "on": variant,
+            "same_losses": base["losses"] == variant["losses"],
+            "ratio_on_vs_off": base["step_ms"] / variant["step_ms"],
+            "peak_bytes_on_vs_off": variant["peak_bytes"] / base["peak_bytes"]}
+
+
 def allreduce():
     out = subprocess.run(mpirun(2) + [os.path.join(ROOT, "build", "bin", "loom_bench_allreduce")], check=True,
                          capture_output=True, text=True)
@@ -140,13 +191,15 @@ def main():
     threads = int(os.environ.get("THREADS", str(os.cpu_count() or 1)))
     peaks = {}  # GEMM peak of one rank's threads: MFU is per rank against its own cores
     for workload in workloads:
-        degrees = parse_layout(workload.partition("@")[2])
+        degrees = VARIANTS[workload][1] if workload in VARIANTS else parse_layout(workload.partition("@")[2])[0]
         rank_threads = max(1, threads // (degrees.get("dp", 1) * degrees.get("tp", 1)))
         if workload != "allreduce" and rank_threads not in peaks:
             peaks[rank_threads] = gemm_peak(rank_threads)
         peak = peaks.get(rank_threads)
         if workload == "allreduce":
             allreduce()
+        elif workload in VARIANTS:
+            print(json.dumps(compare(workload, steps, rounds, threads, peak)), flush=True)
         else:
             print(json.dumps(bench(workload, steps, rounds, threads, peak)), flush=True)
 

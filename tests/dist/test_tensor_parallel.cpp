@@ -8,6 +8,7 @@
 #include "loom/core/rng.h"
 #include "loom/dist/recording_communicator.h"
 #include "loom/parallel/tensor_parallel_linear.h"
+#include "loom/parallel/tp_region.h"
 #include "unit/layer_check.h"
 #include "world.h"
 
@@ -99,6 +100,21 @@ TEST(TensorParallelLinearRow, RowParallelMatchesSlicesOfTheSerialLayer) {
   }
 }
 
+// The sequence helpers of tp_sequence against slices of the full tensors: rank r holds tokens
+// [r T/n, (r+1) T/n) of every batch row.
+TEST(TensorParallelSequence, GatherAndReduceScatterAlongTheSequence) {
+  const int64_t n = world().size(), r = world().rank(), batch = 3, seq = 4 * n, d = 5;
+  const at::Tensor full = shared_randn("full", {batch, seq, d});
+  const int64_t local = seq / n;
+  const at::Tensor mine = full.narrow(1, r * local, local).contiguous();
+  EXPECT_TENSOR_NEAR(gather_sequence(world(), mine), full, 0);
+  PendingSequenceGather pending(world(), mine);
+  EXPECT_TENSOR_NEAR(pending.wait(), full, 0);
+  // Rank r contributes (r + 1) x full: the sum is n (n + 1) / 2 x full, and rank r keeps its tokens.
+  const at::Tensor partial = full * static_cast<double>(r + 1);
+  EXPECT_TENSOR_NEAR(reduce_scatter_sequence(world(), partial), mine * static_cast<double>(n * (n + 1) / 2), 1e-12);
+}
+
 }  // namespace
 }  // namespace loom::parallel
 
@@ -130,8 +146,9 @@ Config tp_config(int64_t vocab) {
 struct TpCase {
   int64_t vocab;
   int zero;
-  bool with_dp;         // dp x tp = 2 x (world / 2) instead of tp = world
-  int64_t overlap = 1;  // parallel.tp_overlap (micro-batches of 2 samples when > 1)
+  bool with_dp;          // dp x tp = 2 x (world / 2) instead of tp = world
+  int64_t overlap = 1;   // parallel.tp_overlap (micro-batches of 2 samples when > 1)
+  bool sequence = false; // parallel.tp_sequence
 };
 
 class TensorParallelGpt : public ::testing::TestWithParam<TpCase> {};
@@ -144,6 +161,7 @@ TEST_P(TensorParallelGpt, MatchesTheSerialRunInFloat64) {
   c.parallel.dp = tc.with_dp ? 2 : 1;
   c.parallel.tp = n / c.parallel.dp;
   c.parallel.tp_overlap = tc.overlap;
+  c.parallel.tp_sequence = tc.sequence;
   if (tc.overlap > 1) c.train.micro_batch = 2;
   if (n % c.parallel.dp != 0 || 4 % c.parallel.tp != 0 || (tc.with_dp && n < 4)) GTEST_SKIP();
   const TrainedRun serial = run_serial(c);
@@ -154,11 +172,13 @@ TEST_P(TensorParallelGpt, MatchesTheSerialRunInFloat64) {
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelGpt,
                          ::testing::Values(TpCase{96, 0, false}, TpCase{97, 0, false}, TpCase{96, 1, false},
                                            TpCase{97, 1, true}, TpCase{96, 0, true}, TpCase{96, 0, false, 2},
-                                           TpCase{97, 1, true, 2}),
+                                           TpCase{97, 1, true, 2}, TpCase{97, 0, false, 1, true},
+                                           TpCase{96, 1, false, 1, true}, TpCase{96, 0, false, 2, true},
+                                           TpCase{97, 0, true, 1, true}, TpCase{96, 1, true, 2, true}),
                          [](const auto& info) {
                            const TpCase& t = info.param;
-                           return fmt::format("vocab{}_zero{}{}_overlap{}", t.vocab, t.zero, t.with_dp ? "_dp2" : "",
-                                              t.overlap);
+                           return fmt::format("vocab{}_zero{}{}_overlap{}{}", t.vocab, t.zero, t.with_dp ? "_dp2" : "",
+                                              t.overlap, t.sequence ? "_sequence" : "");
                          });
 
 // Per step with one micro-batch, the tp axis carries: the embedding's all-reduce of the
@@ -198,6 +218,56 @@ TEST_P(TensorParallelGptComm, CollectivesPerBlockMatchTheAnalyticCount) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Overlap, TensorParallelGptComm, ::testing::Values(1, 2),
+                         [](const auto& info) { return "overlap" + std::to_string(info.param); });
+
+}  // namespace
+}  // namespace loom::test
+
+namespace loom::test {
+namespace {
+
+// The same count under tp_sequence (NOTE [Tensor-parallel regions]), with A the bytes of one
+// [tokens, d_model] activation and n = tp. Per step with one micro-batch the tp axis carries:
+//   reduce-scatters: the embedding's output and the head's dx (A each); per sub-block (two per
+//     transformer block) y in forward and dx in backward, k chunks of A / k each;
+//   all-gathers: the head's input and the embedding's dy (A / n each); per sub-block its normed
+//     input in forward and dy in backward (k chunks of A / (n k)), and the normed input again in
+//     backward (A / n, whole);
+//   all-reduces: the head's row maxima and [exp-sum, target] (3 floats per token in two), the
+//     norm for clipping, and the partial gradients of each sequence-sharded layer once (the
+//     position table; each sub-block's norm; the final norm).
+class TensorParallelGptSequenceComm : public ::testing::TestWithParam<int64_t> {};  // tp_overlap
+
+TEST_P(TensorParallelGptSequenceComm, CollectivesPerBlockMatchTheAnalyticCount) {
+  const int64_t n = world().size(), k = GetParam();
+  if (n == 1) GTEST_SKIP() << "nothing moves with one rank";
+  Config c = tp_config(96);
+  c.parallel.tp = n;
+  c.parallel.tp_overlap = k;
+  c.parallel.tp_sequence = true;
+  c.train.steps = 1;
+  c.train.global_batch = 2;
+  c.train.micro_batch = 2;
+  if (4 % n != 0) GTEST_SKIP();
+  train::Trainer trainer(c, world());
+  trainer.run({.peak_flops = 1e9});
+  const auto& m = c.model;
+  const int64_t sub_blocks = 2 * m.n_layers, rows = c.train.micro_batch * m.seq_len;
+  const int64_t a = rows * m.d_model * 8;
+  std::map<std::string, std::pair<int64_t, int64_t>> got;  // op -> (count, bytes)
+  for (const auto& r : trainer.comm_stats().records) {
+    if (r.axis != "tp") continue;  // the step's figures (peak memory over the world)
+    got[r.op].first += 1;
+    got[r.op].second += r.bytes;
+  }
+  EXPECT_EQ(got["reduce_scatter"], std::pair(2 + sub_blocks * 2 * k, 2 * a + sub_blocks * 2 * a));
+  EXPECT_EQ(got["all_gather"], std::pair(2 + sub_blocks * (2 * k + 1), (2 + sub_blocks * 3) * a / n));
+  const int64_t partial_grads = (m.seq_len * m.d_model + sub_blocks * 2 * m.d_model + 2 * m.d_model) * 8;
+  EXPECT_EQ(got["all_reduce"], std::pair(2 + 1 + (1 + sub_blocks + 1), 3 * rows * 8 + 8 + partial_grads));
+  EXPECT_EQ(got.size(), 3u) << "no other kind of collective";
+}
+
+INSTANTIATE_TEST_SUITE_P(Overlap, TensorParallelGptSequenceComm, ::testing::Values(1, 2),
                          [](const auto& info) { return "overlap" + std::to_string(info.param); });
 
 }  // namespace

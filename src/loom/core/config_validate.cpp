@@ -55,11 +55,11 @@ void validate_parallel(const ParallelConfig& p) {
   LOOM_CHECK_INPUT(p.bucket_mb > 0, "parallel.bucket_mb = {} must be positive", p.bucket_mb);
   LOOM_CHECK_INPUT(p.sparse_partitions >= 0, "parallel.sparse_partitions = {} must be >= 0 (0 = automatic)",
                    p.sparse_partitions);
-  LOOM_CHECK_INPUT(p.pp == 1 && p.sp == 1 && p.chunks == 1 && !p.tp_sequence && p.pp_cuts.empty(),
-                   "parallel layout pp={} sp={} (chunks={}, tp_sequence={}, pp_cuts={}) needs pipeline or sequence "
-                   "parallelism or a tensor-parallel option this build does not have yet; data and tensor "
-                   "parallelism (parallel.dp, parallel.zero, parallel.tp, parallel.tp_overlap) are available",
-                   p.pp, p.sp, p.chunks, p.tp_sequence, p.pp_cuts.size());
+  LOOM_CHECK_INPUT(p.pp == 1 && p.sp == 1 && p.chunks == 1 && p.pp_cuts.empty(),
+                   "parallel layout pp={} sp={} (chunks={}, pp_cuts={}) needs pipeline or sequence parallelism, "
+                   "which this build does not have yet; data and tensor parallelism (parallel.dp, parallel.zero, "
+                   "parallel.tp, parallel.tp_overlap, parallel.tp_sequence) are available",
+                   p.pp, p.sp, p.chunks, p.pp_cuts.size());
 }
 
 void validate_tensor_parallel(const ModelConfig& m, const ParallelConfig& p, const TrainConfig& t) {
@@ -67,6 +67,10 @@ void validate_tensor_parallel(const ModelConfig& m, const ParallelConfig& p, con
                    "[tp] parallel.tp_overlap ({}) must divide train.micro_batch ({}): each micro-batch is cut into "
                    "tp_overlap equal chunks",
                    p.tp_overlap, t.micro_batch);
+  LOOM_CHECK_INPUT(!p.tp_sequence || m.seq_len % p.tp == 0,
+                   "[tp] parallel.tp_sequence needs model.seq_len ({}) divisible by parallel.tp ({}): each tp rank "
+                   "holds seq_len / tp tokens of the norm regions; hint: change seq_len or turn tp_sequence off",
+                   m.seq_len, p.tp);
   LOOM_CHECK_INPUT(m.n_heads % p.tp == 0, "[tp] model.n_heads ({}) must be divisible by parallel.tp ({})", m.n_heads,
                    p.tp);
   LOOM_CHECK_INPUT(m.ffn_mult * m.d_model % p.tp == 0,

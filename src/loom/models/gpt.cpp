@@ -12,22 +12,23 @@
 
 namespace loom::models {
 
-Model build_gpt(const ModelConfig& m, dist::Communicator& tp, int64_t tp_overlap) {
+Model build_gpt(const ModelConfig& m, dist::Communicator& tp, parallel::TpOptions options) {
+  const bool sequence = options.sequence && tp.size() > 1;
   const int64_t positions = m.max_positions > 0 ? m.max_positions : m.seq_len;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
   Model model;
-  model.chain.push_back(std::make_unique<nn::TokenPositionEmbedding>(m.vocab, positions, m.d_model, tp));
+  model.chain.push_back(std::make_unique<nn::TokenPositionEmbedding>(m.vocab, positions, m.d_model, tp, sequence));
   for (int64_t i = 0; i < m.n_layers; ++i) {
     const std::string prefix = fmt::format("blocks.{}", i);
     model.chain.push_back(
         std::make_unique<nn::AttentionBlock>(prefix + ".attn", m.d_model, m.n_heads, m.attn_tile, residual_std, tp,
-                                             tp_overlap));
+                                             options));
     model.chain.push_back(
         std::make_unique<nn::MlpBlock>(prefix + ".mlp", m.d_model, m.ffn_mult * m.d_model, residual_std, tp,
-                                       tp_overlap));
+                                       options));
   }
-  model.chain.push_back(std::make_unique<nn::FinalNorm>(m.d_model));
-  model.chain.push_back(std::make_unique<nn::LmHeadLoss>(m.d_model, m.vocab, tp));
+  model.chain.push_back(std::make_unique<nn::FinalNorm>(m.d_model, sequence ? tp.size() : 1));
+  model.chain.push_back(std::make_unique<nn::LmHeadLoss>(m.d_model, m.vocab, tp, sequence));
   return model;
 }
 

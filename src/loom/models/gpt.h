@@ -4,14 +4,17 @@
 #include "loom/core/config.h"
 #include "loom/dist/communicator.h"
 #include "loom/models/model.h"
+#include "loom/parallel/tp_region.h"
 
 namespace loom::models {
 
 // Layers only; call Model::initialise to allocate and fill the parameters. Tensor parallelism
 // over `tp` (a communicator of one rank for a serial model): the attention and MLP sub-blocks
 // split their heads and hidden units, the embedding and the head their (padded) vocabulary;
-// norms and the position table are replicated. `tp_overlap` > 1 cuts each micro-batch into that
-// many chunks in the sub-blocks to overlap their all-reduces (NOTE [Sub-pipelined TP]).
-Model build_gpt(const ModelConfig& config, dist::Communicator& tp, int64_t tp_overlap = 1);
+// norms and the position table are replicated. `tp.overlap` > 1 cuts each micro-batch into that
+// many chunks in the sub-blocks to overlap their collectives (NOTE [Sub-pipelined TP]);
+// `tp.sequence` shards the residual stream and the norms along seq (NOTE [Tensor-parallel
+// regions]): the layers between the embedding and the head see seq/tp tokens per rank.
+Model build_gpt(const ModelConfig& config, dist::Communicator& tp, parallel::TpOptions options = {});
 
 }  // namespace loom::models

@@ -4,14 +4,21 @@
 //
 // Tensor parallelism over `tp` (a communicator of one rank for a serial model): the heads are
 // split, qkv is column-parallel (each rank holds q, k and v of its heads) and proj row-parallel.
-// Communication per call: forward one all-reduce of [batch, seq, d_model] (in proj);
-// backward_input one all-reduce of the same size (in qkv's input gradient); backward_weight none.
-// With `overlap_chunks` = k > 1 each of those is k all-reduces of a batch chunk, overlapped with
-// the next chunk's compute (NOTE [Sub-pipelined TP]).
+// Communication per call (NOTE [Tensor-parallel regions]), x and y of [batch, seq, d_model]:
+//   forward          all-reduce of y (proj's output)
+//   backward_input   all-reduce of dx (qkv's input gradient)
+//   backward_weight  none
+// Under tp_sequence x, y, dy and dx hold seq/tp tokens and:
+//   forward          all-gather of ln(x) (qkv's input); reduce-scatter of y
+//   backward_input   all-gather of dy; reduce-scatter of dx; all-gather of ln(x) again, for
+//                    qkv's weight gradient (saving the gathered one would undo the saving)
+// With tp_overlap = k every collective except that last gather is k, one per batch chunk,
+// overlapped with the next chunk's compute (NOTE [Sub-pipelined TP]).
 #include "loom/nn/layer.h"
 #include "loom/nn/layer_norm.h"
 #include "loom/dist/communicator.h"
 #include "loom/parallel/tensor_parallel_linear.h"
+#include "loom/parallel/tp_region.h"
 
 namespace loom::nn {
 
@@ -20,7 +27,7 @@ class AttentionBlock final : public Layer {
   // `prefix` names the parameters, e.g. "blocks.0.attn"; `residual_std` initialises the output
   // projection (GPT-2 scales it by 1/sqrt(2 * n_layers)).
   AttentionBlock(const std::string& prefix, int64_t d_model, int64_t n_heads, int64_t tile, double residual_std,
-                 dist::Communicator& tp, int64_t overlap_chunks = 1);
+                 dist::Communicator& tp, parallel::TpOptions options = {});
 
   std::string name() const override { return prefix_; }
   at::Tensor forward(const at::Tensor& x, const MicroBatch& mb, Saved& saved) override;
@@ -32,6 +39,7 @@ class AttentionBlock final : public Layer {
  private:
   dist::Communicator& tp_;
   int64_t chunks_;  // sub-pipelined TP chunks per micro-batch (1 = off)
+  bool sequence_;   // tp_sequence on more than one rank
 
  public:
   LayerNorm norm;

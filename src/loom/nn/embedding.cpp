@@ -1,9 +1,12 @@
 #include "loom/nn/embedding.h"
 
+#include "loom/parallel/tp_region.h"
+
 namespace loom::nn {
 namespace {
 struct State : SavedState {
-  at::Tensor tokens, dy;
+  at::Tensor tokens, dy;  // dy of every token
+  at::Tensor dy_local;    // dy of this rank's tokens (tp_sequence)
   at::Tensor mine;  // [batch * seq] bool: ids in this rank's rows (tp > 1)
 };
 }  // namespace
@@ -11,15 +14,15 @@ struct State : SavedState {
 int64_t padded_vocab(int64_t vocab, int tp) { return (vocab + tp - 1) / tp * tp; }
 
 TokenPositionEmbedding::TokenPositionEmbedding(int64_t vocab, int64_t positions, int64_t d_model,
-                                               dist::Communicator& tp)
-    : tp_(tp), d_model_(d_model) {
+                                               dist::Communicator& tp, bool sequence_sharded)
+    : tp_(tp), sequence_(tp.size() > 1 && sequence_sharded), d_model_(d_model) {
   const int64_t padded = padded_vocab(vocab, tp.size());
   rows_ = padded / tp.size();
   first_row_ = rows_ * tp.rank();
   token_table = Param{.name = "embedding.wte", .full_shape = {padded, d_model}, .shard = {0, first_row_, rows_},
                       .init = Init::Normal, .init_std = 0.02, .weight_decay = true};
   position_table = Param{.name = "embedding.wpe", .full_shape = {positions, d_model}, .init = Init::Normal,
-                         .init_std = 0.01, .weight_decay = true};
+                         .init_std = 0.01, .weight_decay = true, .tp_partial = sequence_};
 }
 
 at::Tensor TokenPositionEmbedding::forward(const at::Tensor& tokens, const MicroBatch&, Saved& saved) {
@@ -32,21 +35,26 @@ at::Tensor TokenPositionEmbedding::forward(const at::Tensor& tokens, const Micro
     ids = (ids - first_row_).mul_(s.mine);  // ids of other ranks read row 0, then are zeroed
   }
   at::Tensor rows = token_table.value.index_select(0, ids);
-  if (tp_.size() > 1) {
-    rows.mul_(s.mine.unsqueeze(1));
+  if (tp_.size() == 1) return rows.view({batch, seq, d_model_}) + position_table.value.narrow(0, 0, seq);
+  rows.mul_(s.mine.unsqueeze(1));
+  if (!sequence_) {
     tp_.all_reduce(rows, dist::ReduceOp::Sum);
+    return rows.view({batch, seq, d_model_}) + position_table.value.narrow(0, 0, seq);
   }
-  return rows.view({batch, seq, d_model_}) + position_table.value.narrow(0, 0, seq);
+  const at::Tensor mine = parallel::reduce_scatter_sequence(tp_, rows.view({batch, seq, d_model_}));
+  const int64_t local = mine.size(1);
+  return mine + position_table.value.narrow(0, tp_.rank() * local, local);
 }
 
 at::Tensor TokenPositionEmbedding::backward_input(const at::Tensor& dy, Saved& saved) {
-  saved.get<State>().dy = dy;
+  auto& s = saved.get<State>();
+  s.dy_local = dy;
+  s.dy = sequence_ ? parallel::gather_sequence(tp_, dy) : dy;
   return {};
 }
 
 void TokenPositionEmbedding::backward_weight(Saved& saved) {
   auto& s = saved.get<State>();
-  const int64_t seq = s.tokens.size(1);
   const at::Tensor dy = s.dy.reshape({-1, d_model_});
   if (tp_.size() > 1) {
     const at::Tensor ids = (s.tokens.reshape({-1}) - first_row_).mul_(s.mine);
@@ -54,7 +62,8 @@ void TokenPositionEmbedding::backward_weight(Saved& saved) {
   } else {
     token_table.grad.index_add_(0, s.tokens.reshape({-1}), dy);
   }
-  position_table.grad.narrow(0, 0, seq).add_(s.dy.sum(0));
+  const int64_t local = s.dy_local.size(1), first = sequence_ ? tp_.rank() * local : 0;
+  position_table.grad.narrow(0, first, local).add_(s.dy_local.sum(0));
   saved.clear();
 }
 

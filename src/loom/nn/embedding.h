@@ -5,6 +5,10 @@
 // Vocabulary-parallel over `tp`: the token table's rows are split (see padded_vocab); each rank
 // looks up the ids it owns, zeros for the others, and one all-reduce of [batch, seq, d_model] in
 // forward sums the parts. The position table is replicated. Backward communicates nothing.
+// Under tp_sequence (`sequence_sharded`) the output holds this rank's seq/tp tokens: forward
+// reduce-scatters the parts along seq instead, adds the positions of those tokens (so the
+// position table's gradient is partial over tp), and backward_input all-gathers dy, which the
+// token table's gradient needs for every token.
 #include "loom/dist/communicator.h"
 #include "loom/nn/layer.h"
 
@@ -20,7 +24,8 @@ int64_t padded_vocab(int64_t vocab, int tp);
 
 class TokenPositionEmbedding final : public Layer {
  public:
-  TokenPositionEmbedding(int64_t vocab, int64_t positions, int64_t d_model, dist::Communicator& tp);
+  TokenPositionEmbedding(int64_t vocab, int64_t positions, int64_t d_model, dist::Communicator& tp,
+                         bool sequence_sharded = false);
 
   std::string name() const override { return "embedding"; }
   at::Tensor forward(const at::Tensor& tokens, const MicroBatch& mb, Saved& saved) override;
@@ -34,6 +39,7 @@ class TokenPositionEmbedding final : public Layer {
 
  private:
   dist::Communicator& tp_;
+  bool sequence_;
   int64_t d_model_, first_row_, rows_;  // the token rows this rank owns
 };
 

@@ -8,7 +8,8 @@ struct State : SavedState {
 };
 }  // namespace
 
-FinalNorm::FinalNorm(int64_t d_model) : norm("final_norm", d_model), d_model_(d_model) {}
+FinalNorm::FinalNorm(int64_t d_model, int64_t sequence_shards)
+    : norm("final_norm", d_model, sequence_shards > 1), shards_(sequence_shards), d_model_(d_model) {}
 
 at::Tensor FinalNorm::forward(const at::Tensor& x, const MicroBatch&, Saved& saved) {
   auto& s = saved.emplace<State>();
@@ -32,7 +33,7 @@ void FinalNorm::backward_weight(Saved& saved) {
 
 Cost FinalNorm::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
   Cost c;
-  c.saved_bytes = static_cast<double>(batch * seq * d_model_ * dtype_bytes);
+  c.saved_bytes = static_cast<double>(batch * seq / shards_ * d_model_ * dtype_bytes);
   c.param_bytes = static_cast<double>(2 * d_model_ * dtype_bytes);
   return c;
 }

@@ -1,5 +1,6 @@
 #pragma once
-// The final LayerNorm before the LM head, as a chain layer.
+// The final LayerNorm before the LM head, as a chain layer. Under tp_sequence the tokens are
+// split over `sequence_shards` (= tp) ranks and it normalises this rank's; the head gathers them.
 #include "loom/nn/layer.h"
 #include "loom/nn/layer_norm.h"
 
@@ -7,7 +8,7 @@ namespace loom::nn {
 
 class FinalNorm final : public Layer {
  public:
-  explicit FinalNorm(int64_t d_model);
+  explicit FinalNorm(int64_t d_model, int64_t sequence_shards = 1);
 
   std::string name() const override { return "final_norm"; }
   at::Tensor forward(const at::Tensor& x, const MicroBatch& mb, Saved& saved) override;
@@ -19,7 +20,7 @@ class FinalNorm final : public Layer {
   LayerNorm norm;
 
  private:
-  int64_t d_model_;
+  int64_t shards_, d_model_;
 };
 
 }  // namespace loom::nn

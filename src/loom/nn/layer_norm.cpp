@@ -6,9 +6,9 @@ namespace {
 constexpr double kEps = 1e-5;
 }
 
-LayerNorm::LayerNorm(const std::string& name, int64_t dim) : dim_(dim) {
-  gain = Param{.name = name + ".weight", .full_shape = {dim}, .init = Init::Ones};
-  bias = Param{.name = name + ".bias", .full_shape = {dim}};
+LayerNorm::LayerNorm(const std::string& name, int64_t dim, bool sequence_sharded) : dim_(dim) {
+  gain = Param{.name = name + ".weight", .full_shape = {dim}, .init = Init::Ones, .tp_partial = sequence_sharded};
+  bias = Param{.name = name + ".bias", .full_shape = {dim}, .tp_partial = sequence_sharded};
 }
 
 NormOutput LayerNorm::forward(const at::Tensor& x) const {

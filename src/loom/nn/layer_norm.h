@@ -18,7 +18,9 @@ struct NormGrads {
 
 class LayerNorm {
  public:
-  LayerNorm(const std::string& name, int64_t dim);
+  // `sequence_sharded`: it sees only this tp rank's tokens (tp_sequence), so its parameter
+  // gradients are partial over tp (Param::tp_partial).
+  LayerNorm(const std::string& name, int64_t dim, bool sequence_sharded = false);
 
   NormOutput forward(const at::Tensor& x) const;
   NormGrads backward(const at::Tensor& dy, const at::Tensor& x, const at::Tensor& mean,

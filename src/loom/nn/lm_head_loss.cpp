@@ -3,19 +3,20 @@
 #include <limits>
 
 #include "loom/nn/embedding.h"
+#include "loom/parallel/tp_region.h"
 
 namespace loom::nn {
 namespace {
 struct State : SavedState {
-  at::Tensor x;        // [rows, d_model]
-  std::vector<int64_t> input_shape;
+  at::Tensor x;        // [rows, d_model], every token
+  std::vector<int64_t> shape;  // [batch, seq, d_model] of every token
   at::Tensor dlogits;  // [rows, vocab]: softmax - onehot, without the loss scale
   double scale = 1.0;
 };
 }  // namespace
 
-LmHeadLoss::LmHeadLoss(int64_t d_model, int64_t vocab, dist::Communicator& tp)
-    : tp_(tp), d_model_(d_model), vocab_(vocab) {
+LmHeadLoss::LmHeadLoss(int64_t d_model, int64_t vocab, dist::Communicator& tp, bool sequence_sharded)
+    : tp_(tp), sequence_(tp.size() > 1 && sequence_sharded), d_model_(d_model), vocab_(vocab) {
   const int64_t padded = padded_vocab(vocab, tp.size());
   rows_ = padded / tp.size();
   first_row_ = rows_ * tp.rank();
@@ -51,8 +52,9 @@ at::Tensor LmHeadLoss::distributed_forward(const at::Tensor& x, const at::Tensor
 
 at::Tensor LmHeadLoss::forward(const at::Tensor& x, const MicroBatch& mb, Saved& saved) {
   auto& s = saved.emplace<State>();
-  s.x = x.reshape({-1, d_model_});
-  s.input_shape = x.sizes().vec();
+  const at::Tensor full = sequence_ ? parallel::gather_sequence(tp_, x) : x;
+  s.x = full.reshape({-1, d_model_});
+  s.shape = full.sizes().vec();
   const at::Tensor targets = mb.targets.reshape({-1, 1});
   // One fused pass for log-softmax, one for its exponent: fewer passes over the [rows, vocab]
   // logits than logsumexp + exp, and the loss scale is applied in the backward GEMMs instead of
@@ -72,9 +74,10 @@ at::Tensor LmHeadLoss::forward(const at::Tensor& x, const MicroBatch& mb, Saved&
 at::Tensor LmHeadLoss::backward_input(const at::Tensor&, Saved& saved) {
   auto& s = saved.get<State>();
   // dx = scale * dlogits W, summed over the vocabulary slices
-  at::Tensor dx = at::mm(s.dlogits, weight.value).mul_(s.scale);
+  at::Tensor dx = at::mm(s.dlogits, weight.value).mul_(s.scale).view(s.shape);
+  if (sequence_) return parallel::reduce_scatter_sequence(tp_, dx);
   tp_.all_reduce(dx, dist::ReduceOp::Sum);
-  return dx.view(s.input_shape);
+  return dx;
 }
 
 void LmHeadLoss::backward_weight(Saved& saved) {

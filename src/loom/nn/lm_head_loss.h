@@ -12,6 +12,8 @@
 // softmax statistics travel instead: forward all-reduces the row maxima (max) and then the
 // exp-sums with the target logits (one sum of [2, rows]); backward_input all-reduces dx
 // ([rows, d_model], sum). With tp = 1 the fused log-softmax path runs and nothing travels.
+// Under tp_sequence (`sequence_sharded`) x and dx hold this rank's seq/tp tokens: forward first
+// all-gathers x along seq, and backward_input reduce-scatters dx instead of all-reducing it.
 #include "loom/dist/communicator.h"
 #include "loom/nn/layer.h"
 
@@ -19,7 +21,7 @@ namespace loom::nn {
 
 class LmHeadLoss final : public Layer {
  public:
-  LmHeadLoss(int64_t d_model, int64_t vocab, dist::Communicator& tp);
+  LmHeadLoss(int64_t d_model, int64_t vocab, dist::Communicator& tp, bool sequence_sharded = false);
 
   std::string name() const override { return "head_loss"; }
   at::Tensor forward(const at::Tensor& x, const MicroBatch& mb, Saved& saved) override;
@@ -33,6 +35,7 @@ class LmHeadLoss final : public Layer {
  private:
   at::Tensor distributed_forward(const at::Tensor& x, const at::Tensor& targets, double scale, at::Tensor& dlogits);
   dist::Communicator& tp_;
+  bool sequence_;
   int64_t d_model_, vocab_, first_row_, rows_;
 };
 

@@ -3,21 +3,22 @@
 //
 // Tensor parallelism over `tp` (a communicator of one rank for a serial model): up is
 // column-parallel, down row-parallel, so GELU runs on each rank's hidden slice. Communication
-// per call: forward one all-reduce of [batch, seq, d_model] (in down); backward_input one of the
-// same size (in up's input gradient); backward_weight none. With `overlap_chunks` = k > 1 each
-// of those is k all-reduces of a batch chunk, overlapped with the next chunk's compute
-// (NOTE [Sub-pipelined TP]).
+// per call is the attention sub-block's (see attention_block.h): forward one all-reduce of y
+// (down's output), backward_input one of dx (up's input gradient); under tp_sequence an
+// all-gather of ln(x) and a reduce-scatter of y in forward, and all-gathers of dy and ln(x) and
+// a reduce-scatter of dx in backward_input; tp_overlap cuts them into batch chunks.
 #include "loom/nn/layer.h"
 #include "loom/nn/layer_norm.h"
 #include "loom/dist/communicator.h"
 #include "loom/parallel/tensor_parallel_linear.h"
+#include "loom/parallel/tp_region.h"
 
 namespace loom::nn {
 
 class MlpBlock final : public Layer {
  public:
   MlpBlock(const std::string& prefix, int64_t d_model, int64_t hidden, double residual_std, dist::Communicator& tp,
-           int64_t overlap_chunks = 1);
+           parallel::TpOptions options = {});
 
   std::string name() const override { return prefix_; }
   at::Tensor forward(const at::Tensor& x, const MicroBatch& mb, Saved& saved) override;
@@ -29,6 +30,7 @@ class MlpBlock final : public Layer {
  private:
   dist::Communicator& tp_;
   int64_t chunks_;  // sub-pipelined TP chunks per micro-batch (1 = off)
+  bool sequence_;   // tp_sequence on more than one rank
 
  public:
   LayerNorm norm;

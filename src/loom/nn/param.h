@@ -19,6 +19,9 @@ struct Param {
   Init init = Init::Zeros;
   double init_std = 0.0;            // for Init::Normal
   bool weight_decay = false;        // AdamW decays matrices, not biases or norm gains
+  // The gradient covers only this tp rank's tokens (a sequence-sharded norm or position table
+  // under parallel.tp_sequence) and is summed over tp once per step (SequenceGradReducer).
+  bool tp_partial = false;
   at::Tensor value;
   at::Tensor grad;                  // same shape as value; zeroed by zero_grad
 

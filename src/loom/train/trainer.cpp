@@ -71,12 +71,15 @@ Trainer::Trainer(Config config, dist::Communicator& world)
   at::set_num_threads(threads);
   world_ = std::make_unique<dist::RecordingCommunicator>(world, comm_stats_);
   mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
-  model_ = models::build_gpt(config_.model, mesh_->tp(), config_.parallel.tp_overlap);
+  model_ = models::build_gpt(config_.model, mesh_->tp(), tp_options());
   const int64_t budget = config_.budget_bytes();
   if (budget > 0) memory::set_budget(budget);
   try {
     model_.initialise(static_cast<uint64_t>(config_.train.seed), dtype_);
     flat_ = std::make_unique<parallel::FlatParams>(model_, mesh_->dp().size());
+    std::vector<std::vector<nn::Param*>> layer_params;
+    for (auto& layer : model_.chain) layer_params.push_back(layer->params());
+    sequence_grads_ = std::make_unique<parallel::SequenceGradReducer>(layer_params, mesh_->tp());
     const optim::AdamWOptions adamw{.beta1 = config_.train.beta1, .beta2 = config_.train.beta2,
                                     .weight_decay = config_.train.weight_decay};
     if (config_.parallel.zero == 1) {
@@ -101,7 +104,7 @@ void Trainer::check_input(dist::Communicator& world) {
     source_ = data::open_source(config_);
     // Layers only, nothing allocated: rank 0's shard shapes under the configured tp degree.
     sizing_tp_ = std::make_unique<dist::SizingCommunicator>(0, static_cast<int>(config_.parallel.tp), "tp");
-    model_ = models::build_gpt(config_.model, *sizing_tp_, config_.parallel.tp_overlap);
+    model_ = models::build_gpt(config_.model, *sizing_tp_, tp_options());
     const int64_t budget = config_.budget_bytes();
     if (budget > 0) {
       const double need = estimated_bytes();
@@ -126,12 +129,19 @@ Trainer::~Trainer() {
   memory::set_budget(0);  // the budget belongs to this run, not to whatever the process does next
 }
 
+parallel::TpOptions Trainer::tp_options() const {
+  return {.overlap = config_.parallel.tp_overlap, .sequence = config_.parallel.tp_sequence};
+}
+
 double Trainer::estimated_bytes() const {
   const int64_t bytes = dtype_ == at::kDouble ? 8 : 4;
   const auto& m = config_.model;
   const nn::Cost cost = model_.cost(config_.train.micro_batch, m.seq_len, bytes);
+  // Full recomputation keeps each layer's input: seq/tp tokens under tp_sequence.
+  const int64_t seq_shards = config_.parallel.tp_sequence ? config_.parallel.tp : 1;
   const double activations = config_.memory.recompute == "full"
-                                 ? static_cast<double>(config_.train.micro_batch * m.seq_len * m.d_model * bytes) *
+                                 ? static_cast<double>(config_.train.micro_batch * m.seq_len / seq_shards * m.d_model *
+                                                       bytes) *
                                        static_cast<double>(model_.chain.size())
                                  : cost.saved_bytes;
   // ZeRO-1 keeps 1/dp of the two AdamW moments.
@@ -174,8 +184,12 @@ double Trainer::train_microbatch(int64_t step, int64_t microbatch_index, bool la
       return 0;
     });
     if (recompute) inputs[i].reset();
-    // This layer's gradients are final once the rank's last micro-batch has passed it.
-    if (last_local && reducer_) reducer_->layer_done(i);
+    // This layer's gradients are final once the rank's last micro-batch has passed it (and,
+    // under tp_sequence, its norms' partial gradients are summed over tp).
+    if (last_local) {
+      sequence_grads_->layer_done(i);
+      if (reducer_) reducer_->layer_done(i);
+    }
   }
   return loss;
 }

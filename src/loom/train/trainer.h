@@ -23,6 +23,7 @@
 #include "loom/parallel/flat_params.h"
 #include "loom/parallel/gradient_reducer.h"
 #include "loom/parallel/sharded_adamw.h"
+#include "loom/parallel/tp_region.h"
 #include "loom/trace/chrome_trace.h"
 
 namespace loom::train {
@@ -61,6 +62,7 @@ class Trainer {
   void check_input(dist::Communicator& world);
   double train_microbatch(int64_t step, int64_t microbatch_index, bool last_local);
   double optimizer_step(double lr);
+  parallel::TpOptions tp_options() const;
   template <class Fn>
   auto timed(const std::string& name, const char* category, Fn&& fn);
 
@@ -73,6 +75,7 @@ class Trainer {
   std::unique_ptr<dist::RecordingCommunicator> world_;
   std::unique_ptr<dist::Mesh> mesh_;
   std::unique_ptr<parallel::FlatParams> flat_;
+  std::unique_ptr<parallel::SequenceGradReducer> sequence_grads_;  // tp_sequence's partial gradients
   std::unique_ptr<parallel::GradientReducer> reducer_;    // replicated optimizer (zero = 0)
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<parallel::ShardedAdamW> sharded_;        // zero = 1
