@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # smoke.sh LOOM SOURCE_DIR: the CLI end to end in a temporary directory: --version, config
 # printing that reads back, data prepare, and a short training run on the prepared file that
-# writes its metrics and trace.
+# writes its metrics and trace; a pipeline schedule printed, written as CSV and read back.
 set -euo pipefail
 loom=$1 src=$2
 dir=$(mktemp -d)
@@ -19,4 +19,8 @@ for i in $(seq 40); do cat "$src/README.md"; done >"$dir/text.txt"
 grep -q 'step 3/3' "$dir/out.txt"
 [ "$(wc -l <"$dir/m.jsonl")" -eq 3 ]
 grep -q '"traceEvents"' "$dir/t.json"
+# A pipeline schedule: the grid, its bubble fraction, and a CSV that reads back to the same grid.
+"$loom" schedule --kind 1f1b --stages 4 --microbatches 8 --csv "$dir/s.csv" >"$dir/grid.txt"
+grep -q 'bubble fraction 0.2727' "$dir/grid.txt"
+"$loom" schedule --from "$dir/s.csv" | tail -n +2 | diff - <(tail -n +2 "$dir/grid.txt")
 echo "ok: CLI smoke"

@@ -15,5 +15,6 @@ Action add_train(CLI::App& app);
 Action add_config(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_data(CLI::App& app);
+Action add_schedule(CLI::App& app);
 
 }  // namespace loom::cli

@@ -1,0 +1,73 @@
+// loom schedule: generate (or read) a pipeline schedule, validate it in the unit simulator and
+// print its step x rank grid with the bubble fraction, the critical path and each rank's peak of
+// stashed micro-batches.
+#include <fmt/format.h>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "commands.h"
+#include "loom/core/error.h"
+#include "loom/pipeline/simulator.h"
+
+namespace loom::cli {
+
+Action add_schedule(CLI::App& app) {
+  auto* cmd = app.add_subcommand("schedule", "print and check a pipeline schedule (no training)");
+  struct Options {
+    std::string kind = "1f1b", from, csv;
+    int64_t stages = 4, microbatches = 8, chunks = 1;
+    double f = 1, b = 1, w = 1, recompute = 0, p2p = 0;
+  };
+  auto o = std::make_shared<Options>();
+  cmd->add_option("--kind", o->kind, "gpipe | 1f1b | interleaved | zb-h1 | scp");
+  cmd->add_option("--stages", o->stages, "pipeline stages (ranks)");
+  cmd->add_option("--microbatches", o->microbatches, "micro-batches per step");
+  cmd->add_option("--chunks", o->chunks, "virtual chunks per rank (interleaved)");
+  cmd->add_option("--from", o->from, "read the schedule from this CSV instead of generating it");
+  cmd->add_option("--csv", o->csv, "also write the schedule as CSV to this file");
+  cmd->add_option("--cost-f", o->f, "duration of a forward");
+  cmd->add_option("--cost-b", o->b, "duration of an input gradient (B)");
+  cmd->add_option("--cost-w", o->w, "duration of a weight gradient (W); BW takes B + W");
+  cmd->add_option("--recompute", o->recompute,
+                  "duration of a recomputation on every stage but the last (0 = none): paid inside B unless an R "
+                  "action runs it ahead");
+  cmd->add_option("--p2p", o->p2p, "latency of a message between stages");
+  return [cmd, o](dist::Runtime&) {
+    if (!*cmd) return;
+    for (auto [name, value] : {std::pair{"--cost-f", o->f}, {"--cost-b", o->b}, {"--cost-w", o->w},
+                               {"--recompute", o->recompute}, {"--p2p", o->p2p}})
+      LOOM_CHECK_INPUT(value >= 0, "{} = {} must be >= 0", name, value);
+    pipeline::Schedule schedule;
+    if (!o->from.empty()) {
+      std::ifstream in(o->from);
+      LOOM_CHECK_INPUT(in.good(), "--from {}: cannot read the file", o->from);
+      std::stringstream text;
+      text << in.rdbuf();
+      schedule = pipeline::from_csv(text.str(), o->from);
+    } else {
+      schedule = pipeline::make_schedule(o->kind, o->stages, o->microbatches, o->chunks);
+    }
+    pipeline::Costs costs{.p2p = o->p2p};
+    for (int64_t v = 0; v < schedule.virtual_stages(); ++v)
+      costs.stages.push_back({o->f, o->b, o->w, v + 1 < schedule.virtual_stages() ? o->recompute : 0.0});
+    const pipeline::Simulation sim = pipeline::simulate(schedule, costs);
+    if (!o->csv.empty()) {
+      std::ofstream out(o->csv);
+      LOOM_CHECK_INPUT(out.good(), "--csv {}: cannot write the file", o->csv);
+      out << pipeline::to_csv(schedule);
+    }
+    std::cout << fmt::format("schedule {}: {} stages, {} micro-batches, {} chunk(s)\n", schedule.kind, schedule.stages,
+                             schedule.microbatches, schedule.chunks)
+              << pipeline::format_grid(schedule, sim);
+    std::string peaks, path;
+    for (int64_t n : sim.peak_stashed) peaks += fmt::format(" {}", n);
+    for (const auto& t : sim.critical_path) path += fmt::format(" {}@r{}", t.action.text(schedule.chunks > 1), t.rank);
+    std::cout << fmt::format("makespan {:g}, bubble fraction {:.4f}\npeak stashed micro-batches per rank:{}\n"
+                             "critical path:{}\n",
+                             sim.makespan, sim.bubble_fraction, peaks, path);
+  };
+}
+
+}  // namespace loom::cli
