@@ -110,7 +110,14 @@ TEST(Config, ValidationRefusesInconsistentValues) {
   EXPECT_THAT(refused([](Config& c) { c.data.source = "csv:x"; }), HasSubstr("data.source"));
   EXPECT_THAT(refused([](Config& c) { c.memory.budget = "lots"; }), HasSubstr("memory.budget = \"lots\""));
   EXPECT_THAT(refused([](Config& c) { c.train.steps = 0; }), HasSubstr("train.steps = 0 must be positive"));
-  EXPECT_THAT(refused([](Config& c) { c.parallel.pp = 2; }), HasSubstr("pp=2"));
+  EXPECT_THAT(refused([](Config& c) { c.parallel.sp = 2; }), HasSubstr("parallel.sp = 2 needs sequence parallelism"));
+  EXPECT_THAT(refused([](Config& c) { c.parallel.pp = 2, c.parallel.chunks = 2; }),
+              HasSubstr("parallel.chunks = 2 needs parallel.schedule = \"interleaved\""));
+  EXPECT_THAT(refused([](Config& c) {
+                c.parallel.pp = 2, c.parallel.chunks = 3, c.parallel.schedule = "interleaved", c.model.n_layers = 4;
+              }),
+              HasSubstr("parallel.chunks = 3 must divide model.n_layers (4)"));
+  EXPECT_THAT(refused([](Config& c) { c.parallel.schedule = "pipedream"; }), HasSubstr("parallel.schedule"));
   EXPECT_THAT(refused([](Config& c) { c.parallel.tp = 3; }),
               HasSubstr("[tp] model.n_heads (4) must be divisible by parallel.tp (3)"));
   EXPECT_THAT(refused([](Config& c) { c.parallel.dp = 4; }), HasSubstr("parallel.dp (4) must divide the micro-batches"));

@@ -47,19 +47,35 @@ void validate_parallel(const ParallelConfig& p) {
                             {"parallel.sp", p.sp}, {"parallel.chunks", p.chunks},
                             {"parallel.tp_overlap", p.tp_overlap}})
     check_positive(key, value);
-  check_one_of("parallel.schedule", p.schedule,
-               std::array<std::string_view, 5>{"gpipe", "1f1b", "interleaved", "zb-h1", "scp"});
+  if (!(p.schedule.starts_with("csv:") && p.schedule.size() > 4))
+    check_one_of("parallel.schedule", p.schedule,
+                 std::array<std::string_view, 5>{"gpipe", "1f1b", "interleaved", "zb-h1", "scp"});
   check_one_of("parallel.sp_mode", p.sp_mode, std::array<std::string_view, 3>{"allgather", "ring", "ulysses"});
   check_one_of("parallel.sparse", p.sparse, std::array<std::string_view, 2>{"auto", "off"});
   LOOM_CHECK_INPUT(p.zero == 0 || p.zero == 1, "parallel.zero = {} must be 0 or 1", p.zero);
   LOOM_CHECK_INPUT(p.bucket_mb > 0, "parallel.bucket_mb = {} must be positive", p.bucket_mb);
   LOOM_CHECK_INPUT(p.sparse_partitions >= 0, "parallel.sparse_partitions = {} must be >= 0 (0 = automatic)",
                    p.sparse_partitions);
-  LOOM_CHECK_INPUT(p.pp == 1 && p.sp == 1 && p.chunks == 1 && p.pp_cuts.empty(),
-                   "parallel layout pp={} sp={} (chunks={}, pp_cuts={}) needs pipeline or sequence parallelism, "
-                   "which this build does not have yet; data and tensor parallelism (parallel.dp, parallel.zero, "
-                   "parallel.tp, parallel.tp_overlap, parallel.tp_sequence) are available",
-                   p.pp, p.sp, p.chunks, p.pp_cuts.size());
+  LOOM_CHECK_INPUT(p.sp == 1,
+                   "parallel.sp = {} needs sequence parallelism, which this build does not have yet; data, tensor "
+                   "and pipeline parallelism (parallel.dp, tp, pp) are available",
+                   p.sp);
+  LOOM_CHECK_INPUT(p.chunks == 1 || p.schedule == "interleaved" || p.schedule.starts_with("csv:"),
+                   "parallel.chunks = {} needs parallel.schedule = \"interleaved\" (or a CSV schedule); \"{}\" "
+                   "runs one chunk per rank",
+                   p.chunks, p.schedule);
+  LOOM_CHECK_INPUT(p.chunks == 1 || p.pp > 1, "parallel.chunks = {} needs pipeline stages (parallel.pp > 1)",
+                   p.chunks);
+}
+
+void validate_pipeline(const ModelConfig& m, const ParallelConfig& p, const MemoryConfig& mem) {
+  LOOM_CHECK_INPUT(mem.recompute != "stage-aware" || p.pp > 1,
+                   "memory.recompute = \"stage-aware\" needs pipeline stages (parallel.pp > 1); use \"full\" "
+                   "or \"none\" in one process");
+  LOOM_CHECK_INPUT(p.chunks == 1 || !p.pp_cuts.empty() || m.n_layers % p.chunks == 0,
+                   "parallel.chunks = {} must divide model.n_layers ({}) so that every chunk holds whole "
+                   "transformer blocks' worth of layers; hint: change chunks or give parallel.pp_cuts",
+                   p.chunks, m.n_layers);
 }
 
 void validate_tensor_parallel(const ModelConfig& m, const ParallelConfig& p, const TrainConfig& t) {
@@ -85,9 +101,6 @@ void validate_memory(const MemoryConfig& m) {
     LOOM_CHECK_INPUT(budget > 0, "memory.budget = \"{}\" must be positive (or \"\" for none)", m.budget);
   }
   check_one_of("memory.recompute", m.recompute, std::array<std::string_view, 3>{"none", "full", "stage-aware"});
-  LOOM_CHECK_INPUT(m.recompute != "stage-aware",
-                   "memory.recompute = \"stage-aware\" needs pipeline stages (parallel.pp > 1); use \"full\" "
-                   "or \"none\" in one process");
   LOOM_CHECK_INPUT(m.recompute_ratio >= 0 && m.recompute_ratio <= 1,
                    "memory.recompute_ratio = {} must be in [0, 1]", m.recompute_ratio);
 }
@@ -136,6 +149,7 @@ void validate(const Config& config) {
   validate_model(config.model, config.position_count());
   validate_parallel(config.parallel);
   validate_tensor_parallel(config.model, config.parallel, config.train);
+  validate_pipeline(config.model, config.parallel, config.memory);
   validate_memory(config.memory);
   validate_train(config.train);
   validate_batch_split(config.train, config.parallel);

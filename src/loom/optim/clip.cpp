@@ -13,18 +13,29 @@ std::pair<double, double> grad_norm_squares(const std::vector<nn::Param*>& param
   return {replicated, sharded};
 }
 
-double global_grad_norm(const std::vector<nn::Param*>& params, dist::Communicator& tp) {
-  auto [replicated, sharded] = grad_norm_squares(params);
+double combine_norm_squares(double replicated, double sharded, dist::Communicator& tp, dist::Communicator* pp) {
   if (tp.size() > 1) {
     at::Tensor t = at::full({1}, sharded, at::TensorOptions().dtype(at::kDouble));
     tp.all_reduce(t, dist::ReduceOp::Sum);
     sharded = t.item<double>();
   }
-  return std::sqrt(replicated + sharded);
+  double total = replicated + sharded;
+  if (pp != nullptr && pp->size() > 1) {
+    at::Tensor t = at::full({1}, total, at::TensorOptions().dtype(at::kDouble));
+    pp->all_reduce(t, dist::ReduceOp::Sum);
+    total = t.item<double>();
+  }
+  return std::sqrt(total);
 }
 
-double clip_grad_norm(const std::vector<nn::Param*>& params, double max_norm, dist::Communicator& tp) {
-  const double norm = global_grad_norm(params, tp);
+double global_grad_norm(const std::vector<nn::Param*>& params, dist::Communicator& tp, dist::Communicator* pp) {
+  auto [replicated, sharded] = grad_norm_squares(params);
+  return combine_norm_squares(replicated, sharded, tp, pp);
+}
+
+double clip_grad_norm(const std::vector<nn::Param*>& params, double max_norm, dist::Communicator& tp,
+                      dist::Communicator* pp) {
+  const double norm = global_grad_norm(params, tp, pp);
   if (max_norm > 0 && norm > max_norm) {
     const double factor = max_norm / (norm + 1e-6);
     for (nn::Param* p : params) p->grad.mul_(factor);

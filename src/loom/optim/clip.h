@@ -4,7 +4,8 @@
 //
 // With tensor parallelism a rank holds shards of some parameters (Param::shard.dim >= 0) and
 // full copies of the rest: the shards' squared norms are summed over `tp` (one 8-byte
-// all-reduce), the replicated ones counted once. Every tp rank gets the same norm.
+// all-reduce), the replicated ones counted once. Every tp rank gets the same norm. With pipeline
+// parallelism each stage holds different parameters: the total is summed over `pp` as well.
 #include <vector>
 
 #include "loom/dist/communicator.h"
@@ -12,8 +13,11 @@
 
 namespace loom::optim {
 
-double global_grad_norm(const std::vector<nn::Param*>& params, dist::Communicator& tp);
-double clip_grad_norm(const std::vector<nn::Param*>& params, double max_norm, dist::Communicator& tp);
+double global_grad_norm(const std::vector<nn::Param*>& params, dist::Communicator& tp, dist::Communicator* pp = nullptr);
+double clip_grad_norm(const std::vector<nn::Param*>& params, double max_norm, dist::Communicator& tp,
+                      dist::Communicator* pp = nullptr);
+// The global norm from this rank's squared norms [replicated, tp-sharded] (see above).
+double combine_norm_squares(double replicated, double sharded, dist::Communicator& tp, dist::Communicator* pp);
 // Squared gradient norms of the replicated and the tp-sharded parameters, in that order.
 std::pair<double, double> grad_norm_squares(const std::vector<nn::Param*>& params);
 

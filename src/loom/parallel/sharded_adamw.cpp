@@ -9,8 +9,8 @@
 namespace loom::parallel {
 
 ShardedAdamW::ShardedAdamW(FlatParams& flat, dist::Communicator& dp, dist::Communicator& tp,
-                           optim::AdamWOptions options)
-    : flat_(flat), dp_(dp), tp_(tp) {
+                           dist::Communicator& pp, optim::AdamWOptions options)
+    : flat_(flat), dp_(dp), tp_(tp), pp_(pp) {
   LOOM_CHECK(flat.values.numel() % dp.size() == 0, "[zero] flat buffer of {} is not padded to {} shards",
              flat.values.numel(), dp.size());
   shard_numel_ = flat.values.numel() / dp.size();
@@ -41,9 +41,7 @@ double ShardedAdamW::step(double lr, double clip) {
   auto [replicated, sharded] = optim::grad_norm_squares(parts);
   at::Tensor sums = at::tensor({replicated, sharded}, at::TensorOptions().dtype(at::kDouble));
   dp_.all_reduce(sums, dist::ReduceOp::Sum);
-  at::Tensor tp_part = sums.narrow(0, 1, 1).clone();
-  if (tp_.size() > 1) tp_.all_reduce(tp_part, dist::ReduceOp::Sum);
-  const double norm = std::sqrt(sums[0].item<double>() + tp_part.item<double>());
+  const double norm = optim::combine_norm_squares(sums[0].item<double>(), sums[1].item<double>(), tp_, &pp_);
   if (clip > 0 && norm > clip) shard_grad_.mul_(clip / (norm + 1e-6));
   adamw_->step(lr);
   const at::Tensor mine = flat_.values.narrow(0, shard_offset_, shard_numel_).clone();

@@ -14,8 +14,10 @@ namespace loom::parallel {
 
 class ShardedAdamW {
  public:
-  // `tp`: the tensor-parallel group, over which the norm of tp-sharded parameters is summed.
-  ShardedAdamW(FlatParams& flat, dist::Communicator& dp, dist::Communicator& tp, optim::AdamWOptions options);
+  // `tp`: the tensor-parallel group, over which the norm of tp-sharded parameters is summed;
+  // `pp`: the pipeline group, over which the stages' norms are summed.
+  ShardedAdamW(FlatParams& flat, dist::Communicator& dp, dist::Communicator& tp, dist::Communicator& pp,
+               optim::AdamWOptions options);
   // Returns the global gradient norm before clipping (clip <= 0: no clipping).
   double step(double lr, double clip);
 
@@ -23,6 +25,7 @@ class ShardedAdamW {
   FlatParams& flat_;
   dist::Communicator& dp_;
   dist::Communicator& tp_;
+  dist::Communicator& pp_;
   int64_t shard_offset_, shard_numel_;
   at::Tensor shard_grad_;
   std::vector<nn::Param> shard_params_;  // the parts of parameters inside the shard, as views

@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <ostream>
 #include <thread>
 
@@ -18,6 +20,8 @@
 #include "loom/models/gpt.h"
 #include "loom/optim/clip.h"
 #include "loom/optim/lr_schedule.h"
+#include "loom/pipeline/partition.h"
+#include "loom/pipeline/simulator.h"
 #include "loom/plan/gemm_peak.h"
 #include "loom/train/progress.h"
 #include "loom/trace/metrics_writer.h"
@@ -65,13 +69,14 @@ std::string rank_path(const std::string& path, int rank) {
 }  // namespace
 
 Trainer::Trainer(Config config, dist::Communicator& world)
-    : config_(std::move(config)), dtype_(dtype_of(config_.model.dtype)) {
+    : config_(std::move(config)), dtype_(dtype_of(config_.model.dtype)), world_rank_(world.rank()) {
   check_input(world);  // collective: every rank learns whether any rank refused its input
   const int threads = config_.train.threads > 0 ? static_cast<int>(config_.train.threads) : default_threads(world.size());
   at::set_num_threads(threads);
   world_ = std::make_unique<dist::RecordingCommunicator>(world, comm_stats_);
   mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
   model_ = models::build_gpt(config_.model, mesh_->tp(), tp_options());
+  std::vector<pipeline::StageChunk> chunks = take_stage_layers();
   const int64_t budget = config_.budget_bytes();
   if (budget > 0) memory::set_budget(budget);
   try {
@@ -83,16 +88,82 @@ Trainer::Trainer(Config config, dist::Communicator& world)
     const optim::AdamWOptions adamw{.beta1 = config_.train.beta1, .beta2 = config_.train.beta2,
                                     .weight_decay = config_.train.weight_decay};
     if (config_.parallel.zero == 1) {
-      sharded_ = std::make_unique<parallel::ShardedAdamW>(*flat_, mesh_->dp(), mesh_->tp(), adamw);
+      sharded_ = std::make_unique<parallel::ShardedAdamW>(*flat_, mesh_->dp(), mesh_->tp(), mesh_->pp(), adamw);
     } else {
       reducer_ = std::make_unique<parallel::GradientReducer>(*flat_, mesh_->dp(), config_.parallel.bucket_mb);
       optimizer_ = std::make_unique<optim::AdamW>(model_.params(), adamw);
     }
+    const auto& m = config_.model;
+    const int64_t tokens = config_.parallel.tp_sequence ? m.seq_len / config_.parallel.tp : m.seq_len;
+    executor_ = std::make_unique<pipeline::PipelineExecutor>(
+        schedule_, mesh_->pp(), std::move(chunks), std::vector<int64_t>{config_.train.micro_batch, tokens, m.d_model},
+        dtype_);
   } catch (...) {
     memory::set_budget(0);  // no destructor runs for a constructor that throws
     throw;
   }
   comm_stats_.clear();  // set-up traffic (communicator splits) is not a step's
+}
+
+int64_t Trainer::pp_rank_of(int rank) const {
+  const auto& p = config_.parallel;
+  return (rank / (p.sp * p.tp)) % p.pp;
+}
+
+pipeline::Schedule Trainer::make_schedule() const {
+  const auto& p = config_.parallel;
+  const int64_t local = config_.microbatch_count() / p.dp;
+  if (p.schedule.rfind("csv:", 0) == 0) {
+    const std::string path = p.schedule.substr(4);
+    std::ifstream in(path);
+    LOOM_CHECK_INPUT(in.good(), "parallel.schedule = \"{}\": cannot read {}", p.schedule, path);
+    std::stringstream text;
+    text << in.rdbuf();
+    pipeline::Schedule s = pipeline::from_csv(text.str(), path);
+    LOOM_CHECK_INPUT(s.stages == p.pp && s.microbatches == local && s.chunks == p.chunks,
+                     "{}: a schedule of {} stages, {} micro-batches and {} chunks; this run has pp = {}, {} "
+                     "micro-batches per data-parallel rank and chunks = {}",
+                     path, s.stages, s.microbatches, s.chunks, p.pp, local, p.chunks);
+    return s;
+  }
+  return pipeline::make_schedule(p.schedule, p.pp, local, p.chunks);
+}
+
+std::vector<pipeline::StageChunk> Trainer::take_stage_layers() {
+  const auto& p = config_.parallel;
+  const int64_t bytes = dtype_ == at::kDouble ? 8 : 4, n = static_cast<int64_t>(model_.chain.size());
+  const int64_t parts = p.pp * p.chunks, pp_rank = pp_rank_of(world_rank_);
+  std::vector<int64_t> cuts;
+  if (p.pp_cuts.empty()) {
+    std::vector<double> costs;
+    for (const auto& layer : model_.chain) {
+      const nn::Cost c = layer->cost(config_.train.micro_batch, config_.model.seq_len, bytes);
+      costs.push_back(c.forward_flops + c.backward_input_flops + c.backward_weight_flops);
+    }
+    cuts = pipeline::balanced_cuts(costs, parts);
+  } else {
+    cuts = pipeline::explicit_cuts(p.pp_cuts, n, parts);
+  }
+  // Merak's stage-aware recomputation keys on the pipeline rank: earlier ranks stash more.
+  double ratio = config_.memory.recompute == "full" ? 1.0 : 0.0;
+  if (config_.memory.recompute == "stage-aware")
+    ratio = pipeline::stage_recompute_ratio(config_.memory.recompute_ratio, pp_rank, p.pp);
+  std::vector<pipeline::StageChunk> chunks;
+  models::Model mine;
+  for (int64_t c = 0; c < p.chunks; ++c) {
+    pipeline::StageChunk chunk{.virtual_stage = c * p.pp + pp_rank};
+    const int64_t begin = cuts[chunk.virtual_stage], end = cuts[chunk.virtual_stage + 1];
+    const auto recomputed = static_cast<int64_t>(std::lround(ratio * static_cast<double>(end - begin)));
+    for (int64_t i = begin; i < end; ++i) {
+      chunk.layers.push_back(model_.chain[i].get());
+      chunk.model_index.push_back(mine.chain.size());
+      chunk.recompute.push_back(i - begin < recomputed);
+      mine.chain.push_back(std::move(model_.chain[i]));
+    }
+    chunks.push_back(std::move(chunk));
+  }
+  model_ = std::move(mine);
+  return chunks;
 }
 
 void Trainer::check_input(dist::Communicator& world) {
@@ -105,6 +176,10 @@ void Trainer::check_input(dist::Communicator& world) {
     // Layers only, nothing allocated: rank 0's shard shapes under the configured tp degree.
     sizing_tp_ = std::make_unique<dist::SizingCommunicator>(0, static_cast<int>(config_.parallel.tp), "tp");
     model_ = models::build_gpt(config_.model, *sizing_tp_, tp_options());
+    schedule_ = make_schedule();
+    const pipeline::Simulation sim = pipeline::simulate(schedule_);  // refuses a bad schedule, with its grid
+    peak_stashed_ = sim.peak_stashed[pp_rank_of(world_rank_)];
+    take_stage_layers();  // this rank's layers, for the budget
     const int64_t budget = config_.budget_bytes();
     if (budget > 0) {
       const double need = estimated_bytes();
@@ -137,13 +212,15 @@ double Trainer::estimated_bytes() const {
   const int64_t bytes = dtype_ == at::kDouble ? 8 : 4;
   const auto& m = config_.model;
   const nn::Cost cost = model_.cost(config_.train.micro_batch, m.seq_len, bytes);
-  // Full recomputation keeps each layer's input: seq/tp tokens under tp_sequence.
+  // Full recomputation keeps each layer's input: seq/tp tokens under tp_sequence. A pipeline
+  // stage holds its schedule's peak of stashed micro-batches.
   const int64_t seq_shards = config_.parallel.tp_sequence ? config_.parallel.tp : 1;
-  const double activations = config_.memory.recompute == "full"
-                                 ? static_cast<double>(config_.train.micro_batch * m.seq_len / seq_shards * m.d_model *
-                                                       bytes) *
-                                       static_cast<double>(model_.chain.size())
-                                 : cost.saved_bytes;
+  const double per_microbatch = config_.memory.recompute == "full"
+                                    ? static_cast<double>(config_.train.micro_batch * m.seq_len / seq_shards *
+                                                          m.d_model * bytes) *
+                                          static_cast<double>(model_.chain.size())
+                                    : cost.saved_bytes;
+  const double activations = per_microbatch * static_cast<double>(peak_stashed_);
   // ZeRO-1 keeps 1/dp of the two AdamW moments.
   const double moments = 2 * cost.param_bytes / (config_.parallel.zero == 1 ? static_cast<double>(config_.parallel.dp) : 1);
   return 2 * cost.param_bytes + moments + activations;
@@ -158,42 +235,6 @@ auto Trainer::timed(const std::string& name, const char* category, Fn&& fn) {
   return result;
 }
 
-double Trainer::train_microbatch(int64_t step, int64_t microbatch_index, bool last_local) {
-  const data::BatchShape shape{config_.train.global_batch, config_.train.micro_batch, config_.model.seq_len};
-  const nn::MicroBatch mb = data::make_microbatch(*source_, shape, step, microbatch_index);
-  const bool recompute = config_.memory.recompute == "full";
-  auto& chain = model_.chain;
-  std::vector<nn::Saved> saved(chain.size());
-  std::vector<at::Tensor> inputs(recompute ? chain.size() : 0);
-
-  at::Tensor x = mb.tokens;
-  for (size_t i = 0; i < chain.size(); ++i) {
-    if (recompute) inputs[i] = x;
-    x = timed(chain[i]->name(), "forward", [&] { return chain[i]->forward(x, mb, saved[i]); });
-    if (recompute) saved[i].clear();  // keep only the input; forward runs again before backward
-  }
-  const double loss = x.item<double>();
-
-  at::Tensor dy;
-  for (size_t i = chain.size(); i-- > 0;) {
-    nn::Layer& layer = *chain[i];
-    if (recompute) timed(layer.name(), "recompute", [&] { return layer.forward(inputs[i], mb, saved[i]); });
-    dy = timed(layer.name(), "backward_input", [&] { return layer.backward_input(dy, saved[i]); });
-    timed(layer.name(), "backward_weight", [&] {
-      layer.backward_weight(saved[i]);
-      return 0;
-    });
-    if (recompute) inputs[i].reset();
-    // This layer's gradients are final once the rank's last micro-batch has passed it (and,
-    // under tp_sequence, its norms' partial gradients are summed over tp).
-    if (last_local) {
-      sequence_grads_->layer_done(i);
-      if (reducer_) reducer_->layer_done(i);
-    }
-  }
-  return loss;
-}
-
 double Trainer::optimizer_step(double lr) {
   const double clip = config_.train.clip;
   if (sharded_) return timed("zero_step", "optimizer", [&] { return sharded_->step(lr, clip); });
@@ -201,7 +242,9 @@ double Trainer::optimizer_step(double lr) {
     reducer_->finish();
     return 0;
   });
-  const double norm = timed("clip", "optimizer", [&] { return optim::clip_grad_norm(model_.params(), clip, mesh_->tp()); });
+  const double norm = timed("clip", "optimizer", [&] {
+    return optim::clip_grad_norm(model_.params(), clip, mesh_->tp(), &mesh_->pp());
+  });
   timed("adamw", "optimizer", [&] {
     optimizer_->step(lr);
     return 0;
@@ -215,7 +258,7 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
   const int64_t bytes = dtype_ == at::kDouble ? 8 : 4;
   const double peak_flops = options.peak_flops > 0 ? options.peak_flops : plan::measure_gemm_peak(dtype_, 0.2);
   const nn::Cost cost = model_.cost(t.micro_batch, config_.model.seq_len, bytes);
-  const int64_t dp = mesh_->dp().size(), local = config_.microbatch_count() / dp;
+  const int64_t dp = mesh_->dp().size(), pp = mesh_->pp().size(), local = config_.microbatch_count() / dp;
   const int64_t first_microbatch = mesh_->dp_rank() * local;
   // MFU of this rank: its own micro-batches' FLOPs against its cores' GEMM peak.
   const double flops_per_step =
@@ -242,25 +285,44 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     StepRecord r;
     r.step = step;
     flat_->grads.zero_();
-    double local_loss = 0;
-    for (int64_t m = 0; m < local; ++m) local_loss += train_microbatch(step, first_microbatch + m, m + 1 == local);
+    const data::BatchShape shape{t.global_batch, t.micro_batch, config_.model.seq_len};
+    pipeline::ExecutorHooks hooks;
+    hooks.microbatch = [&](int64_t i) { return data::make_microbatch(*source_, shape, step, first_microbatch + i); };
+    // A layer's gradients are final once the rank's last micro-batch has passed it: under
+    // tp_sequence its norms' partial gradients are summed over tp, then dp may reduce them.
+    hooks.layer_done = [&](size_t layer) {
+      sequence_grads_->layer_done(layer);
+      if (reducer_) reducer_->layer_done(layer);
+    };
+    if (trace_) hooks.trace = [&](const std::string& name, const char* category, auto begin, auto end) {
+      trace_->add(name, category, begin, end);
+    };
+    const pipeline::StepResult result = executor_->run_step(hooks);
+    const double local_loss = result.loss;
     r.lr = schedule.at(step);
     r.grad_norm = optimizer_step(r.lr);
     // Two 8-byte all-reduces for the step's figures: the loss summed over dp, the peak over ranks.
     at::Tensor loss = at::full({1}, local_loss, at::TensorOptions().dtype(at::kDouble));
     mesh_->dp().all_reduce(loss, dist::ReduceOp::Sum);
+    if (pp > 1) mesh_->pp().all_reduce(loss, dist::ReduceOp::Sum);  // only the last stage has it
     r.loss = loss.item<double>();
     at::Tensor peak = at::full({1}, memory::peak_bytes(), at::kLong);
     mesh_->world().all_reduce(peak, dist::ReduceOp::Max);
     r.peak_bytes = peak.item<int64_t>();
     r.comm_bytes = comm_stats_.bytes_by_axis();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+    if (pp > 1) {  // idle time in the step: the measured bubble, averaged over the ranks
+      at::Tensor bubble = at::full({1}, 1.0 - result.busy_s / seconds, at::TensorOptions().dtype(at::kDouble));
+      mesh_->world().all_reduce(bubble, dist::ReduceOp::Sum);
+      r.bubble_fraction = bubble.item<double>() / mesh_->world().size();
+    }
     r.step_ms = seconds * 1e3;
     r.tokens_per_s = tokens_per_step / seconds;
     r.mfu = flops_per_step / seconds / peak_flops;
     metrics.write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                    {"tokens_per_s", r.tokens_per_s}, {"step_ms", r.step_ms}, {"mfu", r.mfu},
-                   {"peak_bytes", r.peak_bytes}, {"comm_bytes_per_step", r.comm_bytes}});
+                   {"peak_bytes", r.peak_bytes}, {"comm_bytes_per_step", r.comm_bytes},
+                   {"bubble_fraction", r.bubble_fraction}});
     if (step % t.log_every == 0 || step + 1 == t.steps) progress.print(r);
     records.push_back(r);
   }

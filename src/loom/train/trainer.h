@@ -1,8 +1,9 @@
 #pragma once
-// The training loop: micro-batches with gradient accumulation through the layer chain, data
+// The training loop: each step runs this rank's pipeline schedule (pipeline/executor.h; with
+// pp = 1 a one-stage schedule of its micro-batches) over its slice of the layer chain, with data
 // parallelism over the mesh's dp axis (bucketed all-reduce overlapping backward, or ZeRO-1),
-// global-norm clipping, AdamW with warmup + cosine LR, a console progress line, per-step metrics
-// (JSON Lines) and a Chrome trace of every layer's forward / backward halves.
+// tensor parallelism inside the layers, global-norm clipping, AdamW with warmup + cosine LR, a
+// console progress line, per-step metrics (JSON Lines) and a Chrome trace of every action.
 //
 // Construction runs every check that can fail on bad input (config, layout against the world,
 // data, memory budget), agrees on the outcome with all ranks (dist/input_agreement.h), and only
@@ -24,6 +25,7 @@
 #include "loom/parallel/gradient_reducer.h"
 #include "loom/parallel/sharded_adamw.h"
 #include "loom/parallel/tp_region.h"
+#include "loom/pipeline/executor.h"
 #include "loom/trace/chrome_trace.h"
 
 namespace loom::train {
@@ -40,6 +42,7 @@ struct StepRecord {
   double loss = 0, lr = 0, grad_norm = 0;
   double tokens_per_s = 0, step_ms = 0, mfu = 0;
   int64_t peak_bytes = 0;                       // largest over ranks
+  double bubble_fraction = 0;                   // pp > 1: 1 - compute time / step time, mean over ranks
   std::map<std::string, int64_t> comm_bytes;    // this rank's bytes by mesh axis
 };
 
@@ -60,7 +63,11 @@ class Trainer {
 
  private:
   void check_input(dist::Communicator& world);
-  double train_microbatch(int64_t step, int64_t microbatch_index, bool last_local);
+  // This rank's slice of the full chain `model_` (the layers of its virtual stages, in chunk
+  // order) and how its chunks run; `model_` keeps only those layers.
+  std::vector<pipeline::StageChunk> take_stage_layers();
+  pipeline::Schedule make_schedule() const;
+  int64_t pp_rank_of(int rank) const;
   double optimizer_step(double lr);
   parallel::TpOptions tp_options() const;
   template <class Fn>
@@ -68,6 +75,7 @@ class Trainer {
 
   Config config_;
   at::ScalarType dtype_;
+  int world_rank_;
   std::unique_ptr<data::TokenSource> source_;
   std::unique_ptr<dist::SizingCommunicator> sizing_tp_;  // shapes the model for the input checks
   models::Model model_;
@@ -80,6 +88,9 @@ class Trainer {
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<parallel::ShardedAdamW> sharded_;        // zero = 1
   std::unique_ptr<trace::ChromeTrace> trace_;              // set while a run records a trace
+  pipeline::Schedule schedule_;
+  std::unique_ptr<pipeline::PipelineExecutor> executor_;
+  int64_t peak_stashed_ = 1;  // this rank's stashed micro-batches in the schedule (budget check)
 };
 
 }  // namespace loom::train

@@ -1,0 +1,163 @@
+#include "loom/pipeline/executor.h"
+
+#include <fmt/format.h>
+
+#include "loom/core/error.h"
+
+namespace loom::pipeline {
+
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+// Runs fn, and reports it to the trace hook when there is one.
+template <class Fn>
+void traced(const ExecutorHooks& hooks, const std::string& name, const char* category, Fn&& fn) {
+  if (!hooks.trace) {
+    fn();
+    return;
+  }
+  const auto start = Clock::now();
+  fn();
+  hooks.trace(name, category, start, Clock::now());
+}
+
+}  // namespace
+
+
+struct PipelineExecutor::Flight {
+  nn::MicroBatch mb;
+  std::vector<nn::Saved> saved;
+  std::vector<at::Tensor> inputs;  // inputs of the layers that recompute, until R
+  at::Tensor input;                // received activation
+  at::Tensor output;               // activation to send
+  at::Tensor dy;                   // received gradient
+  at::Tensor dx;                   // gradient to send
+  bool recomputed = false;
+  bool weights_done = false;       // after BW or W: gone once its gradient is sent
+};
+
+PipelineExecutor::PipelineExecutor(const Schedule& schedule, dist::Communicator& pp, std::vector<StageChunk> chunks,
+                                   std::vector<int64_t> boundary_shape, at::ScalarType dtype)
+    : schedule_(schedule), pp_(pp), chunks_(std::move(chunks)), boundary_shape_(std::move(boundary_shape)),
+      dtype_(dtype) {
+  LOOM_CHECK(schedule.stages == pp.size(), "[pp] a schedule of {} stages on {} pipeline ranks", schedule.stages,
+             pp.size());
+  LOOM_CHECK(static_cast<int64_t>(chunks_.size()) == schedule.chunks, "[pp] {} chunks built, the schedule has {}",
+             chunks_.size(), schedule.chunks);
+  actions_ = lower(schedule)[pp.rank()];
+  for (const Action& a : schedule.ranks[pp.rank()])
+    if (a.op == Op::W || a.op == Op::BW) last_backward_[a.chunk] = a.mb;
+  const int64_t largest_tag = tag_of(schedule.microbatches - 1, schedule.virtual_stages() - 1, true);
+  LOOM_CHECK(largest_tag < 32768, "[pp] {} micro-batches x {} virtual stages exceed the message tags",
+             schedule.microbatches, schedule.virtual_stages());
+}
+
+int PipelineExecutor::peer_of(int64_t virtual_stage) const {
+  return static_cast<int>(virtual_stage % schedule_.stages);
+}
+
+// A message is named by its sender's (micro-batch, virtual stage) and direction.
+int PipelineExecutor::tag_of(int64_t mb, int64_t virtual_stage, bool gradient) const {
+  return static_cast<int>((mb * schedule_.virtual_stages() + virtual_stage) * 2 + (gradient ? 1 : 0));
+}
+
+void PipelineExecutor::recompute(const StageChunk& chunk, Flight& f, size_t layer, const ExecutorHooks& hooks) {
+  nn::Layer& l = *chunk.layers[layer];
+  traced(hooks, l.name(), "recompute", [&] { l.forward(f.inputs[layer], f.mb, f.saved[layer]); });
+  f.inputs[layer].reset();
+}
+
+StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
+  StepResult result;
+  std::map<std::pair<int64_t, int64_t>, Flight> flights;  // (micro-batch, chunk)
+  std::vector<dist::WorkPtr> sends;
+  const int64_t last = schedule_.virtual_stages() - 1;
+  const bool with_chunk = schedule_.chunks > 1;
+  auto flight = [&](const Action& a) -> Flight& { return flights[{a.mb, a.chunk}]; };
+
+  for (const Action& a : actions_) {
+    const StageChunk& chunk = chunks_[a.chunk];
+    const int64_t v = chunk.virtual_stage;
+    const auto start = Clock::now();
+    Flight& f = flight(a);
+    switch (a.op) {
+      case Op::RecvF:
+        f.input = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_));
+        pp_.recv(f.input, peer_of(v - 1), tag_of(a.mb, v - 1, false));
+        break;
+      case Op::RecvB:
+        f.dy = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_));
+        pp_.recv(f.dy, peer_of(v + 1), tag_of(a.mb, v + 1, true));
+        break;
+      case Op::SendF:
+        sends.push_back(pp_.send_async(f.output, peer_of(v + 1), tag_of(a.mb, v, false)));
+        f.output.reset();  // the Work keeps it until sent
+        break;
+      case Op::SendB:
+        sends.push_back(pp_.send_async(f.dx, peer_of(v - 1), tag_of(a.mb, v, true)));
+        f.dx.reset();
+        break;
+      case Op::F: {
+        f.mb = hooks.microbatch(a.mb);
+        const size_t n = chunk.layers.size();
+        f.saved.resize(n);
+        f.inputs.resize(n);
+        at::Tensor x = v == 0 ? f.mb.tokens : std::move(f.input);
+        for (size_t l = 0; l < n; ++l) {
+          if (chunk.recompute[l]) f.inputs[l] = x;
+          traced(hooks, chunk.layers[l]->name(), "forward", [&] { x = chunk.layers[l]->forward(x, f.mb, f.saved[l]); });
+          if (chunk.recompute[l]) f.saved[l].clear();  // only the input stays until it is recomputed
+        }
+        if (v == last) result.loss += x.item<double>();
+        else f.output = x.contiguous();
+        break;
+      }
+      case Op::R:  // ahead of B: every recomputing layer of the chunk at once (NOTE [Shifted critical path])
+        for (size_t l = 0; l < chunk.layers.size(); ++l)
+          if (chunk.recompute[l]) recompute(chunk, f, l, hooks);
+        f.recomputed = true;
+        break;
+      case Op::B:
+      case Op::BW: {
+        at::Tensor dy = v == last ? at::Tensor() : std::move(f.dy);
+        const bool weights = a.op == Op::BW, final_pass = weights && last_backward_[a.chunk] == a.mb;
+        for (size_t l = chunk.layers.size(); l-- > 0;) {
+          nn::Layer& layer = *chunk.layers[l];
+          // Not recomputed ahead: each layer just before its backward, so one layer's activations
+          // are rebuilt at a time.
+          if (chunk.recompute[l] && !f.recomputed) recompute(chunk, f, l, hooks);
+          traced(hooks, layer.name(), "backward_input", [&] { dy = layer.backward_input(dy, f.saved[l]); });
+          if (weights) {
+            traced(hooks, layer.name(), "backward_weight", [&] { layer.backward_weight(f.saved[l]); });
+            if (final_pass && hooks.layer_done) hooks.layer_done(chunk.model_index[l]);
+          }
+        }
+        if (v > 0) f.dx = dy.contiguous();
+        f.weights_done = weights;
+        break;
+      }
+      case Op::W: {
+        const bool final_pass = last_backward_[a.chunk] == a.mb;
+        for (size_t l = chunk.layers.size(); l-- > 0;) {
+          nn::Layer& layer = *chunk.layers[l];
+          traced(hooks, layer.name(), "backward_weight", [&] { layer.backward_weight(f.saved[l]); });
+          if (final_pass && hooks.layer_done) hooks.layer_done(chunk.model_index[l]);
+        }
+        f.weights_done = true;
+        break;
+      }
+    }
+    for (auto& s : sends) s->test();  // progress for the messages in flight
+    const auto end = Clock::now();
+    if (!a.is_message()) result.busy_s += std::chrono::duration<double>(end - start).count();
+    if (hooks.trace) hooks.trace(a.text(with_chunk), a.is_message() ? "pipeline message" : "pipeline", start, end);
+    // A (micro-batch, chunk) whose weight gradients are done and whose gradient has left holds
+    // nothing any more.
+    if (f.weights_done && !f.dx.defined()) flights.erase({a.mb, a.chunk});
+  }
+  for (auto& s : sends) s->wait();
+  return result;
+}
+
+}  // namespace loom::pipeline

@@ -1,0 +1,64 @@
+#pragma once
+// Runs one rank's schedule with real layers (NOTE [Pipeline schedules are data]): the lowered
+// list of this rank, F/R/B/W/BW on its chunks of the chain and point-to-point messages between
+// neighbouring stages over the pp communicator. Sends are non-blocking (their Work is kept until
+// the step ends); a receive waits, which is what the simulator's dependencies model, so a
+// schedule the simulator accepts cannot deadlock here. One rank alone (pp = 1) runs the same
+// code without messages.
+#include <chrono>
+#include <functional>
+#include <map>
+
+#include "loom/dist/communicator.h"
+#include "loom/nn/layer.h"
+#include "loom/pipeline/schedule.h"
+
+namespace loom::pipeline {
+
+// One virtual stage this rank runs: a contiguous slice of the chain.
+struct StageChunk {
+  int64_t virtual_stage = 0;
+  std::vector<nn::Layer*> layers;
+  std::vector<size_t> model_index;  // each layer's index in the rank's model (for layer_done)
+  std::vector<bool> recompute;      // per layer: keep only its input, run forward again before B
+};
+
+struct ExecutorHooks {
+  std::function<nn::MicroBatch(int64_t)> microbatch;  // this step's local micro-batch i
+  std::function<void(size_t)> layer_done;             // a layer's gradients are final this step
+  // Optional: called with each action's text, category and interval (Chrome trace).
+  std::function<void(const std::string&, const char*, std::chrono::steady_clock::time_point,
+                     std::chrono::steady_clock::time_point)>
+      trace;
+};
+
+struct StepResult {
+  double loss = 0;       // the sum of the losses this rank computed (last stage only)
+  double busy_s = 0;     // time in compute actions (F, R, B, W, BW)
+};
+
+class PipelineExecutor {
+ public:
+  // `boundary_shape`: the activation passed between stages ([micro_batch, tokens per rank,
+  // d_model]); `pp`: the pipeline communicator, rank i runs schedule.ranks[i].
+  PipelineExecutor(const Schedule& schedule, dist::Communicator& pp, std::vector<StageChunk> chunks,
+                   std::vector<int64_t> boundary_shape, at::ScalarType dtype);
+
+  StepResult run_step(const ExecutorHooks& hooks);
+
+ private:
+  struct Flight;  // one (micro-batch, chunk) between its F and its last backward action
+  int peer_of(int64_t virtual_stage) const;
+  int tag_of(int64_t mb, int64_t virtual_stage, bool gradient) const;
+  void recompute(const StageChunk& chunk, Flight& f, size_t layer, const ExecutorHooks& hooks);
+
+  Schedule schedule_;
+  dist::Communicator& pp_;
+  std::vector<StageChunk> chunks_;
+  std::vector<Action> actions_;           // this rank's lowered list
+  std::map<int64_t, int64_t> last_backward_;  // chunk -> the micro-batch whose W (or BW) ends it
+  std::vector<int64_t> boundary_shape_;
+  at::ScalarType dtype_;
+};
+
+}  // namespace loom::pipeline

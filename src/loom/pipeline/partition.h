@@ -1,0 +1,21 @@
+#pragma once
+// Stage boundaries: a chain of layers cut into `parts` contiguous slices (pp x chunks virtual
+// stages). Returns parts + 1 boundaries: slice i is [cuts[i], cuts[i+1]).
+#include <cstdint>
+#include <vector>
+
+namespace loom::pipeline {
+
+// The cut that minimises the largest slice's cost (dynamic programming over the chain); every
+// slice holds at least one layer.
+std::vector<int64_t> balanced_cuts(const std::vector<double>& layer_costs, int64_t parts);
+
+// parallel.pp_cuts: the first chain index of every slice but the first, strictly increasing in
+// (0, layers). Throws InputError otherwise.
+std::vector<int64_t> explicit_cuts(const std::vector<int64_t>& pp_cuts, int64_t layers, int64_t parts);
+
+// Merak's stage-aware recomputation: the share of its layers pipeline stage k of S recomputes,
+// r_k = 1 - (1 - r0)(S - 1)/(S - 1 - k), clamped to [0, 1]; the last stage recomputes none.
+double stage_recompute_ratio(double first_stage_ratio, int64_t stage, int64_t stages);
+
+}  // namespace loom::pipeline
