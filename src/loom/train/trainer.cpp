@@ -170,7 +170,6 @@ void Trainer::check_input(dist::Communicator& world) {
   std::exception_ptr failure;
   try {
     validate(config_);
-    dist::check_mesh_shape(dist::mesh_shape(config_.parallel), world.size());
     memory::install_accounting_allocator();
     source_ = data::open_source(config_);
     // Layers only, nothing allocated: rank 0's shard shapes under the configured tp degree.
@@ -180,6 +179,8 @@ void Trainer::check_input(dist::Communicator& world) {
     const pipeline::Simulation sim = pipeline::simulate(schedule_);  // refuses a bad schedule, with its grid
     peak_stashed_ = sim.peak_stashed[pp_rank_of(world_rank_)];
     take_stage_layers();  // this rank's layers, for the budget
+    // Last: the layout's own errors (stages, schedule) say more than a rank count that does not fit.
+    dist::check_mesh_shape(dist::mesh_shape(config_.parallel), world.size());
     const int64_t budget = config_.budget_bytes();
     if (budget > 0) {
       const double need = estimated_bytes();
