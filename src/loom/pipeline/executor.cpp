@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <array>
+
 #include "loom/core/error.h"
 
 namespace loom::pipeline {
@@ -70,11 +72,19 @@ void PipelineExecutor::recompute(const StageChunk& chunk, Flight& f, size_t laye
 
 StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
   StepResult result;
+  const auto step_start = Clock::now();
   std::map<std::pair<int64_t, int64_t>, Flight> flights;  // (micro-batch, chunk)
   std::vector<dist::WorkPtr> sends;
+  // MPI moves a message only inside MPI calls: drive the sends in flight between layers, so a
+  // neighbour waiting for one is not held up by a whole action of this rank.
+  auto progress = [&] {
+    for (auto& s : sends) s->test();
+  };
   const int64_t last = schedule_.virtual_stages() - 1;
   const bool with_chunk = schedule_.chunks > 1;
   auto flight = [&](const Action& a) -> Flight& { return flights[{a.mb, a.chunk}]; };
+  // Per chunk: seconds and counts of F, B (or BW), W, R.
+  std::vector<std::array<double, 4>> seconds(chunks_.size(), {0, 0, 0, 0}), counts = seconds;
 
   for (const Action& a : actions_) {
     const StageChunk& chunk = chunks_[a.chunk];
@@ -107,6 +117,7 @@ StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
         for (size_t l = 0; l < n; ++l) {
           if (chunk.recompute[l]) f.inputs[l] = x;
           traced(hooks, chunk.layers[l]->name(), "forward", [&] { x = chunk.layers[l]->forward(x, f.mb, f.saved[l]); });
+          progress();
           if (chunk.recompute[l]) f.saved[l].clear();  // only the input stays until it is recomputed
         }
         if (v == last) result.loss += x.item<double>();
@@ -128,6 +139,7 @@ StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
           // are rebuilt at a time.
           if (chunk.recompute[l] && !f.recomputed) recompute(chunk, f, l, hooks);
           traced(hooks, layer.name(), "backward_input", [&] { dy = layer.backward_input(dy, f.saved[l]); });
+          progress();
           if (weights) {
             traced(hooks, layer.name(), "backward_weight", [&] { layer.backward_weight(f.saved[l]); });
             if (final_pass && hooks.layer_done) hooks.layer_done(chunk.model_index[l]);
@@ -143,20 +155,32 @@ StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
           nn::Layer& layer = *chunk.layers[l];
           traced(hooks, layer.name(), "backward_weight", [&] { layer.backward_weight(f.saved[l]); });
           if (final_pass && hooks.layer_done) hooks.layer_done(chunk.model_index[l]);
+          progress();
         }
         f.weights_done = true;
         break;
       }
     }
-    for (auto& s : sends) s->test();  // progress for the messages in flight
+    progress();
     const auto end = Clock::now();
-    if (!a.is_message()) result.busy_s += std::chrono::duration<double>(end - start).count();
+    if (!a.is_message()) {
+      const double took = std::chrono::duration<double>(end - start).count();
+      result.busy_s += took;
+      const int kind = a.op == Op::F ? 0 : a.op == Op::W ? 2 : a.op == Op::R ? 3 : 1;
+      seconds[a.chunk][kind] += took;
+      counts[a.chunk][kind] += 1;
+    }
     if (hooks.trace) hooks.trace(a.text(with_chunk), a.is_message() ? "pipeline message" : "pipeline", start, end);
     // A (micro-batch, chunk) whose weight gradients are done and whose gradient has left holds
     // nothing any more.
     if (f.weights_done && !f.dx.defined()) flights.erase({a.mb, a.chunk});
   }
   for (auto& s : sends) s->wait();
+  result.wall_s = std::chrono::duration<double>(Clock::now() - step_start).count();
+  for (size_t c = 0; c < chunks_.size(); ++c) {
+    auto mean = [&](int kind) { return counts[c][kind] > 0 ? seconds[c][kind] / counts[c][kind] : 0.0; };
+    result.measured.push_back({.f = mean(0), .b = mean(1), .w = mean(2), .r = mean(3)});
+  }
   return result;
 }
 

@@ -12,6 +12,7 @@
 #include "loom/dist/communicator.h"
 #include "loom/nn/layer.h"
 #include "loom/pipeline/schedule.h"
+#include "loom/pipeline/simulator.h"
 
 namespace loom::pipeline {
 
@@ -35,6 +36,11 @@ struct ExecutorHooks {
 struct StepResult {
   double loss = 0;       // the sum of the losses this rank computed (last stage only)
   double busy_s = 0;     // time in compute actions (F, R, B, W, BW)
+  double wall_s = 0;     // the whole step's actions, from the first start to the last send's end
+  // Per chunk, the mean measured seconds of its actions, as simulator costs: f, b (a BW's whole
+  // time when the backward is not split, w = 0 then), w, r (an explicit R; recomputation inside
+  // B is part of b).
+  std::vector<StageCosts> measured;
 };
 
 class PipelineExecutor {

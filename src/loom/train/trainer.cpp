@@ -253,6 +253,23 @@ double Trainer::optimizer_step(double lr) {
   return norm;
 }
 
+// The simulator's bubble for this step's measured action times: every stage's mean F, B, W and R
+// (one all-reduce over pp of a [virtual stages, 4] table), replayed through the same schedule.
+double Trainer::predicted_bubble(const pipeline::StepResult& result) {
+  at::Tensor table = at::zeros({schedule_.virtual_stages(), 4}, at::TensorOptions().dtype(at::kDouble));
+  for (size_t c = 0; c < result.measured.size(); ++c) {
+    const pipeline::StageCosts& m = result.measured[c];
+    const int64_t v = schedule_.virtual_stage(mesh_->pp_rank(), static_cast<int64_t>(c));
+    table[v].copy_(at::tensor({m.f, m.b, m.w, m.r}, table.options()));
+  }
+  mesh_->pp().all_reduce(table, dist::ReduceOp::Sum);
+  pipeline::Costs costs;
+  const auto rows = table.accessor<double, 2>();
+  for (int64_t v = 0; v < schedule_.virtual_stages(); ++v)
+    costs.stages.push_back({rows[v][0], rows[v][1], rows[v][2], rows[v][3]});
+  return pipeline::simulate(schedule_, costs).bubble_fraction;
+}
+
 std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
   const auto& t = config_.train;
   const bool rank0 = mesh_->rank() == 0;
@@ -312,10 +329,11 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     r.peak_bytes = peak.item<int64_t>();
     r.comm_bytes = comm_stats_.bytes_by_axis();
     const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    if (pp > 1) {  // idle time in the step: the measured bubble, averaged over the ranks
-      at::Tensor bubble = at::full({1}, 1.0 - result.busy_s / seconds, at::TensorOptions().dtype(at::kDouble));
+    if (pp > 1) {  // idle time in the pipeline's part of the step: the bubble, averaged over the ranks
+      at::Tensor bubble = at::full({1}, 1.0 - result.busy_s / result.wall_s, at::TensorOptions().dtype(at::kDouble));
       mesh_->world().all_reduce(bubble, dist::ReduceOp::Sum);
       r.bubble_fraction = bubble.item<double>() / mesh_->world().size();
+      r.predicted_bubble_fraction = predicted_bubble(result);
     }
     r.step_ms = seconds * 1e3;
     r.tokens_per_s = tokens_per_step / seconds;
@@ -323,7 +341,7 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     metrics.write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                    {"tokens_per_s", r.tokens_per_s}, {"step_ms", r.step_ms}, {"mfu", r.mfu},
                    {"peak_bytes", r.peak_bytes}, {"comm_bytes_per_step", r.comm_bytes},
-                   {"bubble_fraction", r.bubble_fraction}});
+                   {"bubble_fraction", r.bubble_fraction}, {"predicted_bubble_fraction", r.predicted_bubble_fraction}});
     if (step % t.log_every == 0 || step + 1 == t.steps) progress.print(r);
     records.push_back(r);
   }

@@ -42,7 +42,8 @@ struct StepRecord {
   double loss = 0, lr = 0, grad_norm = 0;
   double tokens_per_s = 0, step_ms = 0, mfu = 0;
   int64_t peak_bytes = 0;                       // largest over ranks
-  double bubble_fraction = 0;                   // pp > 1: 1 - compute time / step time, mean over ranks
+  double bubble_fraction = 0;                   // pp > 1: 1 - compute time / pipeline time, mean over ranks
+  double predicted_bubble_fraction = 0;         // pp > 1: the simulator's, for the measured action times
   std::map<std::string, int64_t> comm_bytes;    // this rank's bytes by mesh axis
 };
 
@@ -67,6 +68,7 @@ class Trainer {
   // order) and how its chunks run; `model_` keeps only those layers.
   std::vector<pipeline::StageChunk> take_stage_layers();
   pipeline::Schedule make_schedule() const;
+  double predicted_bubble(const pipeline::StepResult& result);
   int64_t pp_rank_of(int rank) const;
   double optimizer_step(double lr);
   parallel::TpOptions tp_options() const;
