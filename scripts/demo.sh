@@ -16,7 +16,7 @@ first, last = steps[0]["loss"], sum(s["loss"] for s in steps[-5:]) / min(5, len(
 dp_bytes = steps[-1]["comm_bytes_per_step"].get("dp", 0)
 print(f"loom demo: loss {first:.3f} -> {last:.3f} (mean of the last 5 steps) over {len(steps)} steps, "
       f"dp all-reduce {dp_bytes / 2**20:.1f} MiB per step")
-print("loom demo: metrics in out/demo/metrics.jsonl; traces in out/demo/trace.json(.rank1) (open in Perfetto)")
+print("loom demo: metrics in out/demo/metrics.jsonl; the trace of both ranks in out/demo/trace.json (open in Perfetto)")
 if not last < first - 1.0:
     sys.exit("loom: error: the demo's loss did not fall; the build is broken")
 PY

@@ -3,6 +3,11 @@
 // without recomputation; and the messages a stage sends per step against the analytic count.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <map>
 
 #include "layout_harness.h"
 #include "world.h"
@@ -97,6 +102,40 @@ TEST(PipelineGptComm, OneActivationAndOneGradientPerMicroBatchAndBoundary) {
   const int64_t neighbours = (r > 0 ? 1 : 0) + (r + 1 < n ? 1 : 0);
   EXPECT_EQ(sends, m * neighbours);
   EXPECT_EQ(recvs, m * neighbours);
+}
+
+}  // namespace
+}  // namespace loom::test
+
+namespace loom::test {
+namespace {
+
+// --trace: rank 0 writes one file with a track per rank, each holding that rank's schedule
+// actions (and its messages), on one time axis; the metrics carry the bubble, measured and
+// predicted.
+TEST(PipelineGptTrace, OneFileWithATrackPerRank) {
+  const int n = world().size();
+  if (n < 2) GTEST_SKIP();
+  Config c = pp_config();
+  c.parallel.pp = n;
+  c.train.steps = 1;
+  const std::string path = fmt::format("{}/loom_pp_trace_{}.json", ::testing::TempDir(), n);
+  train::Trainer trainer(c, world());
+  const auto records = trainer.run({.trace_path = path, .peak_flops = 1e9});
+  EXPECT_GT(records[0].bubble_fraction, 0);
+  EXPECT_LT(records[0].bubble_fraction, 1);
+  EXPECT_GT(records[0].predicted_bubble_fraction, 0);
+  if (world().rank() != 0) return;
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good());
+  const auto trace = nlohmann::json::parse(in);
+  std::map<int, int> actions;  // pid -> F and BW actions
+  for (const auto& e : trace["traceEvents"])
+    if (e.value("cat", "") == "pipeline") actions[e["pid"].get<int>()] += 1;
+  ASSERT_EQ(static_cast<int>(actions.size()), n);
+  const int m = static_cast<int>(c.train.global_batch / c.train.micro_batch);
+  for (auto [pid, count] : actions) EXPECT_EQ(count, 2 * m) << "rank " << pid;
+  std::remove(path.c_str());
 }
 
 }  // namespace

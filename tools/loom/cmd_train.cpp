@@ -40,9 +40,11 @@ Action add_train(CLI::App& app) {
     std::exception_ptr failure;
     try {
       loaded = config->load();
-      // Rank 0 writes the metrics, every rank its trace: check the places before anyone trains.
-      if (runtime.world().rank() == 0) check_writable(options->metrics_path, "--metrics");
-      check_writable(options->trace_path, "--trace");
+      // Rank 0 writes the metrics and the trace (every rank's events): check before anyone trains.
+      if (runtime.world().rank() == 0) {
+        check_writable(options->metrics_path, "--metrics");
+        check_writable(options->trace_path, "--trace");
+      }
     } catch (const InputError&) {
       failure = std::current_exception();
     }

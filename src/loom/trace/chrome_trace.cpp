@@ -17,13 +17,23 @@ void ChromeTrace::add(std::string name, std::string category, Clock::time_point 
   events_.push_back({std::move(name), std::move(category), us(start), us(end) - us(start), track});
 }
 
-void ChromeTrace::write(const std::string& path) const {
+std::string ChromeTrace::events_json() const {
   nlohmann::json events = nlohmann::json::array();
   events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"name", fmt::format("rank {}", rank_)}}}});
+  events.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", rank_}, {"args", {{"sort_index", rank_}}}});
   for (const Event& e : events_) {
     events.push_back({{"name", e.name}, {"cat", e.category}, {"ph", "X"}, {"ts", e.start_us},
                       {"dur", e.duration_us}, {"pid", rank_}, {"tid", e.track}});
   }
+  return events.dump();
+}
+
+void ChromeTrace::write(const std::string& path) const { write_merged(path, {events_json()}); }
+
+void ChromeTrace::write_merged(const std::string& path, const std::vector<std::string>& ranks_events) {
+  nlohmann::json events = nlohmann::json::array();
+  for (const std::string& text : ranks_events)
+    for (auto& e : nlohmann::json::parse(text)) events.push_back(std::move(e));
   const std::string tmp = path + ".tmp";
   {
     std::ofstream out(tmp, std::ios::trunc);

@@ -17,6 +17,11 @@ class ChromeTrace {
   size_t size() const { return events_.size(); }
   // Writes the whole trace (via a temporary file and rename: never half a file).
   void write(const std::string& path) const;
+  // This rank's events as a JSON array (one process track, named "rank R").
+  std::string events_json() const;
+  // One file from several ranks' events_json(): one track per rank on a shared time axis (the
+  // traces' origins must be taken at the same moment, e.g. right after a barrier).
+  static void write_merged(const std::string& path, const std::vector<std::string>& ranks_events);
 
  private:
   struct Event {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <ostream>
@@ -62,9 +63,6 @@ FaultInjection fault_injection(int rank) {
   return {step, kind};
 }
 
-std::string rank_path(const std::string& path, int rank) {
-  return rank == 0 ? path : fmt::format("{}.rank{}", path, rank);
-}
 
 }  // namespace
 
@@ -253,6 +251,30 @@ double Trainer::optimizer_step(double lr) {
   return norm;
 }
 
+// Every rank's events gathered to rank 0, which writes them as one file, one track per rank (a
+// pipeline's timeline). The JSON text travels as int64 words: an all-gather of the lengths, then
+// of the texts padded to the longest.
+void Trainer::write_trace(const std::string& path) {
+  const std::string mine = trace_->events_json();
+  dist::Communicator& world = mesh_->world();
+  const auto opts = at::TensorOptions().dtype(at::kLong);
+  at::Tensor length = at::full({1}, static_cast<int64_t>(mine.size()), opts);
+  at::Tensor lengths = at::empty({world.size()}, opts);
+  world.all_gather(length, lengths);
+  const int64_t words = (lengths.max().item<int64_t>() + 7) / 8;
+  at::Tensor text = at::zeros({words}, opts);
+  std::memcpy(text.data_ptr(), mine.data(), mine.size());
+  at::Tensor texts = at::empty({world.size() * words}, opts);
+  world.all_gather(text, texts);
+  if (mesh_->rank() != 0) return;
+  std::vector<std::string> all;
+  for (int r = 0; r < world.size(); ++r) {
+    const char* begin = reinterpret_cast<const char*>(texts.data_ptr<int64_t>() + r * words);
+    all.emplace_back(begin, static_cast<size_t>(lengths[r].item<int64_t>()));
+  }
+  trace::ChromeTrace::write_merged(path, all);
+}
+
 // The simulator's bubble for this step's measured action times: every stage's mean F, B, W and R
 // (one all-reduce over pp of a [virtual stages, 4] table), replayed through the same schedule.
 double Trainer::predicted_bubble(const pipeline::StepResult& result) {
@@ -285,7 +307,10 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
   const optim::LrSchedule schedule{t.lr, t.min_lr_ratio, t.warmup, t.steps};
   memory::reset_peak();  // the GEMM probe above is not part of the run
   trace::MetricsWriter metrics(rank0 ? options.metrics_path : "");
-  if (!options.trace_path.empty()) trace_ = std::make_unique<trace::ChromeTrace>(mesh_->rank());
+  if (!options.trace_path.empty()) {
+    mesh_->world().barrier();  // every rank's trace starts from the same moment: one time axis
+    trace_ = std::make_unique<trace::ChromeTrace>(mesh_->rank());
+  }
   std::ostream* console = rank0 ? options.progress : nullptr;
   ProgressPrinter progress(console, t.steps);
   if (console != nullptr) {
@@ -346,7 +371,7 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     records.push_back(r);
   }
   if (trace_) {
-    trace_->write(rank_path(options.trace_path, mesh_->rank()));
+    write_trace(options.trace_path);
     trace_.reset();
   }
   return records;

@@ -32,7 +32,7 @@ namespace loom::train {
 
 struct TrainOptions {
   std::string metrics_path;          // "" = none; written by world rank 0
-  std::string trace_path;            // "" = none; rank r > 0 writes PATH.rank<r>
+  std::string trace_path;            // "" = none; rank 0 writes every rank's events, one track each
   std::ostream* progress = nullptr;  // progress lines (rank 0); nullptr = quiet
   double peak_flops = 0;             // GEMM peak for MFU; 0 = measure at start
 };
@@ -69,6 +69,7 @@ class Trainer {
   std::vector<pipeline::StageChunk> take_stage_layers();
   pipeline::Schedule make_schedule() const;
   double predicted_bubble(const pipeline::StepResult& result);
+  void write_trace(const std::string& path);
   int64_t pp_rank_of(int rank) const;
   double optimizer_step(double lr);
   parallel::TpOptions tp_options() const;
