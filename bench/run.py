@@ -9,7 +9,8 @@ e.g. `gpt-small@tp2+overlap2+seq`. The thread count is the same in all. loom and
 same machine conditions; each reports the median step time over its timed steps (the first
 steps of every run are warm-up and not timed). The ratio is loom's tokens/s over the peer's.
 `allreduce` runs the communicator's all-reduce against a raw MPI_Allreduce loop on 2 ranks.
-`tp-overlap` and `tp-sequence` compare loom with itself on gpt-small at tp=2: tp_overlap 1 against 2,
+`pipelines` runs gpt-small at pp = 2 and 4 under every schedule and reports the measured bubble beside
+the simulator's prediction for the same action times. `tp-overlap` and `tp-sequence` compare loom with itself on gpt-small at tp=2: tp_overlap 1 against 2,
 and tp_sequence off against on, alternating the two in every round; the peer is the option off.
 """
 import json
@@ -44,6 +45,17 @@ def mpirun(ranks):
     return [os.path.join(ROOT, "scripts", "mpirun.sh"), str(ranks), "-x", "OMP_NUM_THREADS"]
 
 
+# Pipeline schedules as layout parts: the interleaved one with two chunks per rank, the shifted
+# critical path with Merak's stage-aware recomputation (first stage 0.5).
+SCHEDULES = {
+    "gpipe": ["parallel.schedule=gpipe"],
+    "1f1b": ["parallel.schedule=1f1b"],
+    "interleaved": ["parallel.schedule=interleaved", "parallel.chunks=2"],
+    "zb-h1": ["parallel.schedule=zb-h1"],
+    "scp": ["parallel.schedule=scp", "memory.recompute=stage-aware", "memory.recompute_ratio=0.5"],
+}
+
+
 def parse_layout(layout):
     """'tp2+overlap2+seq' -> ({'tp': 2}, ['parallel.tp_overlap=2', 'parallel.tp_sequence=true']); '' -> ({}, [])."""
     degrees, options = {}, []
@@ -52,16 +64,20 @@ def parse_layout(layout):
             degrees[part[:2]] = int(part[2:])
         elif part.startswith("overlap") and part[7:].isdigit():
             options.append(f"parallel.tp_overlap={part[7:]}")
+        elif part[:2] == "pp" and part[2:].isdigit():
+            degrees["pp"] = int(part[2:])
         elif part == "seq":
             options.append("parallel.tp_sequence=true")
+        elif part in SCHEDULES:
+            options += SCHEDULES[part]
         else:
             sys.exit(f"loom: error: unknown layout part '{part}' in '{layout}'; "
-                     "hint: dpN, tpN, overlapK, seq joined by '+'")
+                     "hint: dpN, tpN, ppN, overlapK, seq or a schedule joined by '+'")
     return degrees, options
 
 
 def run_loom(path, steps, threads, peak, degrees, options=()):
-    ranks = degrees.get("dp", 1) * degrees.get("tp", 1)
+    ranks = degrees.get("dp", 1) * degrees.get("tp", 1) * degrees.get("pp", 1)
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "metrics.jsonl")
         launch = mpirun(ranks) if ranks > 1 else []
@@ -177,6 +193,26 @@ def compare(workload, steps, rounds, threads, peak):
             "peak_bytes_on_vs_off": variant["peak_bytes"] / base["peak_bytes"]}
 
 
+def pipelines(steps, threads, peak):
+    """gpt-small at pp = 2 and 4 under every schedule: the measured bubble beside the simulator's
+    prediction for the same (measured) action times, per-stage peak memory; loom only."""
+    path, cfg = effective_config("gpt-small")
+    tokens_per_step = cfg["train"]["global_batch"] * cfg["model"]["seq_len"]
+    for pp in (2, 4):
+        for name, options in SCHEDULES.items():
+            run = run_loom(path, steps, threads, peak, {"pp": pp}, options)
+            timed = run[WARMUP:]
+            step_ms = statistics.median(r["step_ms"] for r in timed)
+            measured = statistics.median(r["bubble_fraction"] for r in timed)
+            predicted = statistics.median(r["predicted_bubble_fraction"] for r in timed)
+            print(json.dumps({
+                "workload": f"gpt-small@pp{pp}+{name}", "layout": {"pp": pp, "schedule": name}, "threads": threads,
+                "steps": steps, "step_ms": step_ms, "tokens_per_s": tokens_per_step / (step_ms / 1e3),
+                "bubble_fraction": measured, "predicted_bubble_fraction": predicted,
+                "measured_vs_predicted": measured / predicted if predicted > 0 else None,
+                "peak_bytes_by_stage": timed[-1]["peak_bytes_by_stage"], "loss_last": run[-1]["loss"]}), flush=True)
+
+
 def allreduce():
     out = subprocess.run(mpirun(2) + [os.path.join(ROOT, "build", "bin", "loom_bench_allreduce")], check=True,
                          capture_output=True, text=True)
@@ -191,13 +227,20 @@ def main():
     threads = int(os.environ.get("THREADS", str(os.cpu_count() or 1)))
     peaks = {}  # GEMM peak of one rank's threads: MFU is per rank against its own cores
     for workload in workloads:
-        degrees = VARIANTS[workload][1] if workload in VARIANTS else parse_layout(workload.partition("@")[2])[0]
-        rank_threads = max(1, threads // (degrees.get("dp", 1) * degrees.get("tp", 1)))
+        if workload == "pipelines":
+            degrees = {"pp": 2}
+        elif workload in VARIANTS:
+            degrees = VARIANTS[workload][1]
+        else:
+            degrees = parse_layout(workload.partition("@")[2])[0]
+        rank_threads = max(1, threads // (degrees.get("dp", 1) * degrees.get("tp", 1) * degrees.get("pp", 1)))
         if workload != "allreduce" and rank_threads not in peaks:
             peaks[rank_threads] = gemm_peak(rank_threads)
         peak = peaks.get(rank_threads)
         if workload == "allreduce":
             allreduce()
+        elif workload == "pipelines":
+            pipelines(steps, threads, peak)
         elif workload in VARIANTS:
             print(json.dumps(compare(workload, steps, rounds, threads, peak)), flush=True)
         else:

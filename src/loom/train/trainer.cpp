@@ -359,6 +359,9 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
       mesh_->world().all_reduce(bubble, dist::ReduceOp::Sum);
       r.bubble_fraction = bubble.item<double>() / mesh_->world().size();
       r.predicted_bubble_fraction = predicted_bubble(result);
+      at::Tensor mine = at::full({1}, memory::peak_bytes(), at::kLong), stages = at::empty({pp}, at::kLong);
+      mesh_->pp().all_gather(mine, stages);
+      for (int64_t i = 0; i < pp; ++i) r.peak_bytes_by_stage.push_back(stages[i].item<int64_t>());
     }
     r.step_ms = seconds * 1e3;
     r.tokens_per_s = tokens_per_step / seconds;
@@ -366,7 +369,8 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     metrics.write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                    {"tokens_per_s", r.tokens_per_s}, {"step_ms", r.step_ms}, {"mfu", r.mfu},
                    {"peak_bytes", r.peak_bytes}, {"comm_bytes_per_step", r.comm_bytes},
-                   {"bubble_fraction", r.bubble_fraction}, {"predicted_bubble_fraction", r.predicted_bubble_fraction}});
+                   {"bubble_fraction", r.bubble_fraction}, {"predicted_bubble_fraction", r.predicted_bubble_fraction},
+                   {"peak_bytes_by_stage", r.peak_bytes_by_stage}});
     if (step % t.log_every == 0 || step + 1 == t.steps) progress.print(r);
     records.push_back(r);
   }

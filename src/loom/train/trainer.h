@@ -44,6 +44,7 @@ struct StepRecord {
   int64_t peak_bytes = 0;                       // largest over ranks
   double bubble_fraction = 0;                   // pp > 1: 1 - compute time / pipeline time, mean over ranks
   double predicted_bubble_fraction = 0;         // pp > 1: the simulator's, for the measured action times
+  std::vector<int64_t> peak_bytes_by_stage;     // pp > 1: each pipeline stage's peak (this dp/tp slice)
   std::map<std::string, int64_t> comm_bytes;    // this rank's bytes by mesh axis
 };
 
