@@ -1,8 +1,9 @@
 #pragma once
 // Runs one rank's schedule with real layers (NOTE [Pipeline schedules are data]): the lowered
 // list of this rank, F/R/B/W/BW on its chunks of the chain and point-to-point messages between
-// neighbouring stages over the pp communicator. Sends are non-blocking (their Work is kept until
-// the step ends); a receive waits, which is what the simulator's dependencies model, so a
+// neighbouring stages over the pp communicator. Sends are non-blocking, driven by a helper thread
+// while the stage computes (NOTE [Message progress]) and waited for when the step ends; a receive
+// waits, which is what the simulator's dependencies model, so a
 // schedule the simulator accepts cannot deadlock here. One rank alone (pp = 1) runs the same
 // code without messages.
 #include <chrono>
