@@ -40,6 +40,7 @@ struct PpCase {
   int64_t chunks = 1;
   std::string recompute = "none";
   bool zero = false, sequence = false;
+  int64_t overlap = 1;  // parallel.tp_overlap (micro-batches of 2 samples when > 1)
 };
 
 class PipelineGpt : public ::testing::TestWithParam<PpCase> {};
@@ -56,6 +57,8 @@ TEST_P(PipelineGpt, MatchesTheSerialRunInFloat64) {
   c.parallel.chunks = pc.chunks;
   c.parallel.zero = pc.zero ? 1 : 0;
   c.parallel.tp_sequence = pc.sequence;
+  c.parallel.tp_overlap = pc.overlap;
+  if (pc.overlap > 1) c.train.micro_batch = 2;
   c.memory.recompute = pc.recompute;
   c.memory.recompute_ratio = 0.5;
   if (c.parallel.pp * pc.chunks > 2 * c.model.n_layers + 3) GTEST_SKIP() << "more slices than the chain's layers";
@@ -71,14 +74,36 @@ INSTANTIATE_TEST_SUITE_P(
                       PpCase{"1f1b", 1, 1, 1, "stage-aware"}, PpCase{"zb-h1", 1, 1, 1, "full"},
                       PpCase{"1f1b", 2, 1}, PpCase{"zb-h1", 2, 1, 1, "none", true}, PpCase{"1f1b", 1, 2},
                       PpCase{"interleaved", 1, 2, 2, "none", false, true}, PpCase{"1f1b", 2, 2},
-                      PpCase{"scp", 2, 2, 1, "stage-aware", true, true}),
+                      PpCase{"scp", 2, 2, 1, "stage-aware", true, true},
+                      PpCase{"zb-h1", 1, 2, 1, "full", false, true, 2}),
     [](const auto& info) {
       const PpCase& p = info.param;
-      std::string name = fmt::format("{}_dp{}_tp{}_chunks{}_{}{}{}", p.schedule, p.dp, p.tp, p.chunks, p.recompute,
-                                     p.zero ? "_zero" : "", p.sequence ? "_sequence" : "");
+      std::string name = fmt::format("{}_dp{}_tp{}_chunks{}_{}{}{}_overlap{}", p.schedule, p.dp, p.tp, p.chunks,
+                                     p.recompute, p.zero ? "_zero" : "", p.sequence ? "_sequence" : "", p.overlap);
       std::erase(name, '-');
       return name;
     });
+
+// A schedule read from CSV, in which the second stage takes the micro-batches in the opposite
+// order to the one the first stage sends them in (the messages' tags keep them apart).
+TEST(PipelineGptCsv, AScheduleFromCsvWithReorderedMicroBatches) {
+  if (world().size() != 2) GTEST_SKIP() << "a two-stage schedule";
+  const std::string path = fmt::format("{}/loom_pp_schedule.csv", ::testing::TempDir());
+  if (world().rank() == 0) {
+    std::ofstream out(path);
+    out << "step,rank0,rank1\n0,F0,\n1,F1,F1\n2,BW1,BW1\n3,BW0,F0\n4,,BW0\n";
+  }
+  world().barrier();
+  Config c = pp_config();
+  c.parallel.pp = 2;
+  c.parallel.schedule = "csv:" + path;
+  c.train.global_batch = 2;
+  const TrainedRun serial = run_serial(c);
+  const TrainedRun layout = train_run(c, world());
+  expect_same_training(layout, serial, 1e-9, 1e-9);
+  world().barrier();
+  if (world().rank() == 0) std::remove(path.c_str());
+}
 
 // Per step a stage sends one activation per micro-batch forward (unless it is last) and one
 // gradient backward (unless it is first), each [micro_batch, seq, d_model], and receives the

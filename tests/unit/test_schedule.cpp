@@ -68,6 +68,13 @@ void expect_valid_timeline(const Schedule& s, const Simulation& sim) {
           --stash;
           break;
         }
+        case Op::R: {
+          const double f = end_of(Op::F, mb, v);
+          EXPECT_TRUE(f >= 0 && f <= t.start) << "R before its F";
+          const double b = std::max(end_of(Op::B, mb, v), end_of(Op::BW, mb, v));
+          EXPECT_GE(b, t.end) << "R after its B";
+          break;
+        }
         default:
           break;
       }
@@ -75,7 +82,14 @@ void expect_valid_timeline(const Schedule& s, const Simulation& sim) {
     }
     EXPECT_EQ(stash, 0);
   }
-  EXPECT_GE(actions, 2 * s.microbatches * s.virtual_stages());
+  // Exactly: per micro-batch and virtual stage an F, a BW or a B and a W, and at most one R.
+  int64_t expected = 0;
+  for (int64_t mb = 0; mb < s.microbatches; ++mb)
+    for (int64_t v = 0; v < s.virtual_stages(); ++v)
+      expected += 1 + (at.count({Op::BW, mb, v}) ? 1 : 2) + static_cast<int64_t>(at.count({Op::R, mb, v}));
+  EXPECT_EQ(actions, expected);
+  for (int64_t mb = 0; mb < s.microbatches; ++mb)
+    for (int64_t v = 0; v < s.virtual_stages(); ++v) EXPECT_TRUE(at.count({Op::F, mb, v})) << "F" << mb << " v" << v;
 }
 
 class Generators : public ::testing::TestWithParam<std::string_view> {};

@@ -3,6 +3,7 @@
 // stashed micro-batches.
 #include <fmt/format.h>
 
+#include <cmath>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -38,7 +39,10 @@ Action add_schedule(CLI::App& app) {
     if (!*cmd) return;
     for (auto [name, value] : {std::pair{"--cost-f", o->f}, {"--cost-b", o->b}, {"--cost-w", o->w},
                                {"--recompute", o->recompute}, {"--p2p", o->p2p}})
-      LOOM_CHECK_INPUT(value >= 0, "{} = {} must be >= 0", name, value);
+      LOOM_CHECK_INPUT(value >= 0 && std::isfinite(value), "{} = {} must be finite and >= 0", name, value);
+    LOOM_CHECK_INPUT(o->stages <= 1024 && o->microbatches <= 4096 && o->chunks <= 64,
+                     "--stages {} / --microbatches {} / --chunks {}: at most 1024 / 4096 / 64 here", o->stages,
+                     o->microbatches, o->chunks);
     pipeline::Schedule schedule;
     if (!o->from.empty()) {
       std::ifstream in(o->from);

@@ -56,10 +56,10 @@ void validate_parallel(const ParallelConfig& p) {
   LOOM_CHECK_INPUT(p.bucket_mb > 0, "parallel.bucket_mb = {} must be positive", p.bucket_mb);
   LOOM_CHECK_INPUT(p.sparse_partitions >= 0, "parallel.sparse_partitions = {} must be >= 0 (0 = automatic)",
                    p.sparse_partitions);
-  LOOM_CHECK_INPUT(p.sp == 1,
-                   "parallel.sp = {} needs sequence parallelism, which this build does not have yet; data, tensor "
-                   "and pipeline parallelism (parallel.dp, tp, pp) are available",
-                   p.sp);
+  LOOM_CHECK_INPUT(p.sp == 1 || p.sp_mode == "allgather",
+                   "parallel.sp_mode = \"{}\" is not available in this build yet; hint: sp_mode = \"allgather\" "
+                   "(LSS: fused K/V all-gather)",
+                   p.sp_mode);
   LOOM_CHECK_INPUT(p.chunks == 1 || p.schedule == "interleaved" || p.schedule.starts_with("csv:"),
                    "parallel.chunks = {} needs parallel.schedule = \"interleaved\" (or a CSV schedule); \"{}\" "
                    "runs one chunk per rank",
@@ -83,6 +83,14 @@ void validate_tensor_parallel(const ModelConfig& m, const ParallelConfig& p, con
                    "[tp] parallel.tp_overlap ({}) must divide train.micro_batch ({}): each micro-batch is cut into "
                    "tp_overlap equal chunks",
                    p.tp_overlap, t.micro_batch);
+  LOOM_CHECK_INPUT(m.seq_len % p.sp == 0,
+                   "[sp] model.seq_len ({}) must be divisible by parallel.sp ({}): each sp rank holds one equal "
+                   "segment of every sequence",
+                   m.seq_len, p.sp);
+  LOOM_CHECK_INPUT(p.sp == 1 || !p.tp_sequence || m.seq_len / p.sp % p.tp == 0,
+                   "[tp] parallel.tp_sequence needs each sp segment (model.seq_len {} / parallel.sp {}) divisible by "
+                   "parallel.tp ({})",
+                   m.seq_len, p.sp, p.tp);
   LOOM_CHECK_INPUT(!p.tp_sequence || m.seq_len % p.tp == 0,
                    "[tp] parallel.tp_sequence needs model.seq_len ({}) divisible by parallel.tp ({}): each tp rank "
                    "holds seq_len / tp tokens of the norm regions; hint: change seq_len or turn tp_sequence off",

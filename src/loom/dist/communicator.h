@@ -39,6 +39,10 @@ class Communicator {
   virtual int size() const = 0;
   // The axis this communicator spans ("world", "dp", "tp", ...), for errors and accounting.
   virtual const std::string& axis() const = 0;
+  // Whether a helper thread may drive (test / wait) a Work while this thread runs other
+  // operations (MPI: only under MPI_THREAD_MULTIPLE). A Work is never thread-safe itself: one
+  // thread at a time drives it.
+  virtual bool concurrent_progress() const { return true; }
 
   virtual WorkPtr all_reduce_async(at::Tensor& tensor, ReduceOp op) = 0;
   virtual WorkPtr reduce_scatter_async(const at::Tensor& input, at::Tensor& output, ReduceOp op) = 0;

@@ -25,6 +25,9 @@
 namespace loom::dist {
 namespace {
 
+// Set once by the Runtime: whether MPI granted MPI_THREAD_MULTIPLE.
+bool g_thread_multiple = false;
+
 std::string mpi_error(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
@@ -279,6 +282,7 @@ class MpiCommunicator final : public Communicator {
     work->wait();
   }
 
+  bool concurrent_progress() const override { return g_thread_multiple; }
   std::unique_ptr<Communicator> split(int color, int key, const std::string& axis) override {
     MPI_Comm comm = MPI_COMM_NULL;
     LOOM_MPI(MPI_Comm_split(comm_, color, key, &comm), "comm split for axis " + axis);
@@ -353,7 +357,8 @@ Runtime::Runtime(double timeout_s) {
     MPI_Comm_size(node, &g_local_ranks);
     MPI_Comm_free(&node);
   }
-  detail::start_watchdog(timeout_s, rank, provided >= MPI_THREAD_MULTIPLE);
+  g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
+  detail::start_watchdog(timeout_s, rank, g_thread_multiple);
   MPI_Type_contiguous(2, MPI_BYTE, &g_bf16);
   MPI_Type_commit(&g_bf16);
   MPI_Op_create(&bf16_sum, 1, &g_bf16_sum);

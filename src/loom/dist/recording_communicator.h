@@ -34,6 +34,7 @@ class RecordingCommunicator final : public Communicator {
   int rank() const override { return inner_->rank(); }
   int size() const override { return inner_->size(); }
   const std::string& axis() const override { return inner_->axis(); }
+  bool concurrent_progress() const override { return inner_->concurrent_progress(); }
   WorkPtr all_reduce_async(at::Tensor& t, ReduceOp op) override;
   WorkPtr reduce_scatter_async(const at::Tensor& in, at::Tensor& out, ReduceOp op) override;
   WorkPtr all_gather_async(const at::Tensor& in, at::Tensor& out) override;

@@ -4,6 +4,7 @@
 #include "loom/core/config.h"
 #include "loom/dist/communicator.h"
 #include "loom/models/model.h"
+#include "loom/parallel/sequence_parallel.h"
 #include "loom/parallel/tp_region.h"
 
 namespace loom::models {
@@ -15,6 +16,9 @@ namespace loom::models {
 // many chunks in the sub-blocks to overlap their collectives (NOTE [Sub-pipelined TP]);
 // `tp.sequence` shards the residual stream and the norms along seq (NOTE [Tensor-parallel
 // regions]): the layers between the embedding and the head see seq/tp tokens per rank.
-Model build_gpt(const ModelConfig& config, dist::Communicator& tp, parallel::TpOptions options = {});
+// `sp`: sequence parallelism over segments (NOTE [Sequence parallelism]): every layer sees one
+// segment of each sequence.
+Model build_gpt(const ModelConfig& config, dist::Communicator& tp, parallel::TpOptions options = {},
+                parallel::SpOptions sp = {});
 
 }  // namespace loom::models

@@ -20,10 +20,12 @@ struct State : SavedState {
 }  // namespace
 
 AttentionBlock::AttentionBlock(const std::string& prefix, int64_t d_model, int64_t n_heads, int64_t tile,
-                               double residual_std, dist::Communicator& tp, parallel::TpOptions options)
+                               double residual_std, dist::Communicator& tp, parallel::TpOptions options,
+                               parallel::SpOptions sp)
     : tp_(tp),
       chunks_(tp.size() > 1 ? options.overlap : 1),
       sequence_(tp.size() > 1 && options.sequence),
+      sp_(sp),
       norm(prefix + ".norm", d_model, sequence_),
       qkv(prefix + ".qkv", d_model, 3 * d_model, true, 0.02, tp, /*groups=*/3),
       proj(prefix + ".proj", d_model, d_model, true, residual_std, tp),
@@ -49,7 +51,13 @@ at::Tensor AttentionBlock::forward(const at::Tensor& x, const MicroBatch&, Saved
     // q, k, v of the local heads, attention, and the merged heads of this chunk
     const at::Tensor heads =
         qkv.forward(h).view({rows, seq, 3, local_heads_, hd}).permute({2, 0, 3, 1, 4}).contiguous();
-    auto att = causal_attention_forward(heads[0], heads[1], heads[2], tile_);
+    AttentionForward att;
+    if (sp_.active()) {  // the local queries against the keys of this and every earlier segment
+      const at::Tensor kv = parallel::gather_visible_kv(*sp_.sp, heads.narrow(0, 1, 2));
+      att = causal_attention_forward(heads[0], kv[0], kv[1], tile_, sp_.sp->rank() * seq);
+    } else {
+      att = causal_attention_forward(heads[0], heads[1], heads[2], tile_);
+    }
     const at::Tensor merged = att.out.transpose(1, 2).reshape({rows, seq, local});
     parallel::store_chunk(s.heads, heads, 1, first, chunks_);
     parallel::store_chunk(s.lse, att.lse, 0, first, chunks_);
@@ -80,8 +88,17 @@ at::Tensor AttentionBlock::backward_input(const at::Tensor& dy, Saved& saved) {
         proj.backward_input(dy_c).view({rows, seq, local_heads_, hd}).transpose(1, 2).contiguous();
     const at::Tensor out = s.merged.narrow(0, first, rows).view({rows, seq, local_heads_, hd}).transpose(1, 2);
     const at::Tensor heads = s.heads.narrow(1, first, rows);
-    auto g = causal_attention_backward(dout, heads[0], heads[1], heads[2], out, s.lse.narrow(0, first, rows), tile_);
-    const at::Tensor dqkv = g.packed.permute({1, 3, 0, 2, 4}).reshape({rows, seq, 3 * local});
+    const at::Tensor lse = s.lse.narrow(0, first, rows);
+    at::Tensor packed;  // [3, rows, heads, seq, hd]: dq, dk, dv
+    if (sp_.active()) {  // the keys of segments 0..r again; their gradients go back to their owners
+      const at::Tensor kv = parallel::gather_visible_kv(*sp_.sp, heads.narrow(0, 1, 2).contiguous());
+      auto g = causal_attention_backward(dout, heads[0], kv[0], kv[1], out, lse, tile_, sp_.sp->rank() * seq);
+      const at::Tensor dkv = parallel::reduce_scatter_visible_kv(*sp_.sp, at::stack({g.dk, g.dv}));
+      packed = at::cat({g.dq.unsqueeze(0), dkv});
+    } else {
+      packed = causal_attention_backward(dout, heads[0], heads[1], heads[2], out, lse, tile_).packed;
+    }
+    const at::Tensor dqkv = packed.permute({1, 3, 0, 2, 4}).reshape({rows, seq, 3 * local});
     parallel::store_chunk(s.dqkv, dqkv, 0, first, chunks_);
     region.leave(qkv.backward_input_partial(dqkv));  // reduced while the next chunk computes
   }

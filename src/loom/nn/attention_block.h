@@ -14,10 +14,14 @@
 //                    qkv's weight gradient (saving the gathered one would undo the saving)
 // With tp_overlap = k every collective except that last gather is k, one per batch chunk,
 // overlapped with the next chunk's compute (NOTE [Sub-pipelined TP]).
+// Under sequence parallelism (`sp`, sp_mode "allgather") x holds one segment of the sequence:
+// forward all-gathers the segments' k and v in one collective (per chunk), backward_input
+// gathers them again and reduce-scatters their gradients in one (NOTE [Sequence parallelism]).
 #include "loom/nn/layer.h"
 #include "loom/nn/layer_norm.h"
 #include "loom/dist/communicator.h"
 #include "loom/parallel/tensor_parallel_linear.h"
+#include "loom/parallel/sequence_parallel.h"
 #include "loom/parallel/tp_region.h"
 
 namespace loom::nn {
@@ -27,7 +31,7 @@ class AttentionBlock final : public Layer {
   // `prefix` names the parameters, e.g. "blocks.0.attn"; `residual_std` initialises the output
   // projection (GPT-2 scales it by 1/sqrt(2 * n_layers)).
   AttentionBlock(const std::string& prefix, int64_t d_model, int64_t n_heads, int64_t tile, double residual_std,
-                 dist::Communicator& tp, parallel::TpOptions options = {});
+                 dist::Communicator& tp, parallel::TpOptions options = {}, parallel::SpOptions sp = {});
 
   std::string name() const override { return prefix_; }
   at::Tensor forward(const at::Tensor& x, const MicroBatch& mb, Saved& saved) override;
@@ -40,6 +44,7 @@ class AttentionBlock final : public Layer {
   dist::Communicator& tp_;
   int64_t chunks_;  // sub-pipelined TP chunks per micro-batch (1 = off)
   bool sequence_;   // tp_sequence on more than one rank
+  parallel::SpOptions sp_;  // sequence parallelism over segments (NOTE [Sequence parallelism])
 
  public:
   LayerNorm norm;

@@ -14,8 +14,8 @@ struct State : SavedState {
 int64_t padded_vocab(int64_t vocab, int tp) { return (vocab + tp - 1) / tp * tp; }
 
 TokenPositionEmbedding::TokenPositionEmbedding(int64_t vocab, int64_t positions, int64_t d_model,
-                                               dist::Communicator& tp, bool sequence_sharded)
-    : tp_(tp), sequence_(tp.size() > 1 && sequence_sharded), d_model_(d_model) {
+                                               dist::Communicator& tp, bool sequence_sharded, int64_t segment)
+    : tp_(tp), sequence_(tp.size() > 1 && sequence_sharded), segment_(segment), d_model_(d_model) {
   const int64_t padded = padded_vocab(vocab, tp.size());
   rows_ = padded / tp.size();
   first_row_ = rows_ * tp.rank();
@@ -35,15 +35,16 @@ at::Tensor TokenPositionEmbedding::forward(const at::Tensor& tokens, const Micro
     ids = (ids - first_row_).mul_(s.mine);  // ids of other ranks read row 0, then are zeroed
   }
   at::Tensor rows = token_table.value.index_select(0, ids);
-  if (tp_.size() == 1) return rows.view({batch, seq, d_model_}) + position_table.value.narrow(0, 0, seq);
+  const int64_t first = segment_ * seq;  // this segment's first position (sequence parallelism)
+  if (tp_.size() == 1) return rows.view({batch, seq, d_model_}) + position_table.value.narrow(0, first, seq);
   rows.mul_(s.mine.unsqueeze(1));
   if (!sequence_) {
     tp_.all_reduce(rows, dist::ReduceOp::Sum);
-    return rows.view({batch, seq, d_model_}) + position_table.value.narrow(0, 0, seq);
+    return rows.view({batch, seq, d_model_}) + position_table.value.narrow(0, first, seq);
   }
   const at::Tensor mine = parallel::reduce_scatter_sequence(tp_, rows.view({batch, seq, d_model_}));
   const int64_t local = mine.size(1);
-  return mine + position_table.value.narrow(0, tp_.rank() * local, local);
+  return mine + position_table.value.narrow(0, first + tp_.rank() * local, local);
 }
 
 at::Tensor TokenPositionEmbedding::backward_input(const at::Tensor& dy, Saved& saved) {
@@ -62,7 +63,8 @@ void TokenPositionEmbedding::backward_weight(Saved& saved) {
   } else {
     token_table.grad.index_add_(0, s.tokens.reshape({-1}), dy);
   }
-  const int64_t local = s.dy_local.size(1), first = sequence_ ? tp_.rank() * local : 0;
+  const int64_t local = s.dy_local.size(1);
+  const int64_t first = segment_ * s.tokens.size(1) + (sequence_ ? tp_.rank() * local : 0);
   position_table.grad.narrow(0, first, local).add_(s.dy_local.sum(0));
   saved.clear();
 }

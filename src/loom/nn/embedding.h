@@ -24,8 +24,10 @@ int64_t padded_vocab(int64_t vocab, int tp);
 
 class TokenPositionEmbedding final : public Layer {
  public:
+  // `segment`: under sequence parallelism the tokens are segment `segment` of the sequence (sp
+  // rank), so their positions start at segment x their length.
   TokenPositionEmbedding(int64_t vocab, int64_t positions, int64_t d_model, dist::Communicator& tp,
-                         bool sequence_sharded = false);
+                         bool sequence_sharded = false, int64_t segment = 0);
 
   std::string name() const override { return "embedding"; }
   at::Tensor forward(const at::Tensor& tokens, const MicroBatch& mb, Saved& saved) override;
@@ -40,6 +42,7 @@ class TokenPositionEmbedding final : public Layer {
  private:
   dist::Communicator& tp_;
   bool sequence_;
+  int64_t segment_;
   int64_t d_model_, first_row_, rows_;  // the token rows this rank owns
 };
 

@@ -11,7 +11,8 @@
 // Under tp_sequence (Megatron-style sequence parallelism in the norm regions) the LayerNorms,
 // residual adds and everything saved for them hold T/tp tokens per rank, so their activation
 // memory shrinks by tp, and an all-gather plus a reduce-scatter move the same bytes as the
-// all-reduce they replace. Rank r holds tokens [r T/tp, (r+1) T/tp). A sequence-sharded norm's
+// all-reduce they replace (backward adds one all-gather per sub-block: the normed input again,
+// for the weight gradient, rather than keeping the gathered copy). Rank r holds tokens [r T/tp, (r+1) T/tp). A sequence-sharded norm's
 // gain and bias gradients cover only its tokens; SequenceGradReducer sums them over tp.
 //
 // NOTE [Sub-pipelined TP] (Merak, parallel.tp_overlap = k): a region cuts its micro-batch into

@@ -1,6 +1,7 @@
 #include "loom/pipeline/executor.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <array>
 #include <condition_variable>
@@ -20,24 +21,34 @@ namespace {
 // whole action would hold its neighbour up for that long (measured: gpt-tiny pp=2 1F1B steps
 // 1182 ms without any driving, 960 ms testing between layers). This helper thread drives the
 // sends in flight while the stage computes: it tests them every 50 us while any is pending and
-// sleeps otherwise. Only it touches the pending sends until finish().
+// sleeps otherwise. Only it touches the pending sends until finish(). Where MPI cannot take calls
+// from two threads at once (no MPI_THREAD_MULTIPLE) there is no helper: the stage drives its
+// sends itself between layers (`drive`), which is slower but correct.
 class SendProgress {
  public:
-  SendProgress() : thread_([this] { loop(); }) {}
+  explicit SendProgress(bool helper) {
+    if (helper) thread_ = std::thread([this] { loop(); });
+  }
   ~SendProgress() {
     {
       std::lock_guard lock(mutex_);
       stop_ = true;
     }
     wake_.notify_one();
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
   }
   void add(dist::WorkPtr work) {
     {
       std::lock_guard lock(mutex_);
+      if (failure_) std::rethrow_exception(failure_);  // a send failed: stop here, not in a recv
       pending_.push_back(std::move(work));
     }
     wake_.notify_one();
+  }
+  // Without a helper thread: one round of tests, from the stage's own thread.
+  void drive() {
+    if (thread_.joinable()) return;
+    std::erase_if(pending_, [](const dist::WorkPtr& work) { return work->test(); });
   }
   // Waits for every send; rethrows what driving them raised.
   void finish() {
@@ -57,7 +68,7 @@ class SendProgress {
       }
       try {
         std::erase_if(pending_, [](const dist::WorkPtr& work) { return work->test(); });
-      } catch (...) {
+      } catch (...) {  // reported by the stage's next add() or finish()
         failure_ = std::current_exception();
       }
       lock.unlock();
@@ -71,7 +82,7 @@ class SendProgress {
   std::vector<dist::WorkPtr> pending_;
   std::exception_ptr failure_;
   bool stop_ = false;
-  std::thread thread_;  // last: starts once the rest exists
+  std::thread thread_;  // last: starts once the rest exists (constructor body)
 };
 
 }  // namespace
@@ -116,9 +127,9 @@ PipelineExecutor::PipelineExecutor(const Schedule& schedule, dist::Communicator&
   actions_ = lower(schedule)[pp.rank()];
   for (const Action& a : schedule.ranks[pp.rank()])
     if (a.op == Op::W || a.op == Op::BW) last_backward_[a.chunk] = a.mb;
-  const int64_t largest_tag = tag_of(schedule.microbatches - 1, schedule.virtual_stages() - 1, true);
-  LOOM_CHECK(largest_tag < 32768, "[pp] {} micro-batches x {} virtual stages exceed the message tags",
-             schedule.microbatches, schedule.virtual_stages());
+  LOOM_CHECK(schedule.virtual_stages() == 1 || message_tags(schedule) <= kMaxTags,
+             "[pp] {} micro-batches x {} virtual stages exceed the message tags", schedule.microbatches,
+             schedule.virtual_stages());
 }
 
 int PipelineExecutor::peer_of(int64_t virtual_stage) const {
@@ -140,10 +151,16 @@ StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
   StepResult result;
   const auto step_start = Clock::now();
   std::map<std::pair<int64_t, int64_t>, Flight> flights;  // (micro-batch, chunk)
-  SendProgress sends;  // NOTE [Message progress]
+  SendProgress sends(pp_.concurrent_progress());  // NOTE [Message progress]
   const int64_t last = schedule_.virtual_stages() - 1;
   const bool with_chunk = schedule_.chunks > 1;
   auto flight = [&](const Action& a) -> Flight& { return flights[{a.mb, a.chunk}]; };
+  // The receiver allocates exactly this; a message of another size would not be caught by MPI.
+  auto check_boundary = [&](const at::Tensor& t, const char* what) {
+    LOOM_CHECK(t.sizes().vec() == boundary_shape_ && t.scalar_type() == dtype_,
+               "[pp] a stage boundary {} of shape [{}] ({}), expected [{}] ({})", what, fmt::join(t.sizes(), ", "),
+               c10::toString(t.scalar_type()), fmt::join(boundary_shape_, ", "), c10::toString(dtype_));
+  };
   // Per chunk: seconds and counts of F, B (or BW), W, R.
   std::vector<std::array<double, 4>> seconds(chunks_.size(), {0, 0, 0, 0}), counts = seconds;
 
@@ -162,10 +179,12 @@ StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
         pp_.recv(f.dy, peer_of(v + 1), tag_of(a.mb, v + 1, true));
         break;
       case Op::SendF:
+        check_boundary(f.output, "activation");
         sends.add(pp_.send_async(f.output, peer_of(v + 1), tag_of(a.mb, v, false)));
         f.output.reset();  // the Work keeps it until sent
         break;
       case Op::SendB:
+        check_boundary(f.dx, "gradient");
         sends.add(pp_.send_async(f.dx, peer_of(v - 1), tag_of(a.mb, v, true)));
         f.dx.reset();
         break;
@@ -178,6 +197,7 @@ StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
         for (size_t l = 0; l < n; ++l) {
           if (chunk.recompute[l]) f.inputs[l] = x;
           traced(hooks, chunk.layers[l]->name(), "forward", [&] { x = chunk.layers[l]->forward(x, f.mb, f.saved[l]); });
+          sends.drive();
           if (chunk.recompute[l]) f.saved[l].clear();  // only the input stays until it is recomputed
         }
         if (v == last) result.loss += x.item<double>();
@@ -199,6 +219,7 @@ StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
           // are rebuilt at a time.
           if (chunk.recompute[l] && !f.recomputed) recompute(chunk, f, l, hooks);
           traced(hooks, layer.name(), "backward_input", [&] { dy = layer.backward_input(dy, f.saved[l]); });
+          sends.drive();
           if (weights) {
             traced(hooks, layer.name(), "backward_weight", [&] { layer.backward_weight(f.saved[l]); });
             if (final_pass && hooks.layer_done) hooks.layer_done(chunk.model_index[l]);

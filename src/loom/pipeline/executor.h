@@ -4,8 +4,8 @@
 // neighbouring stages over the pp communicator. Sends are non-blocking, driven by a helper thread
 // while the stage computes (NOTE [Message progress]) and waited for when the step ends; a receive
 // waits, which is what the simulator's dependencies model, so a
-// schedule the simulator accepts cannot deadlock here. One rank alone (pp = 1) runs the same
-// code without messages.
+// schedule the simulator accepts cannot deadlock here (sends keep moving while a stage
+// computes). One rank alone (pp = 1) runs the same code without messages.
 #include <chrono>
 #include <functional>
 #include <map>
@@ -43,6 +43,11 @@ struct StepResult {
   // B is part of b).
   std::vector<StageCosts> measured;
 };
+
+// Messages are tagged by (micro-batch, virtual stage, direction): the tags a schedule needs, and
+// the most every MPI guarantees (MPI_TAG_UB >= 32767).
+inline int64_t message_tags(const Schedule& s) { return s.microbatches * s.virtual_stages() * 2; }
+inline constexpr int64_t kMaxTags = 32768;
 
 class PipelineExecutor {
  public:

@@ -220,7 +220,10 @@ std::string format_grid(const Schedule& s, const Simulation& sim) {
   size_t width = 4;
   for (const auto& list : sim.ranks)
     for (const TimedAction& t : list) width = std::max(width, t.action.text(s.chunks > 1).size() + 1);
-  const auto rows = static_cast<int64_t>(std::ceil(sim.makespan - 1e-9));
+  const auto rows = static_cast<int64_t>(std::ceil(std::min(sim.makespan, 1e9) - 1e-9));
+  constexpr int64_t kMaxRows = 2000;
+  if (rows > kMaxRows)
+    return fmt::format("(grid of {} time units not shown; at most {})\n", rows, kMaxRows);
   std::string out = fmt::format("{:>5} ", "time");
   for (int64_t r = 0; r < p; ++r) out += fmt::format("{:<{}}", fmt::format("r{}", r), width);
   out += '\n';

@@ -73,26 +73,29 @@ Trainer::Trainer(Config config, dist::Communicator& world)
   at::set_num_threads(threads);
   world_ = std::make_unique<dist::RecordingCommunicator>(world, comm_stats_);
   mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
-  model_ = models::build_gpt(config_.model, mesh_->tp(), tp_options());
+  model_ = models::build_gpt(config_.model, mesh_->tp(), tp_options(), {.sp = &mesh_->sp()});
   std::vector<pipeline::StageChunk> chunks = take_stage_layers();
   const int64_t budget = config_.budget_bytes();
   if (budget > 0) memory::set_budget(budget);
   try {
     model_.initialise(static_cast<uint64_t>(config_.train.seed), dtype_);
-    flat_ = std::make_unique<parallel::FlatParams>(model_, mesh_->dp().size());
+    // Weight gradients are summed over data and sequence parallelism in one pass: the dp x sp
+    // group (NOTE [Sequence parallelism]); with sp = 1 that is the dp group.
+    dist::Communicator& replicas = this->replicas();
+    flat_ = std::make_unique<parallel::FlatParams>(model_, replicas.size());
     std::vector<std::vector<nn::Param*>> layer_params;
     for (auto& layer : model_.chain) layer_params.push_back(layer->params());
     sequence_grads_ = std::make_unique<parallel::SequenceGradReducer>(layer_params, mesh_->tp());
     const optim::AdamWOptions adamw{.beta1 = config_.train.beta1, .beta2 = config_.train.beta2,
                                     .weight_decay = config_.train.weight_decay};
     if (config_.parallel.zero == 1) {
-      sharded_ = std::make_unique<parallel::ShardedAdamW>(*flat_, mesh_->dp(), mesh_->tp(), mesh_->pp(), adamw);
+      sharded_ = std::make_unique<parallel::ShardedAdamW>(*flat_, replicas, mesh_->tp(), mesh_->pp(), adamw);
     } else {
-      reducer_ = std::make_unique<parallel::GradientReducer>(*flat_, mesh_->dp(), config_.parallel.bucket_mb);
+      reducer_ = std::make_unique<parallel::GradientReducer>(*flat_, replicas, config_.parallel.bucket_mb);
       optimizer_ = std::make_unique<optim::AdamW>(model_.params(), adamw);
     }
     const auto& m = config_.model;
-    const int64_t tokens = config_.parallel.tp_sequence ? m.seq_len / config_.parallel.tp : m.seq_len;
+    const int64_t tokens = config_.parallel.tp_sequence ? local_seq() / config_.parallel.tp : local_seq();
     executor_ = std::make_unique<pipeline::PipelineExecutor>(
         schedule_, mesh_->pp(), std::move(chunks), std::vector<int64_t>{config_.train.micro_batch, tokens, m.d_model},
         dtype_);
@@ -135,7 +138,7 @@ std::vector<pipeline::StageChunk> Trainer::take_stage_layers() {
   if (p.pp_cuts.empty()) {
     std::vector<double> costs;
     for (const auto& layer : model_.chain) {
-      const nn::Cost c = layer->cost(config_.train.micro_batch, config_.model.seq_len, bytes);
+      const nn::Cost c = layer->cost(config_.train.micro_batch, local_seq(), bytes);
       costs.push_back(c.forward_flops + c.backward_input_flops + c.backward_weight_flops);
     }
     cuts = pipeline::balanced_cuts(costs, parts);
@@ -173,7 +176,19 @@ void Trainer::check_input(dist::Communicator& world) {
     // Layers only, nothing allocated: rank 0's shard shapes under the configured tp degree.
     sizing_tp_ = std::make_unique<dist::SizingCommunicator>(0, static_cast<int>(config_.parallel.tp), "tp");
     model_ = models::build_gpt(config_.model, *sizing_tp_, tp_options());
+    // Stages against the chain first: a huge parallel.pp must be refused, not simulated.
+    const auto& p = config_.parallel;
+    const auto chain = static_cast<int64_t>(model_.chain.size());
+    LOOM_CHECK_INPUT(p.pp * p.chunks <= chain,
+                     "the model's chain has {} layers (embedding, 2 per transformer block, final norm, head), fewer "
+                     "than the {} pipeline stages x chunks; hint: lower parallel.pp or parallel.chunks",
+                     chain, p.pp * p.chunks);
     schedule_ = make_schedule();
+    LOOM_CHECK_INPUT(p.pp == 1 || pipeline::message_tags(schedule_) <= pipeline::kMaxTags,
+                     "{} micro-batches per data-parallel rank x {} virtual stages need {} message tags, more than "
+                     "the {} MPI guarantees; hint: fewer, larger micro-batches",
+                     schedule_.microbatches, schedule_.virtual_stages(), pipeline::message_tags(schedule_),
+                     pipeline::kMaxTags);
     const pipeline::Simulation sim = pipeline::simulate(schedule_);  // refuses a bad schedule, with its grid
     peak_stashed_ = sim.peak_stashed[pp_rank_of(world_rank_)];
     take_stage_layers();  // this rank's layers, for the budget
@@ -203,6 +218,10 @@ Trainer::~Trainer() {
   memory::set_budget(0);  // the budget belongs to this run, not to whatever the process does next
 }
 
+dist::Communicator& Trainer::replicas() { return mesh_->sp().size() > 1 ? mesh_->dp_sp() : mesh_->dp(); }
+
+int64_t Trainer::local_seq() const { return config_.model.seq_len / config_.parallel.sp; }
+
 parallel::TpOptions Trainer::tp_options() const {
   return {.overlap = config_.parallel.tp_overlap, .sequence = config_.parallel.tp_sequence};
 }
@@ -210,12 +229,12 @@ parallel::TpOptions Trainer::tp_options() const {
 double Trainer::estimated_bytes() const {
   const int64_t bytes = dtype_ == at::kDouble ? 8 : 4;
   const auto& m = config_.model;
-  const nn::Cost cost = model_.cost(config_.train.micro_batch, m.seq_len, bytes);
+  const nn::Cost cost = model_.cost(config_.train.micro_batch, local_seq(), bytes);
   // Full recomputation keeps each layer's input: seq/tp tokens under tp_sequence. A pipeline
   // stage holds its schedule's peak of stashed micro-batches.
   const int64_t seq_shards = config_.parallel.tp_sequence ? config_.parallel.tp : 1;
   const double per_microbatch = config_.memory.recompute == "full"
-                                    ? static_cast<double>(config_.train.micro_batch * m.seq_len / seq_shards *
+                                    ? static_cast<double>(config_.train.micro_batch * local_seq() / seq_shards *
                                                           m.d_model * bytes) *
                                           static_cast<double>(model_.chain.size())
                                     : cost.saved_bytes;
@@ -297,7 +316,7 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
   const bool rank0 = mesh_->rank() == 0;
   const int64_t bytes = dtype_ == at::kDouble ? 8 : 4;
   const double peak_flops = options.peak_flops > 0 ? options.peak_flops : plan::measure_gemm_peak(dtype_, 0.2);
-  const nn::Cost cost = model_.cost(t.micro_batch, config_.model.seq_len, bytes);
+  const nn::Cost cost = model_.cost(t.micro_batch, local_seq(), bytes);
   const int64_t dp = mesh_->dp().size(), pp = mesh_->pp().size(), local = config_.microbatch_count() / dp;
   const int64_t first_microbatch = mesh_->dp_rank() * local;
   // MFU of this rank: its own micro-batches' FLOPs against its cores' GEMM peak.
@@ -330,7 +349,15 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     flat_->grads.zero_();
     const data::BatchShape shape{t.global_batch, t.micro_batch, config_.model.seq_len};
     pipeline::ExecutorHooks hooks;
-    hooks.microbatch = [&](int64_t i) { return data::make_microbatch(*source_, shape, step, first_microbatch + i); };
+    const int64_t segment = local_seq(), sp_rank = mesh_->sp_rank();
+    hooks.microbatch = [&](int64_t i) {
+      nn::MicroBatch mb = data::make_microbatch(*source_, shape, step, first_microbatch + i);
+      if (mesh_->sp().size() > 1) {  // this rank's segment of every sequence
+        mb.tokens = mb.tokens.narrow(1, sp_rank * segment, segment).contiguous();
+        mb.targets = mb.targets.narrow(1, sp_rank * segment, segment).contiguous();
+      }
+      return mb;
+    };
     // A layer's gradients are final once the rank's last micro-batch has passed it: under
     // tp_sequence its norms' partial gradients are summed over tp, then dp may reduce them.
     hooks.layer_done = [&](size_t layer) {
@@ -344,9 +371,10 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     const double local_loss = result.loss;
     r.lr = schedule.at(step);
     r.grad_norm = optimizer_step(r.lr);
-    // Two 8-byte all-reduces for the step's figures: the loss summed over dp, the peak over ranks.
+    // The step's figures: the loss summed over the replicas (and over pp from the last stage), the
+    // peak memory over ranks; with pp > 1 also the bubbles and each stage's peak.
     at::Tensor loss = at::full({1}, local_loss, at::TensorOptions().dtype(at::kDouble));
-    mesh_->dp().all_reduce(loss, dist::ReduceOp::Sum);
+    replicas().all_reduce(loss, dist::ReduceOp::Sum);  // every segment's and replica's tokens
     if (pp > 1) mesh_->pp().all_reduce(loss, dist::ReduceOp::Sum);  // only the last stage has it
     r.loss = loss.item<double>();
     at::Tensor peak = at::full({1}, memory::peak_bytes(), at::kLong);

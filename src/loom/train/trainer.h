@@ -74,6 +74,8 @@ class Trainer {
   int64_t pp_rank_of(int rank) const;
   double optimizer_step(double lr);
   parallel::TpOptions tp_options() const;
+  int64_t local_seq() const;  // the tokens of each sequence this rank holds (its sp segment)
+  dist::Communicator& replicas();  // the group weight gradients are summed over: dp, or dp x sp
   template <class Fn>
   auto timed(const std::string& name, const char* category, Fn&& fn);
 

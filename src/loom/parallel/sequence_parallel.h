@@ -1,0 +1,31 @@
+#pragma once
+// NOTE [Sequence parallelism] (parallel.sp, LSS Transformer): the mesh's sp axis splits every
+// sequence into sp contiguous segments, rank r holding tokens [r Ts, (r+1) Ts) with Ts = T / sp.
+// The embedding (positions offset to the segment), norms, MLPs and the head work on the local
+// segment only; causal attention needs the keys and values of the earlier segments:
+//   sp_mode = "allgather": each rank computes q, k, v of its segment; k and v travel together in
+//     one fused all-gather per layer in forward (and again in backward, rather than keeping every
+//     segment's keys between the two); the local queries attend the keys of segments 0..r with
+//     the tiled kernel (q_offset = r Ts, never the full score matrix); the partial dk and dv of
+//     those segments travel back in one fused reduce-scatter.
+// Weight gradients are partial per segment and per data-parallel rank: they are summed in one
+// bucketed all-reduce over the combined dp x sp group ("double gradient averaging" in one pass;
+// the loss scale 1/(global tokens) makes a sum the mean).
+#include "loom/dist/communicator.h"
+
+namespace loom::parallel {
+
+struct SpOptions {
+  dist::Communicator* sp = nullptr;  // the sequence-parallel group; null or one rank: off
+  bool active() const { return sp != nullptr && sp->size() > 1; }
+};
+
+// kv [2, B, H, Ts, hd] of this segment -> [2, B, H, (r+1) Ts, hd]: the keys and values of
+// segments 0..r (those this rank's causal queries can see), in one all-gather.
+at::Tensor gather_visible_kv(dist::Communicator& sp, const at::Tensor& kv);
+
+// dkv [2, B, H, (r+1) Ts, hd], this rank's partial gradients of segments 0..r -> [2, B, H, Ts, hd],
+// their sum over the ranks for this rank's segment, in one reduce-scatter.
+at::Tensor reduce_scatter_visible_kv(dist::Communicator& sp, const at::Tensor& dkv);
+
+}  // namespace loom::parallel

@@ -1,0 +1,104 @@
+// Sequence parallelism (LSS, sp_mode "allgather") against the serial model (float64, relative
+// 1e-9) on sequences that span several attention tiles per segment: sp alone, with dp, with tp
+// (and tp_sequence), with pp; and the collectives it runs per step against the analytic count,
+// including the one all-reduce over dp x sp that sums the weight gradients.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "layout_harness.h"
+#include "world.h"
+
+namespace loom::test {
+namespace {
+
+Config sp_config() {
+  Config c;
+  c.model.vocab = 97;
+  c.model.d_model = 32;
+  c.model.n_layers = 2;
+  c.model.n_heads = 4;
+  c.model.seq_len = 64;  // segments of 32, 16 at sp = 2, 4: two to four tiles of 8 each
+  c.model.attn_tile = 8;
+  c.model.dtype = "float64";
+  c.train.steps = 3;
+  c.train.global_batch = 4;
+  c.train.micro_batch = 2;
+  c.train.warmup = 1;
+  c.train.lr = 1e-2;
+  c.train.threads = 1;
+  c.parallel.bucket_mb = 0.02;
+  return c;
+}
+
+struct SpCase {
+  int dp = 1, tp = 1, pp = 1;  // sp = world / (dp x tp x pp)
+  bool zero = false, sequence = false;
+  int64_t overlap = 1;
+};
+
+class SequenceParallelGpt : public ::testing::TestWithParam<SpCase> {};
+
+TEST_P(SequenceParallelGpt, MatchesTheSerialRunInFloat64) {
+  const SpCase sc = GetParam();
+  const int n = world().size(), others = sc.dp * sc.tp * sc.pp;
+  if (n % others != 0 || n / others < 2) GTEST_SKIP() << "needs sp >= 2";
+  Config c = sp_config();
+  c.parallel.dp = sc.dp;
+  c.parallel.tp = sc.tp;
+  c.parallel.pp = sc.pp;
+  c.parallel.sp = n / others;
+  c.parallel.zero = sc.zero ? 1 : 0;
+  c.parallel.tp_sequence = sc.sequence;
+  c.parallel.tp_overlap = sc.overlap;
+  const TrainedRun serial = run_serial(c);
+  const TrainedRun layout = train_run(c, world());
+  expect_same_training(layout, serial, 1e-9, 1e-9);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, SequenceParallelGpt,
+                         ::testing::Values(SpCase{}, SpCase{1, 1, 1, true}, SpCase{2}, SpCase{2, 1, 1, true},
+                                           SpCase{1, 2}, SpCase{1, 2, 1, false, true, 2}, SpCase{1, 1, 2},
+                                           SpCase{2, 2, 1, true, true}),
+                         [](const auto& info) {
+                           const SpCase& s = info.param;
+                           return fmt::format("dp{}_tp{}_pp{}{}{}_overlap{}", s.dp, s.tp, s.pp, s.zero ? "_zero" : "",
+                                              s.sequence ? "_sequence" : "", s.overlap);
+                         });
+
+// Per step with one micro-batch: per transformer block the sp axis carries one fused all-gather
+// of this segment's k and v in forward ([2, B, H, Ts, hd] handed in), the same again in backward,
+// and one fused reduce-scatter of the visible segments' dk and dv (sp blocks of that size handed
+// in). Weight gradients: all-reduces over dp x sp only (one per bucket), none over sp or dp.
+TEST(SequenceParallelGptComm, FusedKvCollectivesAndOneGradientAllReduceOverDpTimesSp) {
+  const int n = world().size();
+  if (n < 2) GTEST_SKIP();
+  Config c = sp_config();
+  c.parallel.sp = n;
+  c.train.steps = 1;
+  c.train.global_batch = 2;
+  train::Trainer trainer(c, world());
+  trainer.run({.peak_flops = 1e9});
+  const auto& m = c.model;
+  const int64_t kv = 2 * c.train.micro_batch * (m.seq_len / n) * m.d_model * 8;
+  std::map<std::string, std::pair<int64_t, int64_t>> sp;  // op -> (count, bytes)
+  int64_t replica_all_reduces = 0, replica_bytes = 0;
+  for (const auto& r : trainer.comm_stats().records) {
+    if (r.axis == "sp") {
+      sp[r.op].first += 1;
+      sp[r.op].second += r.bytes;
+    }
+    EXPECT_FALSE(r.axis == "dp" && r.op == "all_reduce") << "weight gradients travel over dp x sp only";
+    if (r.axis == "dp_sp" && r.op == "all_reduce" && r.bytes > 8) ++replica_all_reduces, replica_bytes += r.bytes;
+  }
+  EXPECT_EQ(sp["all_gather"], std::pair(2 * m.n_layers, 2 * m.n_layers * kv)) << "k and v fused, forward and backward";
+  EXPECT_EQ(sp["reduce_scatter"], std::pair(m.n_layers, m.n_layers * kv * n)) << "dk and dv fused";
+  EXPECT_EQ(sp.size(), 2u) << "nothing else over sp";
+  // The buckets tile the flat gradient (padded to a multiple of the group) once: one pass.
+  int64_t numel = 0;
+  for (nn::Param* p : trainer.model().params()) numel += p->numel();
+  EXPECT_GE(replica_all_reduces, 2) << "several buckets at bucket_mb = 0.02";
+  EXPECT_EQ(replica_bytes, (numel + n - 1) / n * n * 8);
+}
+
+}  // namespace
+}  // namespace loom::test
