@@ -34,6 +34,7 @@ struct SpCase {
   int dp = 1, tp = 1, pp = 1;  // sp = world / (dp x tp x pp)
   bool zero = false, sequence = false;
   int64_t overlap = 1;
+  std::string mode = "allgather";
 };
 
 class SequenceParallelGpt : public ::testing::TestWithParam<SpCase> {};
@@ -50,6 +51,8 @@ TEST_P(SequenceParallelGpt, MatchesTheSerialRunInFloat64) {
   c.parallel.zero = sc.zero ? 1 : 0;
   c.parallel.tp_sequence = sc.sequence;
   c.parallel.tp_overlap = sc.overlap;
+  c.parallel.sp_mode = sc.mode;
+  if (sc.mode == "ulysses" && c.model.n_heads % (sc.tp * c.parallel.sp) != 0) GTEST_SKIP() << "heads over tp x sp";
   const TrainedRun serial = run_serial(c);
   const TrainedRun layout = train_run(c, world());
   expect_same_training(layout, serial, 1e-9, 1e-9);
@@ -58,11 +61,14 @@ TEST_P(SequenceParallelGpt, MatchesTheSerialRunInFloat64) {
 INSTANTIATE_TEST_SUITE_P(Layouts, SequenceParallelGpt,
                          ::testing::Values(SpCase{}, SpCase{1, 1, 1, true}, SpCase{2}, SpCase{2, 1, 1, true},
                                            SpCase{1, 2}, SpCase{1, 2, 1, false, true, 2}, SpCase{1, 1, 2},
-                                           SpCase{2, 2, 1, true, true}),
+                                           SpCase{2, 2, 1, true, true}, SpCase{1, 1, 1, false, false, 1, "ulysses"},
+                                           SpCase{2, 1, 1, true, false, 1, "ulysses"},
+                                           SpCase{1, 2, 1, false, true, 2, "ulysses"},
+                                           SpCase{1, 1, 2, false, false, 1, "ulysses"}),
                          [](const auto& info) {
                            const SpCase& s = info.param;
-                           return fmt::format("dp{}_tp{}_pp{}{}{}_overlap{}", s.dp, s.tp, s.pp, s.zero ? "_zero" : "",
-                                              s.sequence ? "_sequence" : "", s.overlap);
+                           return fmt::format("{}_dp{}_tp{}_pp{}{}{}_overlap{}", s.mode, s.dp, s.tp, s.pp,
+                                              s.zero ? "_zero" : "", s.sequence ? "_sequence" : "", s.overlap);
                          });
 
 // Per step with one micro-batch: per transformer block the sp axis carries one fused all-gather
@@ -98,6 +104,28 @@ TEST(SequenceParallelGptComm, FusedKvCollectivesAndOneGradientAllReduceOverDpTim
   for (nn::Param* p : trainer.model().params()) numel += p->numel();
   EXPECT_GE(replica_all_reduces, 2) << "several buckets at bucket_mb = 0.02";
   EXPECT_EQ(replica_bytes, (numel + n - 1) / n * n * 8);
+}
+
+// Ulysses per step with one micro-batch: per transformer block two all-to-alls in forward (q, k, v
+// to heads; the output back) and two in backward (dout to heads; dq, dk, dv back), each moving
+// the tensor's whole size; nothing else over sp.
+TEST(SequenceParallelGptComm, UlyssesTwoAllToAllsEachWay) {
+  const int n = world().size();
+  if (n < 2 || 4 % n != 0) GTEST_SKIP() << "4 heads over sp";
+  Config c = sp_config();
+  c.parallel.sp = n;
+  c.parallel.sp_mode = "ulysses";
+  c.train.steps = 1;
+  c.train.global_batch = 2;
+  train::Trainer trainer(c, world());
+  trainer.run({.peak_flops = 1e9});
+  const auto& m = c.model;
+  const int64_t one = c.train.micro_batch * (m.seq_len / n) * m.d_model * 8;  // one tensor of the segment
+  std::map<std::string, std::pair<int64_t, int64_t>> sp;
+  for (const auto& r : trainer.comm_stats().records)
+    if (r.axis == "sp") sp[r.op].first += 1, sp[r.op].second += r.bytes;
+  EXPECT_EQ(sp["all_to_all"], std::pair(4 * m.n_layers, m.n_layers * (3 + 1 + 1 + 3) * one));
+  EXPECT_EQ(sp.size(), 1u) << "nothing else over sp";
 }
 
 }  // namespace

@@ -56,9 +56,9 @@ void validate_parallel(const ParallelConfig& p) {
   LOOM_CHECK_INPUT(p.bucket_mb > 0, "parallel.bucket_mb = {} must be positive", p.bucket_mb);
   LOOM_CHECK_INPUT(p.sparse_partitions >= 0, "parallel.sparse_partitions = {} must be >= 0 (0 = automatic)",
                    p.sparse_partitions);
-  LOOM_CHECK_INPUT(p.sp == 1 || p.sp_mode == "allgather",
+  LOOM_CHECK_INPUT(p.sp == 1 || p.sp_mode != "ring",
                    "parallel.sp_mode = \"{}\" is not available in this build yet; hint: sp_mode = \"allgather\" "
-                   "(LSS: fused K/V all-gather)",
+                   "(LSS: fused K/V all-gather) or \"ulysses\" (all-to-all to heads)",
                    p.sp_mode);
   LOOM_CHECK_INPUT(p.chunks == 1 || p.schedule == "interleaved" || p.schedule.starts_with("csv:"),
                    "parallel.chunks = {} needs parallel.schedule = \"interleaved\" (or a CSV schedule); \"{}\" "
@@ -97,6 +97,10 @@ void validate_tensor_parallel(const ModelConfig& m, const ParallelConfig& p, con
                    m.seq_len, p.tp);
   LOOM_CHECK_INPUT(m.n_heads % p.tp == 0, "[tp] model.n_heads ({}) must be divisible by parallel.tp ({})", m.n_heads,
                    p.tp);
+  LOOM_CHECK_INPUT(p.sp == 1 || p.sp_mode != "ulysses" || m.n_heads % (p.tp * p.sp) == 0,
+                   "[sp] sp_mode = \"ulysses\" splits the heads over sp: model.n_heads ({}) must be divisible by "
+                   "parallel.tp x parallel.sp ({} x {}); hint: sp_mode = \"allgather\" has no such limit",
+                   m.n_heads, p.tp, p.sp);
   LOOM_CHECK_INPUT(m.ffn_mult * m.d_model % p.tp == 0,
                    "[tp] the MLP's hidden size (model.ffn_mult {} x model.d_model {} = {}) must be divisible by "
                    "parallel.tp ({})",

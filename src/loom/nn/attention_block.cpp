@@ -11,8 +11,10 @@ struct State : SavedState {
   at::Tensor x, mean, rstd;     // input and its norm statistics (freed after backward_input)
   at::Tensor h;                 // normed input, qkv's input (this rank's tokens under tp_sequence
                                 // until backward_input gathers the full sequence again)
-  at::Tensor heads;             // [3, B, H, T, hd]: q, k, v (freed after backward_input)
-  at::Tensor lse;               // [B, H, T] (freed after backward_input)
+  at::Tensor heads;             // [3, B, H, T, hd]: q, k, v (freed after backward_input); under
+                                // ulysses [3, B, H/sp, T_full, hd], as attention saw them
+  at::Tensor lse;               // [B, H, T] (freed after backward_input), same layout as heads
+  at::Tensor out;               // ulysses: attention's output [B, H/sp, T_full, hd]
   at::Tensor merged;            // [B, T, D]: attention output, proj's input
   at::Tensor dy, dqkv;          // gradients the weight-gradient half needs (dy of the full sequence)
   NormGrads norm_grads;         // the norm's parameter gradients, from backward_input
@@ -52,14 +54,20 @@ at::Tensor AttentionBlock::forward(const at::Tensor& x, const MicroBatch&, Saved
     const at::Tensor heads =
         qkv.forward(h).view({rows, seq, 3, local_heads_, hd}).permute({2, 0, 3, 1, 4}).contiguous();
     AttentionForward att;
-    if (sp_.active()) {  // the local queries against the keys of this and every earlier segment
+    at::Tensor kept = heads;  // what backward needs of q, k and v
+    if (sp_.active() && sp_.ulysses) {  // the whole sequence of heads/sp heads, and back
+      kept = parallel::segments_to_heads(*sp_.sp, heads);
+      att = causal_attention_forward(kept[0], kept[1], kept[2], tile_);
+      parallel::store_chunk(s.out, att.out, 0, first, chunks_);
+      att.out = parallel::heads_to_segments(*sp_.sp, att.out.unsqueeze(0))[0];
+    } else if (sp_.active()) {  // the local queries against the keys of this and every earlier segment
       const at::Tensor kv = parallel::gather_visible_kv(*sp_.sp, heads.narrow(0, 1, 2));
       att = causal_attention_forward(heads[0], kv[0], kv[1], tile_, sp_.sp->rank() * seq);
     } else {
       att = causal_attention_forward(heads[0], heads[1], heads[2], tile_);
     }
     const at::Tensor merged = att.out.transpose(1, 2).reshape({rows, seq, local});
-    parallel::store_chunk(s.heads, heads, 1, first, chunks_);
+    parallel::store_chunk(s.heads, kept, 1, first, chunks_);
     parallel::store_chunk(s.lse, att.lse, 0, first, chunks_);
     parallel::store_chunk(s.merged, merged, 0, first, chunks_);
     region.leave(proj.forward_partial(merged));  // reduced while the next chunk attends
@@ -90,7 +98,12 @@ at::Tensor AttentionBlock::backward_input(const at::Tensor& dy, Saved& saved) {
     const at::Tensor heads = s.heads.narrow(1, first, rows);
     const at::Tensor lse = s.lse.narrow(0, first, rows);
     at::Tensor packed;  // [3, rows, heads, seq, hd]: dq, dk, dv
-    if (sp_.active()) {  // the keys of segments 0..r again; their gradients go back to their owners
+    if (sp_.active() && sp_.ulysses) {  // dout to the heads layout; dq, dk, dv back to the segments
+      const at::Tensor dout_heads = parallel::segments_to_heads(*sp_.sp, dout.unsqueeze(0))[0];
+      auto g = causal_attention_backward(dout_heads, heads[0], heads[1], heads[2], s.out.narrow(0, first, rows), lse,
+                                         tile_);
+      packed = parallel::heads_to_segments(*sp_.sp, g.packed);
+    } else if (sp_.active()) {  // the keys of segments 0..r again; their gradients go back to their owners
       const at::Tensor kv = parallel::gather_visible_kv(*sp_.sp, heads.narrow(0, 1, 2).contiguous());
       auto g = causal_attention_backward(dout, heads[0], kv[0], kv[1], out, lse, tile_, sp_.sp->rank() * seq);
       const at::Tensor dkv = parallel::reduce_scatter_visible_kv(*sp_.sp, at::stack({g.dk, g.dv}));
@@ -103,7 +116,7 @@ at::Tensor AttentionBlock::backward_input(const at::Tensor& dy, Saved& saved) {
     region.leave(qkv.backward_input_partial(dqkv));  // reduced while the next chunk computes
   }
   const at::Tensor dh = region.finish();
-  s.heads.reset(), s.lse.reset();
+  s.heads.reset(), s.lse.reset(), s.out.reset();
   s.norm_grads = norm.backward(dh, s.x, s.mean, s.rstd);
   s.x.reset(), s.mean.reset(), s.rstd.reset();
   if (h_full) s.h = h_full->wait();

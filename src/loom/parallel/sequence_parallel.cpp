@@ -30,4 +30,24 @@ at::Tensor reduce_scatter_visible_kv(dist::Communicator& sp, const at::Tensor& d
   return mine;
 }
 
+at::Tensor segments_to_heads(dist::Communicator& sp, const at::Tensor& x) {
+  const int64_t n = sp.size(), g = x.size(0), b = x.size(1), h = x.size(2), ts = x.size(3), hd = x.size(4);
+  LOOM_CHECK(x.dim() == 5 && h % n == 0, "[sp] ulysses: {} heads do not split over sp = {}", h, n);
+  // Block r (sent to rank r) is head group r of this segment.
+  const at::Tensor send = x.reshape({g, b, n, h / n, ts, hd}).permute({2, 0, 1, 3, 4, 5}).contiguous();
+  at::Tensor recv = at::empty_like(send);  // block j: segment j of this rank's heads
+  sp.all_to_all(send, recv);
+  return recv.permute({1, 2, 3, 0, 4, 5}).reshape({g, b, h / n, n * ts, hd});
+}
+
+at::Tensor heads_to_segments(dist::Communicator& sp, const at::Tensor& x) {
+  const int64_t n = sp.size(), g = x.size(0), b = x.size(1), hs = x.size(2), t = x.size(3), hd = x.size(4);
+  LOOM_CHECK(x.dim() == 5 && t % n == 0, "[sp] ulysses: a sequence of {} does not split over sp = {}", t, n);
+  // Block r (sent to rank r) is segment r of this rank's heads.
+  const at::Tensor send = x.reshape({g, b, hs, n, t / n, hd}).permute({3, 0, 1, 2, 4, 5}).contiguous();
+  at::Tensor recv = at::empty_like(send);  // block j: head group j of this segment
+  sp.all_to_all(send, recv);
+  return recv.permute({1, 2, 0, 3, 4, 5}).reshape({g, b, n * hs, t / n, hd});
+}
+
 }  // namespace loom::parallel

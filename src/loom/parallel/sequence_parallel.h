@@ -8,6 +8,10 @@
 //     segment's keys between the two); the local queries attend the keys of segments 0..r with
 //     the tiled kernel (q_offset = r Ts, never the full score matrix); the partial dk and dv of
 //     those segments travel back in one fused reduce-scatter.
+//   sp_mode = "ulysses": an all-to-all turns the segment's q, k, v of every head into the whole
+//     sequence's q, k, v of heads/sp heads; attention runs on full sequences for those heads; a
+//     second all-to-all turns the output back (and the same two, reversed, in backward). Needs
+//     the heads of a tp rank divisible by sp.
 // Weight gradients are partial per segment and per data-parallel rank: they are summed in one
 // bucketed all-reduce over the combined dp x sp group ("double gradient averaging" in one pass;
 // the loss scale 1/(global tokens) makes a sum the mean).
@@ -17,6 +21,7 @@ namespace loom::parallel {
 
 struct SpOptions {
   dist::Communicator* sp = nullptr;  // the sequence-parallel group; null or one rank: off
+  bool ulysses = false;              // sp_mode "ulysses" (else "allgather")
   bool active() const { return sp != nullptr && sp->size() > 1; }
 };
 
@@ -27,5 +32,11 @@ at::Tensor gather_visible_kv(dist::Communicator& sp, const at::Tensor& kv);
 // dkv [2, B, H, (r+1) Ts, hd], this rank's partial gradients of segments 0..r -> [2, B, H, Ts, hd],
 // their sum over the ranks for this rank's segment, in one reduce-scatter.
 at::Tensor reduce_scatter_visible_kv(dist::Communicator& sp, const at::Tensor& dkv);
+
+// Ulysses: x [G, B, H, Ts, hd] (G stacked tensors, e.g. q | k | v) of this segment and every
+// head -> [G, B, H/sp, T, hd], the whole sequence of this rank's heads; one all-to-all.
+at::Tensor segments_to_heads(dist::Communicator& sp, const at::Tensor& x);
+// The inverse: [G, B, H/sp, T, hd] -> [G, B, H, Ts, hd]; one all-to-all.
+at::Tensor heads_to_segments(dist::Communicator& sp, const at::Tensor& x);
 
 }  // namespace loom::parallel

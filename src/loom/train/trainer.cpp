@@ -73,7 +73,8 @@ Trainer::Trainer(Config config, dist::Communicator& world)
   at::set_num_threads(threads);
   world_ = std::make_unique<dist::RecordingCommunicator>(world, comm_stats_);
   mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
-  model_ = models::build_gpt(config_.model, mesh_->tp(), tp_options(), {.sp = &mesh_->sp()});
+  model_ = models::build_gpt(config_.model, mesh_->tp(), tp_options(),
+                             {.sp = &mesh_->sp(), .ulysses = config_.parallel.sp_mode == "ulysses"});
   std::vector<pipeline::StageChunk> chunks = take_stage_layers();
   const int64_t budget = config_.budget_bytes();
   if (budget > 0) memory::set_budget(budget);
