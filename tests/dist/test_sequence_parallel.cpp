@@ -64,7 +64,11 @@ INSTANTIATE_TEST_SUITE_P(Layouts, SequenceParallelGpt,
                                            SpCase{2, 2, 1, true, true}, SpCase{1, 1, 1, false, false, 1, "ulysses"},
                                            SpCase{2, 1, 1, true, false, 1, "ulysses"},
                                            SpCase{1, 2, 1, false, true, 2, "ulysses"},
-                                           SpCase{1, 1, 2, false, false, 1, "ulysses"}),
+                                           SpCase{1, 1, 2, false, false, 1, "ulysses"},
+                                           SpCase{1, 1, 1, false, false, 1, "ring"},
+                                           SpCase{2, 1, 1, true, false, 1, "ring"},
+                                           SpCase{1, 2, 1, false, true, 2, "ring"},
+                                           SpCase{1, 1, 2, false, false, 1, "ring"}),
                          [](const auto& info) {
                            const SpCase& s = info.param;
                            return fmt::format("{}_dp{}_tp{}_pp{}{}{}_overlap{}", s.mode, s.dp, s.tp, s.pp,
@@ -104,6 +108,30 @@ TEST(SequenceParallelGptComm, FusedKvCollectivesAndOneGradientAllReduceOverDpTim
   for (nn::Param* p : trainer.model().params()) numel += p->numel();
   EXPECT_GE(replica_all_reduces, 2) << "several buckets at bucket_mb = 0.02";
   EXPECT_EQ(replica_bytes, (numel + n - 1) / n * n * 8);
+}
+
+// Ring per step with one micro-batch: per transformer block sp - 1 rotations of the [2, B, H, Ts,
+// hd] k/v block in forward; in backward sp - 1 rotations of the block and sp of its gradients;
+// each a send and a receive; nothing else over sp.
+TEST(SequenceParallelGptComm, RingRotatesKvBlocks) {
+  const int n = world().size();
+  if (n < 2) GTEST_SKIP();
+  Config c = sp_config();
+  c.parallel.sp = n;
+  c.parallel.sp_mode = "ring";
+  c.train.steps = 1;
+  c.train.global_batch = 2;
+  train::Trainer trainer(c, world());
+  trainer.run({.peak_flops = 1e9});
+  const auto& m = c.model;
+  const int64_t block = 2 * c.train.micro_batch * (m.seq_len / n) * m.d_model * 8;
+  std::map<std::string, std::pair<int64_t, int64_t>> sp;
+  for (const auto& r : trainer.comm_stats().records)
+    if (r.axis == "sp") sp[r.op].first += 1, sp[r.op].second += r.bytes;
+  const int64_t rotations = m.n_layers * ((n - 1) + (n - 1) + n);
+  EXPECT_EQ(sp["send"], std::pair(rotations, rotations * block));
+  EXPECT_EQ(sp["recv"], std::pair(rotations, rotations * block));
+  EXPECT_EQ(sp.size(), 2u) << "nothing else over sp";
 }
 
 // Ulysses per step with one micro-batch: per transformer block two all-to-alls in forward (q, k, v

@@ -110,8 +110,8 @@ TEST(Config, ValidationRefusesInconsistentValues) {
   EXPECT_THAT(refused([](Config& c) { c.data.source = "csv:x"; }), HasSubstr("data.source"));
   EXPECT_THAT(refused([](Config& c) { c.memory.budget = "lots"; }), HasSubstr("memory.budget = \"lots\""));
   EXPECT_THAT(refused([](Config& c) { c.train.steps = 0; }), HasSubstr("train.steps = 0 must be positive"));
-  EXPECT_THAT(refused([](Config& c) { c.parallel.sp = 2, c.parallel.sp_mode = "ring"; }),
-              HasSubstr("parallel.sp_mode = \"ring\" is not available"));
+  EXPECT_THAT(refused([](Config& c) { c.parallel.sp = 4, c.parallel.sp_mode = "ring", c.model.seq_len = 12; }),
+              HasSubstr("must be divisible by 8"));
   EXPECT_THAT(refused([](Config& c) { c.parallel.sp = 3; }), HasSubstr("must be divisible by parallel.sp (3)"));
   EXPECT_THAT(refused([](Config& c) { c.parallel.pp = 2, c.parallel.chunks = 2; }),
               HasSubstr("parallel.chunks = 2 needs parallel.schedule = \"interleaved\""));

@@ -56,10 +56,7 @@ void validate_parallel(const ParallelConfig& p) {
   LOOM_CHECK_INPUT(p.bucket_mb > 0, "parallel.bucket_mb = {} must be positive", p.bucket_mb);
   LOOM_CHECK_INPUT(p.sparse_partitions >= 0, "parallel.sparse_partitions = {} must be >= 0 (0 = automatic)",
                    p.sparse_partitions);
-  LOOM_CHECK_INPUT(p.sp == 1 || p.sp_mode != "ring",
-                   "parallel.sp_mode = \"{}\" is not available in this build yet; hint: sp_mode = \"allgather\" "
-                   "(LSS: fused K/V all-gather) or \"ulysses\" (all-to-all to heads)",
-                   p.sp_mode);
+
   LOOM_CHECK_INPUT(p.chunks == 1 || p.schedule == "interleaved" || p.schedule.starts_with("csv:"),
                    "parallel.chunks = {} needs parallel.schedule = \"interleaved\" (or a CSV schedule); \"{}\" "
                    "runs one chunk per rank",
@@ -83,6 +80,10 @@ void validate_tensor_parallel(const ModelConfig& m, const ParallelConfig& p, con
                    "[tp] parallel.tp_overlap ({}) must divide train.micro_batch ({}): each micro-batch is cut into "
                    "tp_overlap equal chunks",
                    p.tp_overlap, t.micro_batch);
+  LOOM_CHECK_INPUT(p.sp == 1 || p.sp_mode != "ring" || m.seq_len % (2 * p.sp) == 0,
+                   "[sp] sp_mode = \"ring\" cuts the sequence into 2 x parallel.sp chunks (each rank holds one early "
+                   "and one late, to balance the causal work): model.seq_len ({}) must be divisible by {}",
+                   m.seq_len, 2 * p.sp);
   LOOM_CHECK_INPUT(m.seq_len % p.sp == 0,
                    "[sp] model.seq_len ({}) must be divisible by parallel.sp ({}): each sp rank holds one equal "
                    "segment of every sequence",

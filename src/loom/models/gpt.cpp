@@ -18,7 +18,7 @@ Model build_gpt(const ModelConfig& m, dist::Communicator& tp, parallel::TpOption
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
   Model model;
   model.chain.push_back(std::make_unique<nn::TokenPositionEmbedding>(m.vocab, positions, m.d_model, tp, sequence,
-                                                                        sp.active() ? sp.sp->rank() : 0));
+                                                                        parallel::sequence_chunks(sp)));
   for (int64_t i = 0; i < m.n_layers; ++i) {
     const std::string prefix = fmt::format("blocks.{}", i);
     model.chain.push_back(

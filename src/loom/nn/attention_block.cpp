@@ -55,7 +55,10 @@ at::Tensor AttentionBlock::forward(const at::Tensor& x, const MicroBatch&, Saved
         qkv.forward(h).view({rows, seq, 3, local_heads_, hd}).permute({2, 0, 3, 1, 4}).contiguous();
     AttentionForward att;
     at::Tensor kept = heads;  // what backward needs of q, k and v
-    if (sp_.active() && sp_.ulysses) {  // the whole sequence of heads/sp heads, and back
+    if (sp_.active() && sp_.mode == parallel::SpMode::Ring) {  // k and v blocks around the ring
+      auto ring = parallel::ring_attention_forward(*sp_.sp, heads[0], heads[1], heads[2], tile_);
+      att.out = ring.out, att.lse = ring.lse;
+    } else if (sp_.active() && sp_.mode == parallel::SpMode::Ulysses) {  // the whole sequence of heads/sp heads, and back
       kept = parallel::segments_to_heads(*sp_.sp, heads);
       att = causal_attention_forward(kept[0], kept[1], kept[2], tile_);
       parallel::store_chunk(s.out, att.out, 0, first, chunks_);
@@ -98,7 +101,10 @@ at::Tensor AttentionBlock::backward_input(const at::Tensor& dy, Saved& saved) {
     const at::Tensor heads = s.heads.narrow(1, first, rows);
     const at::Tensor lse = s.lse.narrow(0, first, rows);
     at::Tensor packed;  // [3, rows, heads, seq, hd]: dq, dk, dv
-    if (sp_.active() && sp_.ulysses) {  // dout to the heads layout; dq, dk, dv back to the segments
+    if (sp_.active() && sp_.mode == parallel::SpMode::Ring) {
+      packed = parallel::ring_attention_backward(*sp_.sp, dout, heads[0], heads[1], heads[2], out.contiguous(), lse,
+                                                 tile_);
+    } else if (sp_.active() && sp_.mode == parallel::SpMode::Ulysses) {  // dout to the heads layout; dq, dk, dv back
       const at::Tensor dout_heads = parallel::segments_to_heads(*sp_.sp, dout.unsqueeze(0))[0];
       auto g = causal_attention_backward(dout_heads, heads[0], heads[1], heads[2], s.out.narrow(0, first, rows), lse,
                                          tile_);

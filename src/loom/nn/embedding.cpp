@@ -14,8 +14,8 @@ struct State : SavedState {
 int64_t padded_vocab(int64_t vocab, int tp) { return (vocab + tp - 1) / tp * tp; }
 
 TokenPositionEmbedding::TokenPositionEmbedding(int64_t vocab, int64_t positions, int64_t d_model,
-                                               dist::Communicator& tp, bool sequence_sharded, int64_t segment)
-    : tp_(tp), sequence_(tp.size() > 1 && sequence_sharded), segment_(segment), d_model_(d_model) {
+                                               dist::Communicator& tp, bool sequence_sharded, std::vector<int64_t> chunks)
+    : tp_(tp), sequence_(tp.size() > 1 && sequence_sharded), chunks_(std::move(chunks)), d_model_(d_model) {
   const int64_t padded = padded_vocab(vocab, tp.size());
   rows_ = padded / tp.size();
   first_row_ = rows_ * tp.rank();
@@ -23,6 +23,14 @@ TokenPositionEmbedding::TokenPositionEmbedding(int64_t vocab, int64_t positions,
                       .init = Init::Normal, .init_std = 0.02, .weight_decay = true};
   position_table = Param{.name = "embedding.wpe", .full_shape = {positions, d_model}, .init = Init::Normal,
                          .init_std = 0.01, .weight_decay = true, .tp_partial = sequence_};
+}
+
+at::Tensor TokenPositionEmbedding::positions(int64_t seq, int64_t first, int64_t local) const {
+  const auto n = static_cast<int64_t>(chunks_.size());
+  const int64_t length = seq / n;
+  std::vector<at::Tensor> parts;
+  for (int64_t c : chunks_) parts.push_back(at::arange(c * length, (c + 1) * length, at::kLong));
+  return (n == 1 ? parts[0] : at::cat(parts)).narrow(0, first, local);
 }
 
 at::Tensor TokenPositionEmbedding::forward(const at::Tensor& tokens, const MicroBatch&, Saved& saved) {
@@ -35,16 +43,15 @@ at::Tensor TokenPositionEmbedding::forward(const at::Tensor& tokens, const Micro
     ids = (ids - first_row_).mul_(s.mine);  // ids of other ranks read row 0, then are zeroed
   }
   at::Tensor rows = token_table.value.index_select(0, ids);
-  const int64_t first = segment_ * seq;  // this segment's first position (sequence parallelism)
-  if (tp_.size() == 1) return rows.view({batch, seq, d_model_}) + position_table.value.narrow(0, first, seq);
+  if (tp_.size() == 1) return rows.view({batch, seq, d_model_}) + position_table.value.index_select(0, positions(seq, 0, seq));
   rows.mul_(s.mine.unsqueeze(1));
   if (!sequence_) {
     tp_.all_reduce(rows, dist::ReduceOp::Sum);
-    return rows.view({batch, seq, d_model_}) + position_table.value.narrow(0, first, seq);
+    return rows.view({batch, seq, d_model_}) + position_table.value.index_select(0, positions(seq, 0, seq));
   }
   const at::Tensor mine = parallel::reduce_scatter_sequence(tp_, rows.view({batch, seq, d_model_}));
   const int64_t local = mine.size(1);
-  return mine + position_table.value.narrow(0, first + tp_.rank() * local, local);
+  return mine + position_table.value.index_select(0, positions(seq, tp_.rank() * local, local));
 }
 
 at::Tensor TokenPositionEmbedding::backward_input(const at::Tensor& dy, Saved& saved) {
@@ -64,8 +71,8 @@ void TokenPositionEmbedding::backward_weight(Saved& saved) {
     token_table.grad.index_add_(0, s.tokens.reshape({-1}), dy);
   }
   const int64_t local = s.dy_local.size(1);
-  const int64_t first = segment_ * s.tokens.size(1) + (sequence_ ? tp_.rank() * local : 0);
-  position_table.grad.narrow(0, first, local).add_(s.dy_local.sum(0));
+  position_table.grad.index_add_(0, positions(s.tokens.size(1), sequence_ ? tp_.rank() * local : 0, local),
+                                 s.dy_local.sum(0));
   saved.clear();
 }
 

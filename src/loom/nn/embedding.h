@@ -24,10 +24,11 @@ int64_t padded_vocab(int64_t vocab, int tp);
 
 class TokenPositionEmbedding final : public Layer {
  public:
-  // `segment`: under sequence parallelism the tokens are segment `segment` of the sequence (sp
-  // rank), so their positions start at segment x their length.
+  // `chunks`: under sequence parallelism the tokens are these equal chunks of the sequence, in
+  // order (e.g. {r} for segment r of sp; {r, 2 sp - 1 - r} for the balanced ring), so their
+  // positions are those chunks'.
   TokenPositionEmbedding(int64_t vocab, int64_t positions, int64_t d_model, dist::Communicator& tp,
-                         bool sequence_sharded = false, int64_t segment = 0);
+                         bool sequence_sharded = false, std::vector<int64_t> chunks = {0});
 
   std::string name() const override { return "embedding"; }
   at::Tensor forward(const at::Tensor& tokens, const MicroBatch& mb, Saved& saved) override;
@@ -41,8 +42,10 @@ class TokenPositionEmbedding final : public Layer {
 
  private:
   dist::Communicator& tp_;
+  // The position of each of `local` tokens starting at token `first` of this rank's `seq` tokens.
+  at::Tensor positions(int64_t seq, int64_t first, int64_t local) const;
   bool sequence_;
-  int64_t segment_;
+  std::vector<int64_t> chunks_;
   int64_t d_model_, first_row_, rows_;  // the token rows this rank owns
 };
 

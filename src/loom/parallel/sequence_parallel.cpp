@@ -1,8 +1,134 @@
 #include "loom/parallel/sequence_parallel.h"
 
 #include "loom/core/error.h"
+#include "loom/nn/attention.h"
 
 namespace loom::parallel {
+
+SpMode sp_mode_of(const std::string& name) {
+  if (name == "ring") return SpMode::Ring;
+  if (name == "ulysses") return SpMode::Ulysses;
+  return SpMode::AllGather;
+}
+
+std::vector<int64_t> sequence_chunks(const SpOptions& sp) {
+  if (!sp.active()) return {0};
+  const int64_t r = sp.sp->rank(), n = sp.sp->size();
+  if (sp.mode == SpMode::Ring) return {r, 2 * n - 1 - r};
+  return {r};
+}
+
+namespace {
+
+constexpr int kRingForwardTag = 1001, kRingBackwardTag = 1002, kRingGradientTag = 1003;
+
+// The global chunk index of local chunk c (0 or 1) of rank `owner` in the balanced ring.
+int64_t ring_chunk(int64_t owner, int64_t c, int64_t n) { return c == 0 ? owner : 2 * n - 1 - owner; }
+
+// Sends `mine` to the next rank and receives the previous rank's into `next`, non-blocking.
+std::pair<dist::WorkPtr, dist::WorkPtr> rotate(dist::Communicator& sp, const at::Tensor& mine, at::Tensor& next,
+                                               int tag) {
+  const int n = sp.size(), r = sp.rank();
+  auto recv = sp.recv_async(next, (r + n - 1) % n, tag);
+  auto send = sp.send_async(mine, (r + 1) % n, tag);
+  return {std::move(send), std::move(recv)};
+}
+
+at::Tensor chunk_of(const at::Tensor& t, int64_t c, int64_t length) {
+  return t.narrow(2, c * length, length).contiguous();
+}
+
+}  // namespace
+
+RingAttention ring_attention_forward(dist::Communicator& sp, const at::Tensor& q, const at::Tensor& k,
+                                     const at::Tensor& v, int64_t tile) {
+  const int64_t n = sp.size(), r = sp.rank(), tc = q.size(2) / 2;
+  LOOM_CHECK(q.size(2) % 2 == 0, "[sp] ring: {} tokens are not two equal chunks", q.size(2));
+  at::Tensor block = at::stack({k, v});  // [2, B, H, Ts, hd]: the k and v this rank holds now
+  const at::Tensor q_chunks[2] = {chunk_of(q, 0, tc), chunk_of(q, 1, tc)};
+  at::Tensor out[2], lse[2];
+  for (int64_t step = 0; step < n; ++step) {
+    at::Tensor next;
+    std::pair<dist::WorkPtr, dist::WorkPtr> exchange;
+    if (step + 1 < n) {  // the next block travels while this one is computed
+      next = at::empty_like(block);
+      exchange = rotate(sp, block, next, kRingForwardTag);
+    }
+    const int64_t owner = (r - step + n) % n;
+    for (int64_t qc = 0; qc < 2; ++qc) {
+      const int64_t gq = ring_chunk(r, qc, n);
+      for (int64_t kc = 0; kc < 2; ++kc) {
+        const int64_t gk = ring_chunk(owner, kc, n);
+        if (gk > gq) continue;  // a later chunk: entirely in the future
+        auto part = nn::causal_attention_forward(q_chunks[qc], chunk_of(block[0], kc, tc), chunk_of(block[1], kc, tc),
+                                                 tile, (gq - gk) * tc);
+        if (!out[qc].defined()) {
+          out[qc] = part.out, lse[qc] = part.lse;
+          continue;
+        }
+        // Online softmax across blocks: weight both parts by their share of the merged sum.
+        const at::Tensor merged = at::logaddexp(lse[qc], part.lse);
+        out[qc] = out[qc] * (lse[qc] - merged).exp_().unsqueeze(-1) + part.out * (part.lse - merged).exp_().unsqueeze(-1);
+        lse[qc] = merged;
+      }
+    }
+    if (step + 1 < n) {
+      exchange.first->wait();
+      exchange.second->wait();
+      block = next;
+    }
+  }
+  return {at::cat({out[0], out[1]}, 2), at::cat({lse[0], lse[1]}, 2)};
+}
+
+at::Tensor ring_attention_backward(dist::Communicator& sp, const at::Tensor& dout, const at::Tensor& q,
+                                   const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                   const at::Tensor& lse, int64_t tile) {
+  const int64_t n = sp.size(), r = sp.rank(), tc = q.size(2) / 2;
+  at::Tensor block = at::stack({k, v});
+  at::Tensor grads = at::zeros_like(block);  // dk, dv of the block held now; travels with it
+  at::Tensor dq = at::zeros_like(q);
+  at::Tensor q_chunks[2], dout_chunks[2], out_chunks[2], lse_chunks[2];
+  for (int64_t c = 0; c < 2; ++c) {
+    q_chunks[c] = chunk_of(q, c, tc), dout_chunks[c] = chunk_of(dout, c, tc), out_chunks[c] = chunk_of(out, c, tc);
+    lse_chunks[c] = lse.narrow(2, c * tc, tc).contiguous();
+  }
+  for (int64_t step = 0; step < n; ++step) {
+    at::Tensor next;
+    std::pair<dist::WorkPtr, dist::WorkPtr> exchange;
+    if (step + 1 < n) {
+      next = at::empty_like(block);
+      exchange = rotate(sp, block, next, kRingBackwardTag);
+    }
+    const int64_t owner = (r - step + n) % n;
+    for (int64_t qc = 0; qc < 2; ++qc) {
+      const int64_t gq = ring_chunk(r, qc, n);
+      for (int64_t kc = 0; kc < 2; ++kc) {
+        const int64_t gk = ring_chunk(owner, kc, n);
+        if (gk > gq) continue;
+        // With the final out and lse each block's share of the gradients is exact on its own.
+        auto g = nn::causal_attention_backward(dout_chunks[qc], q_chunks[qc], chunk_of(block[0], kc, tc),
+                                               chunk_of(block[1], kc, tc), out_chunks[qc], lse_chunks[qc], tile,
+                                               (gq - gk) * tc);
+        dq.narrow(2, qc * tc, tc).add_(g.dq);
+        grads[0].narrow(2, kc * tc, tc).add_(g.dk);
+        grads[1].narrow(2, kc * tc, tc).add_(g.dv);
+      }
+    }
+    // The block's gradients move on with it; after a full turn they are back at their owner.
+    at::Tensor arrived = at::empty_like(grads);
+    auto pass = rotate(sp, grads, arrived, kRingGradientTag);
+    pass.first->wait();
+    pass.second->wait();
+    grads = arrived;
+    if (step + 1 < n) {
+      exchange.first->wait();
+      exchange.second->wait();
+      block = next;
+    }
+  }
+  return at::stack({dq, grads[0], grads[1]});
+}
 
 at::Tensor gather_visible_kv(dist::Communicator& sp, const at::Tensor& kv) {
   LOOM_CHECK(kv.dim() == 5 && kv.size(0) == 2, "[sp] k and v travel as [2, B, H, T, hd]");

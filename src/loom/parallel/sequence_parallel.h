@@ -8,6 +8,12 @@
 //     segment's keys between the two); the local queries attend the keys of segments 0..r with
 //     the tiled kernel (q_offset = r Ts, never the full score matrix); the partial dk and dv of
 //     those segments travel back in one fused reduce-scatter.
+//   sp_mode = "ring": k and v blocks rotate around the sp ring with non-blocking send / recv, each
+//     block's attention computed while the next travels, partial results merged with the online
+//     softmax (log-sum-exp); backward rotates the blocks again with their gradient accumulators,
+//     which arrive back at their owners after a full turn. Causal work is balanced: the sequence
+//     is cut into 2 sp chunks and rank r holds chunks r and 2 sp - 1 - r. K/V memory stays
+//     O(seq / sp).
 //   sp_mode = "ulysses": an all-to-all turns the segment's q, k, v of every head into the whole
 //     sequence's q, k, v of heads/sp heads; attention runs on full sequences for those heads; a
 //     second all-to-all turns the output back (and the same two, reversed, in backward). Needs
@@ -15,15 +21,25 @@
 // Weight gradients are partial per segment and per data-parallel rank: they are summed in one
 // bucketed all-reduce over the combined dp x sp group ("double gradient averaging" in one pass;
 // the loss scale 1/(global tokens) makes a sum the mean).
+#include <string>
+#include <vector>
+
 #include "loom/dist/communicator.h"
 
 namespace loom::parallel {
 
+enum class SpMode { AllGather, Ring, Ulysses };
+SpMode sp_mode_of(const std::string& name);  // "allgather" | "ring" | "ulysses"
+
 struct SpOptions {
   dist::Communicator* sp = nullptr;  // the sequence-parallel group; null or one rank: off
-  bool ulysses = false;              // sp_mode "ulysses" (else "allgather")
+  SpMode mode = SpMode::AllGather;
   bool active() const { return sp != nullptr && sp->size() > 1; }
 };
+
+// The chunks of the sequence this rank holds, in order, of equal length: {0} without sequence
+// parallelism, {r} for segment r, {r, 2 sp - 1 - r} for the balanced ring.
+std::vector<int64_t> sequence_chunks(const SpOptions& sp);
 
 // kv [2, B, H, Ts, hd] of this segment -> [2, B, H, (r+1) Ts, hd]: the keys and values of
 // segments 0..r (those this rank's causal queries can see), in one all-gather.
@@ -32,6 +48,19 @@ at::Tensor gather_visible_kv(dist::Communicator& sp, const at::Tensor& kv);
 // dkv [2, B, H, (r+1) Ts, hd], this rank's partial gradients of segments 0..r -> [2, B, H, Ts, hd],
 // their sum over the ranks for this rank's segment, in one reduce-scatter.
 at::Tensor reduce_scatter_visible_kv(dist::Communicator& sp, const at::Tensor& dkv);
+
+// Ring attention over the sp group: q, k, v [B, H, Ts, hd] of this rank's two chunks (see
+// sequence_chunks); returns out [B, H, Ts, hd] and lse [B, H, Ts] of its queries over every key
+// they can see.
+struct RingAttention {
+  at::Tensor out, lse;
+};
+RingAttention ring_attention_forward(dist::Communicator& sp, const at::Tensor& q, const at::Tensor& k,
+                                     const at::Tensor& v, int64_t tile);
+// dq, dk, dv [B, H, Ts, hd] of this rank's chunks, stacked [3, ...], from the forward's out and lse.
+at::Tensor ring_attention_backward(dist::Communicator& sp, const at::Tensor& dout, const at::Tensor& q,
+                                   const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                   const at::Tensor& lse, int64_t tile);
 
 // Ulysses: x [G, B, H, Ts, hd] (G stacked tensors, e.g. q | k | v) of this segment and every
 // head -> [G, B, H/sp, T, hd], the whole sequence of this rank's heads; one all-to-all.

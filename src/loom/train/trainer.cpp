@@ -74,7 +74,7 @@ Trainer::Trainer(Config config, dist::Communicator& world)
   world_ = std::make_unique<dist::RecordingCommunicator>(world, comm_stats_);
   mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
   model_ = models::build_gpt(config_.model, mesh_->tp(), tp_options(),
-                             {.sp = &mesh_->sp(), .ulysses = config_.parallel.sp_mode == "ulysses"});
+                             {.sp = &mesh_->sp(), .mode = parallel::sp_mode_of(config_.parallel.sp_mode)});
   std::vector<pipeline::StageChunk> chunks = take_stage_layers();
   const int64_t budget = config_.budget_bytes();
   if (budget > 0) memory::set_budget(budget);
@@ -350,12 +350,19 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     flat_->grads.zero_();
     const data::BatchShape shape{t.global_batch, t.micro_batch, config_.model.seq_len};
     pipeline::ExecutorHooks hooks;
-    const int64_t segment = local_seq(), sp_rank = mesh_->sp_rank();
+    const int64_t segment = local_seq();
     hooks.microbatch = [&](int64_t i) {
       nn::MicroBatch mb = data::make_microbatch(*source_, shape, step, first_microbatch + i);
-      if (mesh_->sp().size() > 1) {  // this rank's segment of every sequence
-        mb.tokens = mb.tokens.narrow(1, sp_rank * segment, segment).contiguous();
-        mb.targets = mb.targets.narrow(1, sp_rank * segment, segment).contiguous();
+      if (mesh_->sp().size() > 1) {  // this rank's chunks of every sequence (NOTE [Sequence parallelism])
+        const std::vector<int64_t> chunks = parallel::sequence_chunks(
+            {.sp = &mesh_->sp(), .mode = parallel::sp_mode_of(config_.parallel.sp_mode)});
+        const int64_t length = segment / static_cast<int64_t>(chunks.size());
+        auto mine = [&](const at::Tensor& t) {
+          std::vector<at::Tensor> parts;
+          for (int64_t c : chunks) parts.push_back(t.narrow(1, c * length, length));
+          return at::cat(parts, 1);
+        };
+        mb.tokens = mine(mb.tokens), mb.targets = mine(mb.targets);
       }
       return mb;
     };
