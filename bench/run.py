@@ -9,6 +9,7 @@ e.g. `gpt-small@tp2+overlap2+seq`. The thread count is the same in all. loom and
 same machine conditions; each reports the median step time over its timed steps (the first
 steps of every run are warm-up and not timed). The ratio is loom's tokens/s over the peer's.
 `allreduce` runs the communicator's all-reduce against a raw MPI_Allreduce loop on 2 ranks.
+`gpt-long` (or `long-sequences`) sweeps gpt-long's peak memory per rank over sequence lengths, sp and sp_mode.
 `pipelines` runs gpt-small at pp = 2 and 4 under every schedule and reports the measured bubble beside
 the simulator's prediction for the same action times. `tp-overlap` and `tp-sequence` compare loom with itself on gpt-small at tp=2: tp_overlap 1 against 2,
 and tp_sequence off against on, alternating the two in every round; the peer is the option off.
@@ -213,6 +214,29 @@ def pipelines(steps, threads, peak):
                 "peak_bytes_by_stage": timed[-1]["peak_bytes_by_stage"], "loss_last": run[-1]["loss"]}), flush=True)
 
 
+def long_sequences(threads):
+    """gpt-long: peak bytes per rank against the sequence length for sp = 1, 2, 4 in each sp_mode
+    (one step each: the peak is reached in the first), with the communication per step by axis.
+    BENCH_SEQS (comma-separated, default 8192,16384,32768,65536) picks the lengths."""
+    path, _ = effective_config("gpt-long")
+    seqs = [int(x) for x in os.environ.get("BENCH_SEQS", "8192,16384,32768,65536").split(",")]
+    for seq in seqs:
+        for sp, mode in [(1, "allgather")] + [(sp, m) for sp in (2, 4) for m in ("allgather", "ring", "ulysses")]:
+            with tempfile.TemporaryDirectory() as tmp:
+                metrics = os.path.join(tmp, "metrics.jsonl")
+                sets = [f"model.seq_len={seq}", f"parallel.sp={sp}", f"parallel.sp_mode={mode}", "train.steps=1",
+                        f"train.threads={max(1, threads // sp)}"]
+                launch = mpirun(sp) if sp > 1 else []
+                subprocess.run(launch + [LOOM, "train", "-c", path, "--quiet", "--metrics", metrics, "--peak-flops",
+                                         "1e11"] + [a for x in sets for a in ("--set", x)], check=True)
+                with open(metrics) as f:
+                    record = json.loads(f.readline())
+            print(json.dumps({"workload": "gpt-long", "seq_len": seq, "sp": sp, "sp_mode": mode if sp > 1 else None,
+                              "peak_bytes_per_rank": record["peak_bytes"], "step_ms": record["step_ms"],
+                              "comm_bytes_per_step": record["comm_bytes_per_step"], "loss": record["loss"]}),
+                  flush=True)
+
+
 def allreduce():
     out = subprocess.run(mpirun(2) + [os.path.join(ROOT, "build", "bin", "loom_bench_allreduce")], check=True,
                          capture_output=True, text=True)
@@ -227,13 +251,16 @@ def main():
     threads = int(os.environ.get("THREADS", str(os.cpu_count() or 1)))
     peaks = {}  # GEMM peak of one rank's threads: MFU is per rank against its own cores
     for workload in workloads:
-        if workload == "pipelines":
+        if workload in ("long-sequences", "gpt-long"):
+            degrees = {"sp": 2}
+        elif workload == "pipelines":
             degrees = {"pp": 2}
         elif workload in VARIANTS:
             degrees = VARIANTS[workload][1]
         else:
             degrees = parse_layout(workload.partition("@")[2])[0]
-        rank_threads = max(1, threads // (degrees.get("dp", 1) * degrees.get("tp", 1) * degrees.get("pp", 1)))
+        rank_threads = max(1, threads // (degrees.get("dp", 1) * degrees.get("tp", 1) * degrees.get("pp", 1)
+                                          * degrees.get("sp", 1)))
         if workload != "allreduce" and rank_threads not in peaks:
             peaks[rank_threads] = gemm_peak(rank_threads)
         peak = peaks.get(rank_threads)
@@ -241,6 +268,8 @@ def main():
             allreduce()
         elif workload == "pipelines":
             pipelines(steps, threads, peak)
+        elif workload in ("long-sequences", "gpt-long"):
+            long_sequences(threads)
         elif workload in VARIANTS:
             print(json.dumps(compare(workload, steps, rounds, threads, peak)), flush=True)
         else:
