@@ -42,10 +42,7 @@ at::Tensor AttentionBlock::forward(const at::Tensor& x, const MicroBatch&, Saved
   auto n = norm.forward(x);
   s.x = x, s.mean = n.mean, s.rstd = n.rstd, s.h = n.y;
   parallel::TpRegion region(tp_, sequence_);
-  for (int64_t c = 0; c < chunks_; ++c) {
-    const auto [first, rows] = parallel::chunk_rows(batch, chunks_, c);
-    region.enter(n.y.narrow(0, first, rows));
-  }
+  region.enter_chunks(n.y, chunks_);
   for (int64_t c = 0; c < chunks_; ++c) {
     const int64_t first = parallel::chunk_rows(batch, chunks_, c).first;
     const at::Tensor h = region.next_entered();  // [rows, seq, d_model]
@@ -86,10 +83,7 @@ at::Tensor AttentionBlock::backward_input(const at::Tensor& dy, Saved& saved) {
   std::optional<parallel::PendingSequenceGather> h_full;
   if (sequence_) h_full.emplace(tp_, s.h);  // travels while backward computes
   parallel::TpRegion region(tp_, sequence_);
-  for (int64_t c = 0; c < chunks_; ++c) {
-    const auto [first, rows] = parallel::chunk_rows(batch, chunks_, c);
-    region.enter(dy.narrow(0, first, rows));
-  }
+  region.enter_chunks(dy, chunks_);
   for (int64_t c = 0; c < chunks_; ++c) {
     const int64_t first = parallel::chunk_rows(batch, chunks_, c).first;
     const at::Tensor dy_c = region.next_entered();  // [rows, seq, d_model]

@@ -34,10 +34,7 @@ at::Tensor MlpBlock::forward(const at::Tensor& x, const MicroBatch&, Saved& save
   auto n = norm.forward(x);
   s.x = x, s.mean = n.mean, s.rstd = n.rstd, s.h = n.y;
   parallel::TpRegion region(tp_, sequence_);
-  for (int64_t c = 0; c < chunks_; ++c) {
-    const auto [first, rows] = parallel::chunk_rows(batch, chunks_, c);
-    region.enter(n.y.narrow(0, first, rows));
-  }
+  region.enter_chunks(n.y, chunks_);
   for (int64_t c = 0; c < chunks_; ++c) {
     const int64_t first = parallel::chunk_rows(batch, chunks_, c).first;
     const at::Tensor u = up.forward(region.next_entered());
@@ -57,10 +54,7 @@ at::Tensor MlpBlock::backward_input(const at::Tensor& dy, Saved& saved) {
   std::optional<parallel::PendingSequenceGather> h_full;
   if (sequence_) h_full.emplace(tp_, s.h);  // up's weight gradient needs every token's input
   parallel::TpRegion region(tp_, sequence_);
-  for (int64_t c = 0; c < chunks_; ++c) {
-    const auto [first, rows] = parallel::chunk_rows(batch, chunks_, c);
-    region.enter(dy.narrow(0, first, rows));
-  }
+  region.enter_chunks(dy, chunks_);
   for (int64_t c = 0; c < chunks_; ++c) {
     const int64_t first = parallel::chunk_rows(batch, chunks_, c).first;
     const at::Tensor dy_c = region.next_entered();

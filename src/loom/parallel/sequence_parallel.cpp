@@ -34,6 +34,19 @@ std::pair<dist::WorkPtr, dist::WorkPtr> rotate(dist::Communicator& sp, const at:
   return {std::move(send), std::move(recv)};
 }
 
+// Calls fn(qc, kc, q_offset) for each local query chunk qc and chunk kc of `owner`'s block that
+// it can see (a later chunk is entirely in the future); q_offset places the queries.
+template <class Fn>
+void for_visible_chunks(int64_t rank, int64_t owner, int64_t n, int64_t length, Fn&& fn) {
+  for (int64_t qc = 0; qc < 2; ++qc) {
+    const int64_t gq = ring_chunk(rank, qc, n);
+    for (int64_t kc = 0; kc < 2; ++kc) {
+      const int64_t gk = ring_chunk(owner, kc, n);
+      if (gk <= gq) fn(qc, kc, (gq - gk) * length);
+    }
+  }
+}
+
 at::Tensor chunk_of(const at::Tensor& t, int64_t c, int64_t length) {
   return t.narrow(2, c * length, length).contiguous();
 }
@@ -54,24 +67,18 @@ RingAttention ring_attention_forward(dist::Communicator& sp, const at::Tensor& q
       next = at::empty_like(block);
       exchange = rotate(sp, block, next, kRingForwardTag);
     }
-    const int64_t owner = (r - step + n) % n;
-    for (int64_t qc = 0; qc < 2; ++qc) {
-      const int64_t gq = ring_chunk(r, qc, n);
-      for (int64_t kc = 0; kc < 2; ++kc) {
-        const int64_t gk = ring_chunk(owner, kc, n);
-        if (gk > gq) continue;  // a later chunk: entirely in the future
-        auto part = nn::causal_attention_forward(q_chunks[qc], chunk_of(block[0], kc, tc), chunk_of(block[1], kc, tc),
-                                                 tile, (gq - gk) * tc);
-        if (!out[qc].defined()) {
-          out[qc] = part.out, lse[qc] = part.lse;
-          continue;
-        }
-        // Online softmax across blocks: weight both parts by their share of the merged sum.
-        const at::Tensor merged = at::logaddexp(lse[qc], part.lse);
-        out[qc] = out[qc] * (lse[qc] - merged).exp_().unsqueeze(-1) + part.out * (part.lse - merged).exp_().unsqueeze(-1);
-        lse[qc] = merged;
+    for_visible_chunks(r, (r - step + n) % n, n, tc, [&](int64_t qc, int64_t kc, int64_t offset) {
+      auto part = nn::causal_attention_forward(q_chunks[qc], chunk_of(block[0], kc, tc), chunk_of(block[1], kc, tc),
+                                               tile, offset);
+      if (!out[qc].defined()) {
+        out[qc] = part.out, lse[qc] = part.lse;
+        return;
       }
-    }
+      // Online softmax across blocks: weight both parts by their share of the merged sum.
+      const at::Tensor merged = at::logaddexp(lse[qc], part.lse);
+      out[qc] = out[qc] * (lse[qc] - merged).exp_().unsqueeze(-1) + part.out * (part.lse - merged).exp_().unsqueeze(-1);
+      lse[qc] = merged;
+    });
     if (step + 1 < n) {
       exchange.first->wait();
       exchange.second->wait();
@@ -100,21 +107,14 @@ at::Tensor ring_attention_backward(dist::Communicator& sp, const at::Tensor& dou
       next = at::empty_like(block);
       exchange = rotate(sp, block, next, kRingBackwardTag);
     }
-    const int64_t owner = (r - step + n) % n;
-    for (int64_t qc = 0; qc < 2; ++qc) {
-      const int64_t gq = ring_chunk(r, qc, n);
-      for (int64_t kc = 0; kc < 2; ++kc) {
-        const int64_t gk = ring_chunk(owner, kc, n);
-        if (gk > gq) continue;
-        // With the final out and lse each block's share of the gradients is exact on its own.
-        auto g = nn::causal_attention_backward(dout_chunks[qc], q_chunks[qc], chunk_of(block[0], kc, tc),
-                                               chunk_of(block[1], kc, tc), out_chunks[qc], lse_chunks[qc], tile,
-                                               (gq - gk) * tc);
-        dq.narrow(2, qc * tc, tc).add_(g.dq);
-        grads[0].narrow(2, kc * tc, tc).add_(g.dk);
-        grads[1].narrow(2, kc * tc, tc).add_(g.dv);
-      }
-    }
+    for_visible_chunks(r, (r - step + n) % n, n, tc, [&](int64_t qc, int64_t kc, int64_t offset) {
+      // With the final out and lse each block's share of the gradients is exact on its own.
+      auto g = nn::causal_attention_backward(dout_chunks[qc], q_chunks[qc], chunk_of(block[0], kc, tc),
+                                             chunk_of(block[1], kc, tc), out_chunks[qc], lse_chunks[qc], tile, offset);
+      dq.narrow(2, qc * tc, tc).add_(g.dq);
+      grads[0].narrow(2, kc * tc, tc).add_(g.dk);
+      grads[1].narrow(2, kc * tc, tc).add_(g.dv);
+    });
     // The block's gradients move on with it; after a full turn they are back at their owner.
     at::Tensor arrived = at::empty_like(grads);
     auto pass = rotate(sp, grads, arrived, kRingGradientTag);

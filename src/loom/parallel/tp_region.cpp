@@ -73,6 +73,13 @@ void TpRegion::enter(const at::Tensor& outside) {
   gathers_.emplace_back(tp_, outside.contiguous());
 }
 
+void TpRegion::enter_chunks(const at::Tensor& outside, int64_t chunks) {
+  for (int64_t c = 0; c < chunks; ++c) {
+    const auto [first, rows] = chunk_rows(outside.size(0), chunks, c);
+    enter(outside.narrow(0, first, rows));
+  }
+}
+
 at::Tensor TpRegion::next_entered() {
   at::Tensor t;
   if (!sequence_) {

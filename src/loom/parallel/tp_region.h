@@ -60,6 +60,8 @@ class TpRegion {
 
   // Starts bringing `outside` (one chunk of the input or of dy) to the full sequence.
   void enter(const at::Tensor& outside);
+  // enter() for each of `chunks` equal batch chunks of `outside`, in order.
+  void enter_chunks(const at::Tensor& outside, int64_t chunks);
   // The oldest entered tensor, waited for: [b, T, ...].
   at::Tensor next_entered();
   // Starts summing `partial` ([b, T, ...], left untouched until finish) over tp.
