@@ -6,7 +6,6 @@
 #include <cmath>
 #include <fstream>
 #include <iostream>
-#include <sstream>
 
 #include "commands.h"
 #include "loom/core/error.h"
@@ -45,11 +44,7 @@ Action add_schedule(CLI::App& app) {
                      o->microbatches, o->chunks);
     pipeline::Schedule schedule;
     if (!o->from.empty()) {
-      std::ifstream in(o->from);
-      LOOM_CHECK_INPUT(in.good(), "--from {}: cannot read the file", o->from);
-      std::stringstream text;
-      text << in.rdbuf();
-      schedule = pipeline::from_csv(text.str(), o->from);
+      schedule = pipeline::read_csv(o->from);
     } else {
       schedule = pipeline::make_schedule(o->kind, o->stages, o->microbatches, o->chunks);
     }

@@ -33,6 +33,11 @@ at::Tensor TokenPositionEmbedding::positions(int64_t seq, int64_t first, int64_t
   return (n == 1 ? parts[0] : at::cat(parts)).narrow(0, first, local);
 }
 
+at::Tensor TokenPositionEmbedding::position_rows(int64_t seq, int64_t first, int64_t local) const {
+  if (chunks_.size() == 1) return position_table.value.narrow(0, chunks_[0] * seq + first, local);
+  return position_table.value.index_select(0, positions(seq, first, local));
+}
+
 at::Tensor TokenPositionEmbedding::forward(const at::Tensor& tokens, const MicroBatch&, Saved& saved) {
   const int64_t batch = tokens.size(0), seq = tokens.size(1);
   auto& s = saved.emplace<State>();
@@ -43,15 +48,15 @@ at::Tensor TokenPositionEmbedding::forward(const at::Tensor& tokens, const Micro
     ids = (ids - first_row_).mul_(s.mine);  // ids of other ranks read row 0, then are zeroed
   }
   at::Tensor rows = token_table.value.index_select(0, ids);
-  if (tp_.size() == 1) return rows.view({batch, seq, d_model_}) + position_table.value.index_select(0, positions(seq, 0, seq));
+  if (tp_.size() == 1) return rows.view({batch, seq, d_model_}) + position_rows(seq, 0, seq);
   rows.mul_(s.mine.unsqueeze(1));
   if (!sequence_) {
     tp_.all_reduce(rows, dist::ReduceOp::Sum);
-    return rows.view({batch, seq, d_model_}) + position_table.value.index_select(0, positions(seq, 0, seq));
+    return rows.view({batch, seq, d_model_}) + position_rows(seq, 0, seq);
   }
   const at::Tensor mine = parallel::reduce_scatter_sequence(tp_, rows.view({batch, seq, d_model_}));
   const int64_t local = mine.size(1);
-  return mine + position_table.value.index_select(0, positions(seq, tp_.rank() * local, local));
+  return mine + position_rows(seq, tp_.rank() * local, local);
 }
 
 at::Tensor TokenPositionEmbedding::backward_input(const at::Tensor& dy, Saved& saved) {

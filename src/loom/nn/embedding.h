@@ -44,6 +44,8 @@ class TokenPositionEmbedding final : public Layer {
   dist::Communicator& tp_;
   // The position of each of `local` tokens starting at token `first` of this rank's `seq` tokens.
   at::Tensor positions(int64_t seq, int64_t first, int64_t local) const;
+  // Their rows of the position table: a view when the tokens are one chunk.
+  at::Tensor position_rows(int64_t seq, int64_t first, int64_t local) const;
   bool sequence_;
   std::vector<int64_t> chunks_;
   int64_t d_model_, first_row_, rows_;  // the token rows this rank owns

@@ -1,18 +1,43 @@
 #include "loom/pipeline/partition.h"
 
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "loom/core/error.h"
 
 namespace loom::pipeline {
 
-std::vector<int64_t> balanced_cuts(const std::vector<double>& layer_costs, int64_t parts) {
-  const auto n = static_cast<int64_t>(layer_costs.size());
-  LOOM_CHECK_INPUT(parts >= 1 && parts <= n,
+void check_stage_count(int64_t layers, int64_t parts) {
+  LOOM_CHECK_INPUT(parts >= 1 && parts <= layers,
                    "the model's chain has {} layers (embedding, 2 per transformer block, final norm, head), fewer "
                    "than the {} pipeline stages x chunks; hint: lower parallel.pp or parallel.chunks",
-                   n, parts);
+                   layers, parts);
+}
+
+std::vector<StageChunk> take_stages(models::Model& model, const std::vector<int64_t>& cuts, int64_t pp,
+                                    int64_t pp_rank, int64_t chunks, double recompute_ratio) {
+  std::vector<StageChunk> out;
+  models::Model mine;
+  for (int64_t c = 0; c < chunks; ++c) {
+    StageChunk chunk{.virtual_stage = c * pp + pp_rank};
+    const int64_t begin = cuts[chunk.virtual_stage], end = cuts[chunk.virtual_stage + 1];
+    const auto recomputed = static_cast<int64_t>(std::lround(recompute_ratio * static_cast<double>(end - begin)));
+    for (int64_t i = begin; i < end; ++i) {
+      chunk.layers.push_back(model.chain[i].get());
+      chunk.model_index.push_back(mine.chain.size());
+      chunk.recompute.push_back(i - begin < recomputed);
+      mine.chain.push_back(std::move(model.chain[i]));
+    }
+    out.push_back(std::move(chunk));
+  }
+  model = std::move(mine);
+  return out;
+}
+
+std::vector<int64_t> balanced_cuts(const std::vector<double>& layer_costs, int64_t parts) {
+  const auto n = static_cast<int64_t>(layer_costs.size());
+  check_stage_count(n, parts);
   std::vector<double> prefix(n + 1, 0);
   for (int64_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layer_costs[i];
   constexpr double kInf = std::numeric_limits<double>::infinity();

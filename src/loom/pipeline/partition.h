@@ -4,7 +4,13 @@
 #include <cstdint>
 #include <vector>
 
+#include "loom/models/model.h"
+#include "loom/pipeline/executor.h"
+
 namespace loom::pipeline {
+
+// Refuses more slices than layers (InputError naming both).
+void check_stage_count(int64_t layers, int64_t parts);
 
 // The cut that minimises the largest slice's cost (dynamic programming over the chain); every
 // slice holds at least one layer.
@@ -17,5 +23,11 @@ std::vector<int64_t> explicit_cuts(const std::vector<int64_t>& pp_cuts, int64_t 
 // Merak's stage-aware recomputation: the share of its layers pipeline stage k of S recomputes,
 // r_k = 1 - (1 - r0)(S - 1)/(S - 1 - k), clamped to [0, 1]; the last stage recomputes none.
 double stage_recompute_ratio(double first_stage_ratio, int64_t stage, int64_t stages);
+
+// Moves the layers of this rank's virtual stages (chunk c is stage c x pp + pp_rank) out of
+// `model`, which keeps only them, in chunk order; each chunk recomputes the first
+// round(recompute_ratio x its layers).
+std::vector<StageChunk> take_stages(models::Model& model, const std::vector<int64_t>& cuts, int64_t pp,
+                                    int64_t pp_rank, int64_t chunks, double recompute_ratio);
 
 }  // namespace loom::pipeline

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <fstream>
 #include <sstream>
 
 #include "loom/core/error.h"
@@ -237,6 +238,14 @@ Schedule from_csv(const std::string& text, const std::string& where) {
   s.microbatches = max_mb + 1;
   s.chunks = max_chunk + 1;
   return s;
+}
+
+Schedule read_csv(const std::string& path) {
+  std::ifstream in(path);
+  LOOM_CHECK_INPUT(in.good(), "cannot read the schedule file {}", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return from_csv(text.str(), path);
 }
 
 std::vector<std::vector<Action>> lower(const Schedule& s) {

@@ -55,6 +55,8 @@ Schedule make_schedule(std::string_view kind, int64_t stages, int64_t microbatch
 // rank's list are empty. Reading skips empty cells, so a timed grid reads back too.
 std::string to_csv(const Schedule& schedule);
 Schedule from_csv(const std::string& text, const std::string& where);
+// from_csv of a file; InputError if it cannot be read.
+Schedule read_csv(const std::string& path);
 
 // The lists with the point-to-point messages the executor performs: recvF before an F (not on the
 // first virtual stage), sendF after it (not on the last), recvB before a B or BW (not on the

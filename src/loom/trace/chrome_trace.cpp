@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 
 #include "loom/core/error.h"
@@ -29,6 +30,28 @@ std::string ChromeTrace::events_json() const {
 }
 
 void ChromeTrace::write(const std::string& path) const { write_merged(path, {events_json()}); }
+
+// The JSON texts travel as int64 words: an all-gather of the lengths, then of the texts padded to
+// the longest.
+void ChromeTrace::write_gathered(dist::Communicator& world, const std::string& path) const {
+  const std::string mine = events_json();
+  const auto opts = at::TensorOptions().dtype(at::kLong);
+  at::Tensor length = at::full({1}, static_cast<int64_t>(mine.size()), opts);
+  at::Tensor lengths = at::empty({world.size()}, opts);
+  world.all_gather(length, lengths);
+  const int64_t words = (lengths.max().item<int64_t>() + 7) / 8;
+  at::Tensor text = at::zeros({words}, opts);
+  std::memcpy(text.data_ptr(), mine.data(), mine.size());
+  at::Tensor texts = at::empty({world.size() * words}, opts);
+  world.all_gather(text, texts);
+  if (world.rank() != 0) return;
+  std::vector<std::string> all;
+  for (int r = 0; r < world.size(); ++r) {
+    const char* begin = reinterpret_cast<const char*>(texts.data_ptr<int64_t>() + r * words);
+    all.emplace_back(begin, static_cast<size_t>(lengths[r].item<int64_t>()));
+  }
+  write_merged(path, all);
+}
 
 void ChromeTrace::write_merged(const std::string& path, const std::vector<std::string>& ranks_events) {
   nlohmann::json events = nlohmann::json::array();

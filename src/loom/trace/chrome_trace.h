@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "loom/dist/communicator.h"
+
 namespace loom::trace {
 
 class ChromeTrace {
@@ -22,6 +24,8 @@ class ChromeTrace {
   // One file from several ranks' events_json(): one track per rank on a shared time axis (the
   // traces' origins must be taken at the same moment, e.g. right after a barrier).
   static void write_merged(const std::string& path, const std::vector<std::string>& ranks_events);
+  // Collective over `world`: every rank's events gathered to rank 0, which writes write_merged.
+  void write_gathered(dist::Communicator& world, const std::string& path) const;
 
  private:
   struct Event {

@@ -6,9 +6,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
-#include <sstream>
 #include <ostream>
 #include <thread>
 
@@ -73,8 +70,7 @@ Trainer::Trainer(Config config, dist::Communicator& world)
   at::set_num_threads(threads);
   world_ = std::make_unique<dist::RecordingCommunicator>(world, comm_stats_);
   mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
-  model_ = models::build_gpt(config_.model, mesh_->tp(), tp_options(),
-                             {.sp = &mesh_->sp(), .mode = parallel::sp_mode_of(config_.parallel.sp_mode)});
+  model_ = models::build_gpt(config_.model, mesh_->tp(), tp_options(), sp_options());
   std::vector<pipeline::StageChunk> chunks = take_stage_layers();
   const int64_t budget = config_.budget_bytes();
   if (budget > 0) memory::set_budget(budget);
@@ -117,11 +113,7 @@ pipeline::Schedule Trainer::make_schedule() const {
   const int64_t local = config_.microbatch_count() / p.dp;
   if (p.schedule.rfind("csv:", 0) == 0) {
     const std::string path = p.schedule.substr(4);
-    std::ifstream in(path);
-    LOOM_CHECK_INPUT(in.good(), "parallel.schedule = \"{}\": cannot read {}", p.schedule, path);
-    std::stringstream text;
-    text << in.rdbuf();
-    pipeline::Schedule s = pipeline::from_csv(text.str(), path);
+    pipeline::Schedule s = pipeline::read_csv(path);
     LOOM_CHECK_INPUT(s.stages == p.pp && s.microbatches == local && s.chunks == p.chunks,
                      "{}: a schedule of {} stages, {} micro-batches and {} chunks; this run has pp = {}, {} "
                      "micro-batches per data-parallel rank and chunks = {}",
@@ -150,22 +142,7 @@ std::vector<pipeline::StageChunk> Trainer::take_stage_layers() {
   double ratio = config_.memory.recompute == "full" ? 1.0 : 0.0;
   if (config_.memory.recompute == "stage-aware")
     ratio = pipeline::stage_recompute_ratio(config_.memory.recompute_ratio, pp_rank, p.pp);
-  std::vector<pipeline::StageChunk> chunks;
-  models::Model mine;
-  for (int64_t c = 0; c < p.chunks; ++c) {
-    pipeline::StageChunk chunk{.virtual_stage = c * p.pp + pp_rank};
-    const int64_t begin = cuts[chunk.virtual_stage], end = cuts[chunk.virtual_stage + 1];
-    const auto recomputed = static_cast<int64_t>(std::lround(ratio * static_cast<double>(end - begin)));
-    for (int64_t i = begin; i < end; ++i) {
-      chunk.layers.push_back(model_.chain[i].get());
-      chunk.model_index.push_back(mine.chain.size());
-      chunk.recompute.push_back(i - begin < recomputed);
-      mine.chain.push_back(std::move(model_.chain[i]));
-    }
-    chunks.push_back(std::move(chunk));
-  }
-  model_ = std::move(mine);
-  return chunks;
+  return pipeline::take_stages(model_, cuts, p.pp, pp_rank, p.chunks, ratio);
 }
 
 void Trainer::check_input(dist::Communicator& world) {
@@ -180,10 +157,7 @@ void Trainer::check_input(dist::Communicator& world) {
     // Stages against the chain first: a huge parallel.pp must be refused, not simulated.
     const auto& p = config_.parallel;
     const auto chain = static_cast<int64_t>(model_.chain.size());
-    LOOM_CHECK_INPUT(p.pp * p.chunks <= chain,
-                     "the model's chain has {} layers (embedding, 2 per transformer block, final norm, head), fewer "
-                     "than the {} pipeline stages x chunks; hint: lower parallel.pp or parallel.chunks",
-                     chain, p.pp * p.chunks);
+    pipeline::check_stage_count(chain, p.pp * p.chunks);
     schedule_ = make_schedule();
     LOOM_CHECK_INPUT(p.pp == 1 || pipeline::message_tags(schedule_) <= pipeline::kMaxTags,
                      "{} micro-batches per data-parallel rank x {} virtual stages need {} message tags, more than "
@@ -222,6 +196,10 @@ Trainer::~Trainer() {
 dist::Communicator& Trainer::replicas() { return mesh_->sp().size() > 1 ? mesh_->dp_sp() : mesh_->dp(); }
 
 int64_t Trainer::local_seq() const { return config_.model.seq_len / config_.parallel.sp; }
+
+parallel::SpOptions Trainer::sp_options() {
+  return {.sp = &mesh_->sp(), .mode = parallel::sp_mode_of(config_.parallel.sp_mode)};
+}
 
 parallel::TpOptions Trainer::tp_options() const {
   return {.overlap = config_.parallel.tp_overlap, .sequence = config_.parallel.tp_sequence};
@@ -269,30 +247,6 @@ double Trainer::optimizer_step(double lr) {
     return 0;
   });
   return norm;
-}
-
-// Every rank's events gathered to rank 0, which writes them as one file, one track per rank (a
-// pipeline's timeline). The JSON text travels as int64 words: an all-gather of the lengths, then
-// of the texts padded to the longest.
-void Trainer::write_trace(const std::string& path) {
-  const std::string mine = trace_->events_json();
-  dist::Communicator& world = mesh_->world();
-  const auto opts = at::TensorOptions().dtype(at::kLong);
-  at::Tensor length = at::full({1}, static_cast<int64_t>(mine.size()), opts);
-  at::Tensor lengths = at::empty({world.size()}, opts);
-  world.all_gather(length, lengths);
-  const int64_t words = (lengths.max().item<int64_t>() + 7) / 8;
-  at::Tensor text = at::zeros({words}, opts);
-  std::memcpy(text.data_ptr(), mine.data(), mine.size());
-  at::Tensor texts = at::empty({world.size() * words}, opts);
-  world.all_gather(text, texts);
-  if (mesh_->rank() != 0) return;
-  std::vector<std::string> all;
-  for (int r = 0; r < world.size(); ++r) {
-    const char* begin = reinterpret_cast<const char*>(texts.data_ptr<int64_t>() + r * words);
-    all.emplace_back(begin, static_cast<size_t>(lengths[r].item<int64_t>()));
-  }
-  trace::ChromeTrace::write_merged(path, all);
 }
 
 // The simulator's bubble for this step's measured action times: every stage's mean F, B, W and R
@@ -351,11 +305,10 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     const data::BatchShape shape{t.global_batch, t.micro_batch, config_.model.seq_len};
     pipeline::ExecutorHooks hooks;
     const int64_t segment = local_seq();
+    const std::vector<int64_t> chunks = parallel::sequence_chunks(sp_options());
     hooks.microbatch = [&](int64_t i) {
       nn::MicroBatch mb = data::make_microbatch(*source_, shape, step, first_microbatch + i);
       if (mesh_->sp().size() > 1) {  // this rank's chunks of every sequence (NOTE [Sequence parallelism])
-        const std::vector<int64_t> chunks = parallel::sequence_chunks(
-            {.sp = &mesh_->sp(), .mode = parallel::sp_mode_of(config_.parallel.sp_mode)});
         const int64_t length = segment / static_cast<int64_t>(chunks.size());
         auto mine = [&](const at::Tensor& t) {
           std::vector<at::Tensor> parts;
@@ -411,7 +364,7 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     records.push_back(r);
   }
   if (trace_) {
-    write_trace(options.trace_path);
+    trace_->write_gathered(mesh_->world(), options.trace_path);  // one file, a track per rank
     trace_.reset();
   }
   return records;

@@ -25,6 +25,7 @@
 #include "loom/parallel/gradient_reducer.h"
 #include "loom/parallel/sharded_adamw.h"
 #include "loom/parallel/tp_region.h"
+#include "loom/parallel/sequence_parallel.h"
 #include "loom/pipeline/executor.h"
 #include "loom/trace/chrome_trace.h"
 
@@ -70,10 +71,10 @@ class Trainer {
   std::vector<pipeline::StageChunk> take_stage_layers();
   pipeline::Schedule make_schedule() const;
   double predicted_bubble(const pipeline::StepResult& result);
-  void write_trace(const std::string& path);
   int64_t pp_rank_of(int rank) const;
   double optimizer_step(double lr);
   parallel::TpOptions tp_options() const;
+  parallel::SpOptions sp_options();
   int64_t local_seq() const;  // the tokens of each sequence this rank holds (its sp segment)
   dist::Communicator& replicas();  // the group weight gradients are summed over: dp, or dp x sp
   template <class Fn>
