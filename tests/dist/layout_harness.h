@@ -4,11 +4,45 @@
 // losses and final weights. Later parallelism issues add their layouts through `run_layout`.
 #include <gtest/gtest.h>
 
+#include <map>
+#include <string>
+
 #include "loom/dist/null_communicator.h"
 #include "loom/train/trainer.h"
 #include "unit/layer_check.h"
 
 namespace loom::test {
+
+// A GPT small enough to train under many layouts in a test, in float64: d_model 32, 4 heads,
+// attention tiles of 8, 3 steps at lr 1e-2 with one warmup step, one thread, small gradient
+// buckets (several per step, so overlap and ordering are exercised).
+inline Config small_gpt(int64_t vocab, int64_t n_layers, int64_t seq_len, int64_t global_batch, int64_t micro_batch) {
+  Config c;
+  c.model.vocab = vocab;
+  c.model.d_model = 32;
+  c.model.n_layers = n_layers;
+  c.model.n_heads = 4;
+  c.model.seq_len = seq_len;
+  c.model.attn_tile = 8;
+  c.model.dtype = "float64";
+  c.train.steps = 3;
+  c.train.global_batch = global_batch;
+  c.train.micro_batch = micro_batch;
+  c.train.warmup = 1;
+  c.train.lr = 1e-2;
+  c.train.threads = 1;
+  c.parallel.bucket_mb = 0.02;
+  return c;
+}
+
+// The number and bytes of each operation recorded on `axis`.
+inline std::map<std::string, std::pair<int64_t, int64_t>> ops_on(const dist::CommStats& stats,
+                                                                 const std::string& axis) {
+  std::map<std::string, std::pair<int64_t, int64_t>> ops;
+  for (const auto& r : stats.records)
+    if (r.axis == axis) ops[r.op].first += 1, ops[r.op].second += r.bytes;
+  return ops;
+}
 
 struct TrainedRun {
   std::vector<train::StepRecord> records;

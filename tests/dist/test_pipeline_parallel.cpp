@@ -15,24 +15,8 @@
 namespace loom::test {
 namespace {
 
-Config pp_config() {
-  Config c;
-  c.model.vocab = 97;
-  c.model.d_model = 32;
-  c.model.n_layers = 4;  // a chain of 11 layers: up to pp x chunks = 8 slices
-  c.model.n_heads = 4;
-  c.model.seq_len = 24;
-  c.model.attn_tile = 8;
-  c.model.dtype = "float64";
-  c.train.steps = 3;
-  c.train.global_batch = 8;
-  c.train.micro_batch = 1;
-  c.train.warmup = 1;
-  c.train.lr = 1e-2;
-  c.train.threads = 1;
-  c.parallel.bucket_mb = 0.02;
-  return c;
-}
+// A chain of 11 layers (4 transformer blocks): up to pp x chunks = 8 slices.
+Config pp_config() { return small_gpt(97, /*n_layers=*/4, /*seq_len=*/24, 8, 1); }
 
 struct PpCase {
   std::string schedule;

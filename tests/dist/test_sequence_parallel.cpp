@@ -11,24 +11,8 @@
 namespace loom::test {
 namespace {
 
-Config sp_config() {
-  Config c;
-  c.model.vocab = 97;
-  c.model.d_model = 32;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.seq_len = 64;  // segments of 32, 16 at sp = 2, 4: two to four tiles of 8 each
-  c.model.attn_tile = 8;
-  c.model.dtype = "float64";
-  c.train.steps = 3;
-  c.train.global_batch = 4;
-  c.train.micro_batch = 2;
-  c.train.warmup = 1;
-  c.train.lr = 1e-2;
-  c.train.threads = 1;
-  c.parallel.bucket_mb = 0.02;
-  return c;
-}
+// Segments of 32 and 16 tokens at sp = 2 and 4: several attention tiles of 8 each.
+Config sp_config() { return small_gpt(97, /*n_layers=*/2, /*seq_len=*/64, 4, 2); }
 
 struct SpCase {
   int dp = 1, tp = 1, pp = 1;  // sp = world / (dp x tp x pp)
@@ -90,13 +74,9 @@ TEST(SequenceParallelGptComm, FusedKvCollectivesAndOneGradientAllReduceOverDpTim
   trainer.run({.peak_flops = 1e9});
   const auto& m = c.model;
   const int64_t kv = 2 * c.train.micro_batch * (m.seq_len / n) * m.d_model * 8;
-  std::map<std::string, std::pair<int64_t, int64_t>> sp;  // op -> (count, bytes)
+  auto sp = ops_on(trainer.comm_stats(), "sp");  // op -> (count, bytes)
   int64_t replica_all_reduces = 0, replica_bytes = 0;
   for (const auto& r : trainer.comm_stats().records) {
-    if (r.axis == "sp") {
-      sp[r.op].first += 1;
-      sp[r.op].second += r.bytes;
-    }
     EXPECT_FALSE(r.axis == "dp" && r.op == "all_reduce") << "weight gradients travel over dp x sp only";
     if (r.axis == "dp_sp" && r.op == "all_reduce" && r.bytes > 8) ++replica_all_reduces, replica_bytes += r.bytes;
   }
@@ -125,9 +105,7 @@ TEST(SequenceParallelGptComm, RingRotatesKvBlocks) {
   trainer.run({.peak_flops = 1e9});
   const auto& m = c.model;
   const int64_t block = 2 * c.train.micro_batch * (m.seq_len / n) * m.d_model * 8;
-  std::map<std::string, std::pair<int64_t, int64_t>> sp;
-  for (const auto& r : trainer.comm_stats().records)
-    if (r.axis == "sp") sp[r.op].first += 1, sp[r.op].second += r.bytes;
+  auto sp = ops_on(trainer.comm_stats(), "sp");
   const int64_t rotations = m.n_layers * ((n - 1) + (n - 1) + n);
   EXPECT_EQ(sp["send"], std::pair(rotations, rotations * block));
   EXPECT_EQ(sp["recv"], std::pair(rotations, rotations * block));
@@ -149,9 +127,7 @@ TEST(SequenceParallelGptComm, UlyssesTwoAllToAllsEachWay) {
   trainer.run({.peak_flops = 1e9});
   const auto& m = c.model;
   const int64_t one = c.train.micro_batch * (m.seq_len / n) * m.d_model * 8;  // one tensor of the segment
-  std::map<std::string, std::pair<int64_t, int64_t>> sp;
-  for (const auto& r : trainer.comm_stats().records)
-    if (r.axis == "sp") sp[r.op].first += 1, sp[r.op].second += r.bytes;
+  auto sp = ops_on(trainer.comm_stats(), "sp");
   EXPECT_EQ(sp["all_to_all"], std::pair(4 * m.n_layers, m.n_layers * (3 + 1 + 1 + 3) * one));
   EXPECT_EQ(sp.size(), 1u) << "nothing else over sp";
 }

@@ -124,24 +124,7 @@ TEST(TensorParallelSequence, GatherAndReduceScatterAlongTheSequence) {
 namespace loom::test {
 namespace {
 
-Config tp_config(int64_t vocab) {
-  Config c;
-  c.model.vocab = vocab;
-  c.model.d_model = 32;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.seq_len = 24;
-  c.model.attn_tile = 8;
-  c.model.dtype = "float64";
-  c.train.steps = 3;
-  c.train.global_batch = 4;
-  c.train.micro_batch = 1;
-  c.train.warmup = 1;
-  c.train.lr = 1e-2;
-  c.train.threads = 1;
-  c.parallel.bucket_mb = 0.02;
-  return c;
-}
+Config tp_config(int64_t vocab) { return small_gpt(vocab, /*n_layers=*/2, /*seq_len=*/24, 4, 1); }
 
 struct TpCase {
   int64_t vocab;
@@ -254,12 +237,7 @@ TEST_P(TensorParallelGptSequenceComm, CollectivesPerBlockMatchTheAnalyticCount) 
   const auto& m = c.model;
   const int64_t sub_blocks = 2 * m.n_layers, rows = c.train.micro_batch * m.seq_len;
   const int64_t a = rows * m.d_model * 8;
-  std::map<std::string, std::pair<int64_t, int64_t>> got;  // op -> (count, bytes)
-  for (const auto& r : trainer.comm_stats().records) {
-    if (r.axis != "tp") continue;  // the step's figures (peak memory over the world)
-    got[r.op].first += 1;
-    got[r.op].second += r.bytes;
-  }
+  auto got = ops_on(trainer.comm_stats(), "tp");  // op -> (count, bytes); not the world's step figures
   EXPECT_EQ(got["reduce_scatter"], std::pair(2 + sub_blocks * 2 * k, 2 * a + sub_blocks * 2 * a));
   EXPECT_EQ(got["all_gather"], std::pair(2 + sub_blocks * (2 * k + 1), (2 + sub_blocks * 3) * a / n));
   const int64_t partial_grads = (m.seq_len * m.d_model + sub_blocks * 2 * m.d_model + 2 * m.d_model) * 8;
