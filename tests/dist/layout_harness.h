@@ -58,7 +58,7 @@ inline TrainedRun train_run(const Config& config, dist::Communicator& world) {
   run.records = trainer.run({.peak_flops = 1e9});
   for (nn::Param* p : trainer.model().params()) {
     run.names.push_back(p->name);
-    run.weights.push_back(p->value.clone());
+    run.weights.push_back(trainer.value_of(*p).clone());  // a sparse table gathered from its owners
     run.shards.push_back(p->shard);
   }
   run.comm = trainer.comm_stats();
@@ -66,7 +66,10 @@ inline TrainedRun train_run(const Config& config, dist::Communicator& world) {
 }
 
 inline TrainedRun run_serial(Config config) {
+  // parallel.sparse picks the tables' optimizer (lazy or dense AdamW): part of the model, not the layout.
+  const std::string sparse = config.parallel.sparse;
   config.parallel = ParallelConfig{};
+  config.parallel.sparse = sparse;
   config.memory.recompute = "none";  // recomputation changes memory, not the model
   dist::NullCommunicator alone;
   return train_run(config, alone);

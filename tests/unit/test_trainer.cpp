@@ -42,7 +42,7 @@ RunResult run(const Config& c, const TrainOptions& options = {.peak_flops = 1e9}
   Trainer trainer(c, world);
   RunResult r;
   r.records = trainer.run(options);
-  for (nn::Param* p : trainer.model().params()) r.weights.push_back(p->value.clone());
+  for (nn::Param* p : trainer.model().params()) r.weights.push_back(trainer.value_of(*p).clone());
   return r;
 }
 

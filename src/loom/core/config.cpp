@@ -32,6 +32,9 @@ const std::vector<KeySpec>& key_specs() {
       LOOM_KEY(model, n_heads),        LOOM_KEY(model, seq_len),
       LOOM_KEY(model, max_positions),  LOOM_KEY(model, ffn_mult),
       LOOM_KEY(model, attn_tile),      LOOM_KEY(model, dtype),
+      LOOM_KEY(model, tables),         LOOM_KEY(model, table_rows),
+      LOOM_KEY(model, bag_size),       LOOM_KEY(model, dense_features),
+      LOOM_KEY(model, bottom_mlp),     LOOM_KEY(model, top_mlp),
       LOOM_KEY(parallel, dp),          LOOM_KEY(parallel, tp),
       LOOM_KEY(parallel, pp),          LOOM_KEY(parallel, sp),
       LOOM_KEY(parallel, schedule),    LOOM_KEY(parallel, chunks),
@@ -49,6 +52,7 @@ const std::vector<KeySpec>& key_specs() {
       LOOM_KEY(train, seed),           LOOM_KEY(train, threads),
       LOOM_KEY(train, log_every),
       LOOM_KEY(data, source),          LOOM_KEY(data, token_dtype),
+      LOOM_KEY(data, zipf),
   };
   return specs;
 }

@@ -21,6 +21,16 @@ struct ModelConfig {
   int64_t ffn_mult = 4;
   int64_t attn_tile = 128;    // query/key tile of the attention kernel (memory is O(seq * tile))
   std::string dtype = "float32";
+  // DLRM (kind = "dlrm"): `tables` categorical features, each an embedding bag (sum of `bag_size`
+  // rows) of a table_rows x d_model table; a bottom MLP over `dense_features` inputs with hidden
+  // sizes bottom_mlp, ending in d_model; their concatenation into a top MLP (hidden sizes top_mlp)
+  // ending in one logit; binary cross-entropy.
+  int64_t tables = 8;
+  int64_t table_rows = 1000000;
+  int64_t bag_size = 1;
+  int64_t dense_features = 13;
+  std::vector<int64_t> bottom_mlp = {256};
+  std::vector<int64_t> top_mlp = {256};
   bool operator==(const ModelConfig&) const = default;
 };
 
@@ -66,6 +76,7 @@ struct TrainConfig {
 struct DataConfig {
   std::string source = "synthetic";   // "synthetic" | "text:PATH" | "tokens:PATH"
   std::string token_dtype = "auto";   // for tokens:PATH: "uint16" | "uint32" | "auto" (by vocab)
+  double zipf = 1.05;                  // DLRM's synthetic clicks: ids follow Zipf(zipf) over each table's rows
   bool operator==(const DataConfig&) const = default;
 };
 

@@ -21,11 +21,20 @@ void check_positive(std::string_view key, int64_t value) {
 
 void validate_model(const ModelConfig& m, int64_t positions) {
   check_one_of("model.kind", m.kind, std::array<std::string_view, 2>{"gpt", "dlrm"});
-  LOOM_CHECK_INPUT(m.kind == "gpt", "model.kind = \"{}\" is not implemented yet; use \"gpt\"", m.kind);
   check_one_of("model.dtype", m.dtype, std::array<std::string_view, 3>{"float32", "float64", "bfloat16"});
   LOOM_CHECK_INPUT(m.dtype != "bfloat16",
                    "model.dtype = \"bfloat16\" is not supported by the CPU kernels yet; use \"float32\" "
                    "(training) or \"float64\" (equivalence checks)");
+  if (m.kind == "dlrm") {
+    for (auto [key, value] : {std::pair{"model.d_model", m.d_model}, {"model.tables", m.tables},
+                              {"model.table_rows", m.table_rows}, {"model.bag_size", m.bag_size},
+                              {"model.dense_features", m.dense_features}})
+      check_positive(key, value);
+    for (auto [key, sizes] : {std::pair{"model.bottom_mlp", &m.bottom_mlp}, {"model.top_mlp", &m.top_mlp}})
+      for (int64_t size : *sizes)
+        LOOM_CHECK_INPUT(size > 0, "{} = [{}]: every hidden size must be positive", key, fmt::join(*sizes, ", "));
+    return;
+  }
   LOOM_CHECK_INPUT(m.vocab >= 2, "model.vocab = {} must be at least 2", m.vocab);
   for (auto [key, value] : {std::pair{"model.d_model", m.d_model}, {"model.n_layers", m.n_layers},
                             {"model.n_heads", m.n_heads}, {"model.seq_len", m.seq_len},
@@ -40,6 +49,24 @@ void validate_model(const ModelConfig& m, int64_t positions) {
                    "model.seq_len ({}) is longer than the position table (model.max_positions = {}); "
                    "hint: raise max_positions or shorten seq_len",
                    m.seq_len, positions);
+}
+
+// A DLRM trains with data parallelism only (its tables shard over dp on the sparse path).
+void validate_dlrm_layout(const ModelConfig& m, const ParallelConfig& p, const DataConfig& d) {
+  if (m.kind != "dlrm") return;
+  LOOM_CHECK_INPUT(p.tp == 1 && p.pp == 1 && p.sp == 1,
+                   "model.kind = \"dlrm\" trains with data parallelism only: parallel.tp ({}), pp ({}) and sp ({}) "
+                   "must be 1; hint: raise parallel.dp instead",
+                   p.tp, p.pp, p.sp);
+  LOOM_CHECK_INPUT(d.source == "synthetic",
+                   "model.kind = \"dlrm\" reads synthetic click data (data.source = \"synthetic\"), not \"{}\"",
+                   d.source);
+  LOOM_CHECK_INPUT(d.zipf > 0, "data.zipf = {} must be positive (the Zipf exponent of the click ids)", d.zipf);
+}
+
+// The rows of one sparse table on one rank: DLRM's table_rows, or the GPT's vocabulary shard.
+int64_t sparse_table_rows(const ModelConfig& m, const ParallelConfig& p) {
+  return m.kind == "dlrm" ? m.table_rows : (m.vocab + p.tp - 1) / p.tp;
 }
 
 void validate_parallel(const ParallelConfig& p) {
@@ -161,6 +188,13 @@ void validate_data(const DataConfig& d, const ModelConfig& m) {
 void validate(const Config& config) {
   validate_model(config.model, config.position_count());
   validate_parallel(config.parallel);
+  validate_dlrm_layout(config.model, config.parallel, config.data);
+  const int64_t rows = sparse_table_rows(config.model, config.parallel);
+  LOOM_CHECK_INPUT(config.parallel.sparse_partitions <= rows,
+                   "parallel.sparse_partitions = {} is more than the {} rows of {} to partition; hint: at most {}, "
+                   "or 0 to choose automatically",
+                   config.parallel.sparse_partitions, rows,
+                   config.model.kind == "dlrm" ? "each table" : "the token table (per tp rank)", rows);
   validate_tensor_parallel(config.model, config.parallel, config.train);
   validate_pipeline(config.model, config.parallel, config.memory);
   validate_memory(config.memory);

@@ -16,7 +16,8 @@ int64_t Model::param_count() const {
 }
 
 void Model::initialise(uint64_t seed, at::ScalarType dtype) {
-  for (nn::Param* p : params()) nn::initialise(*p, seed, dtype);
+  for (nn::Param* p : params())
+    if (p->sparse == nullptr) nn::initialise(*p, seed, dtype);  // a sparse table initialises its own rows
 }
 
 nn::Cost Model::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {

@@ -13,7 +13,8 @@ struct Model {
 
   std::vector<nn::Param*> params() const;
   int64_t param_count() const;
-  // Every parameter from (seed, name): the same values whatever the layout.
+  // Every dense parameter from (seed, name): the same values whatever the layout (tables on the
+  // sparse path initialise their owned rows the same way: SparseTable::initialise).
   void initialise(uint64_t seed, at::ScalarType dtype);
   nn::Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const;
 };

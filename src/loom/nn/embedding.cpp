@@ -1,5 +1,6 @@
 #include "loom/nn/embedding.h"
 
+#include "loom/parallel/sparse_table.h"
 #include "loom/parallel/tp_region.h"
 
 namespace loom::nn {
@@ -20,7 +21,7 @@ TokenPositionEmbedding::TokenPositionEmbedding(int64_t vocab, int64_t positions,
   rows_ = padded / tp.size();
   first_row_ = rows_ * tp.rank();
   token_table = Param{.name = "embedding.wte", .full_shape = {padded, d_model}, .shard = {0, first_row_, rows_},
-                      .init = Init::Normal, .init_std = 0.02, .weight_decay = true};
+                      .init = Init::Normal, .init_std = 0.02, .weight_decay = true, .embedding = true};
   position_table = Param{.name = "embedding.wpe", .full_shape = {positions, d_model}, .init = Init::Normal,
                          .init_std = 0.01, .weight_decay = true, .tp_partial = sequence_};
 }
@@ -38,18 +39,36 @@ at::Tensor TokenPositionEmbedding::position_rows(int64_t seq, int64_t first, int
   return position_table.value.index_select(0, positions(seq, first, local));
 }
 
+at::Tensor TokenPositionEmbedding::local_rows(const at::Tensor& ids) const {
+  if (tp_.size() == 1) return ids;
+  const at::Tensor mine = (ids >= first_row_).logical_and_(ids < first_row_ + rows_);
+  return at::where(mine, ids - first_row_, at::full({}, -1, at::kLong));
+}
+
+void TokenPositionEmbedding::pull_rows(const std::vector<MicroBatch>& microbatches) {
+  if (token_table.sparse == nullptr) return;
+  std::vector<at::Tensor> ids;
+  for (const MicroBatch& mb : microbatches) ids.push_back(local_rows(mb.tokens.reshape({-1})));
+  token_table.sparse->pull(ids.empty() ? at::empty({0}, at::kLong) : at::cat(ids));
+}
+
 at::Tensor TokenPositionEmbedding::forward(const at::Tensor& tokens, const MicroBatch&, Saved& saved) {
   const int64_t batch = tokens.size(0), seq = tokens.size(1);
   auto& s = saved.emplace<State>();
   s.tokens = tokens;
   at::Tensor ids = tokens.reshape({-1});
-  if (tp_.size() > 1) {
-    s.mine = (ids >= first_row_).logical_and_(ids < first_row_ + rows_);
-    ids = (ids - first_row_).mul_(s.mine);  // ids of other ranks read row 0, then are zeroed
+  at::Tensor rows;
+  if (token_table.sparse != nullptr) {
+    rows = token_table.sparse->lookup(local_rows(ids));  // zeros for other tp ranks' ids
+  } else {
+    if (tp_.size() > 1) {
+      s.mine = (ids >= first_row_).logical_and_(ids < first_row_ + rows_);
+      ids = (ids - first_row_).mul_(s.mine);  // ids of other ranks read row 0, then are zeroed
+    }
+    rows = token_table.value.index_select(0, ids);
+    if (tp_.size() > 1) rows.mul_(s.mine.unsqueeze(1));
   }
-  at::Tensor rows = token_table.value.index_select(0, ids);
   if (tp_.size() == 1) return rows.view({batch, seq, d_model_}) + position_rows(seq, 0, seq);
-  rows.mul_(s.mine.unsqueeze(1));
   if (!sequence_) {
     tp_.all_reduce(rows, dist::ReduceOp::Sum);
     return rows.view({batch, seq, d_model_}) + position_rows(seq, 0, seq);
@@ -69,7 +88,9 @@ at::Tensor TokenPositionEmbedding::backward_input(const at::Tensor& dy, Saved& s
 void TokenPositionEmbedding::backward_weight(Saved& saved) {
   auto& s = saved.get<State>();
   const at::Tensor dy = s.dy.reshape({-1, d_model_});
-  if (tp_.size() > 1) {
+  if (token_table.sparse != nullptr) {
+    token_table.sparse->accumulate(local_rows(s.tokens.reshape({-1})), dy);
+  } else if (tp_.size() > 1) {
     const at::Tensor ids = (s.tokens.reshape({-1}) - first_row_).mul_(s.mine);
     token_table.grad.index_add_(0, ids, dy * s.mine.unsqueeze(1));
   } else {

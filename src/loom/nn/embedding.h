@@ -9,6 +9,8 @@
 // reduce-scatters the parts along seq instead, adds the positions of those tokens (so the
 // position table's gradient is partial over tp), and backward_input all-gathers dy, which the
 // token table's gradient needs for every token.
+// On the sparse path (token_table.sparse, NOTE [Sparse exchange]) the rows come from the pulled
+// block and the gradient rows go back to it; the table itself is never dense on a rank.
 #include "loom/dist/communicator.h"
 #include "loom/nn/layer.h"
 
@@ -35,6 +37,7 @@ class TokenPositionEmbedding final : public Layer {
   at::Tensor backward_input(const at::Tensor& dy, Saved& saved) override;
   void backward_weight(Saved& saved) override;
   std::vector<Param*> params() override { return {&token_table, &position_table}; }
+  void pull_rows(const std::vector<MicroBatch>& microbatches) override;
   Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
 
   Param token_table;     // wte [padded vocab, d_model], rows split over tp
@@ -46,6 +49,8 @@ class TokenPositionEmbedding final : public Layer {
   at::Tensor positions(int64_t seq, int64_t first, int64_t local) const;
   // Their rows of the position table: a view when the tokens are one chunk.
   at::Tensor position_rows(int64_t seq, int64_t first, int64_t local) const;
+  // This rank's rows of `ids` (with tp: ids it owns, local; -1 for others') for the sparse path.
+  at::Tensor local_rows(const at::Tensor& ids) const;
   bool sequence_;
   std::vector<int64_t> chunks_;
   int64_t d_model_, first_row_, rows_;  // the token rows this rank owns

@@ -19,8 +19,9 @@ namespace loom::nn {
 
 // What a micro-batch brings besides the activations flowing through the chain.
 struct MicroBatch {
-  at::Tensor tokens;   // [batch, seq] int64
-  at::Tensor targets;  // [batch, seq] int64
+  at::Tensor tokens;   // [batch, seq] int64 (DLRM: [batch, tables x bag] row ids)
+  at::Tensor targets;  // [batch, seq] int64 (DLRM: [batch] click labels 0 / 1)
+  at::Tensor dense;    // DLRM: [batch, dense features] float64; undefined for a GPT
   // Each token's loss is multiplied by this, so that summing the micro-batches' contributions
   // gives the mean over every token of the global batch, whatever the micro-batch split.
   double loss_scale = 1.0;
@@ -69,6 +70,10 @@ class Layer {
   virtual at::Tensor backward_input(const at::Tensor& dy, Saved& saved) = 0;
   virtual void backward_weight(Saved& saved) = 0;
   virtual std::vector<Param*> params() = 0;
+  // Layers with tables on the sparse path (Param::sparse) fetch the rows this step's micro-batches
+  // look up, before any forward: a collective over the tables' replica group
+  // (NOTE [Sparse exchange]). Every rank of the group calls it for the same layers in order.
+  virtual void pull_rows(const std::vector<MicroBatch>& /*microbatches*/) {}
   virtual Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const = 0;
 };
 

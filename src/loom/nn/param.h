@@ -8,6 +8,10 @@
 
 #include "loom/core/rng.h"
 
+namespace loom::parallel {
+class SparseTable;
+}
+
 namespace loom::nn {
 
 enum class Init { Zeros, Ones, Normal };
@@ -22,10 +26,21 @@ struct Param {
   // The gradient covers only this tp rank's tokens (a sequence-sharded norm or position table
   // under parallel.tp_sequence) and is summed over tp once per step (SequenceGradReducer).
   bool tp_partial = false;
+  // A table read by row lookups (an embedding): a step's gradient touches only the rows its batch
+  // looks up, so under parallel.sparse = "auto" it trains on the sparse path.
+  bool embedding = false;
+  // Set on that path: the table's rows live on their owners (NOTE [Sparse exchange]); `value`
+  // and `grad` stay undefined, and the layer reads and accumulates rows through the table.
+  parallel::SparseTable* sparse = nullptr;
   at::Tensor value;
   at::Tensor grad;                  // same shape as value; zeroed by zero_grad
 
-  int64_t numel() const { return value.defined() ? value.numel() : 0; }
+  // Elements of this rank's part (its tp shard; all of it for a table on the sparse path).
+  int64_t numel() const {
+    int64_t n = 1;
+    for (size_t d = 0; d < full_shape.size(); ++d) n *= static_cast<int64_t>(d) == shard.dim ? shard.length : full_shape[d];
+    return n;
+  }
 };
 
 // Allocates value and grad and fills value from (seed, name): layout-independent.

@@ -18,7 +18,7 @@ namespace {
 // One pass over a parameter: decay, both moments and the update, element by element (the
 // unfused form is eight passes over memory). Same operation order as the formula in adamw.h.
 template <class T>
-void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, double lr, double decay_factor, double beta1,
+void update_elements(T* p, const T* g, T* m, T* v, int64_t n, double lr, double decay_factor, double beta1,
                   double beta2, double step_size, double correction2_sqrt, double eps) {
   const T b1 = static_cast<T>(beta1), b2 = static_cast<T>(beta2), one = 1;
   const T decay = static_cast<T>(decay_factor), step = static_cast<T>(step_size);
@@ -37,21 +37,27 @@ void adamw_update(T* p, const T* g, T* m, T* v, int64_t n, double lr, double dec
 
 }  // namespace
 
+void adamw_update(at::Tensor& value, const at::Tensor& grad, at::Tensor& m, at::Tensor& v, double lr, double decay,
+                  int64_t step, const AdamWOptions& options) {
+  TORCH_CHECK(value.is_contiguous() && grad.is_contiguous() && m.is_contiguous() && v.is_contiguous(),
+              "AdamW needs contiguous tensors");
+  const double t = static_cast<double>(step);
+  const double correction1 = 1.0 - std::pow(options.beta1, t);
+  const double correction2_sqrt = std::sqrt(1.0 - std::pow(options.beta2, t));
+  AT_DISPATCH_FLOATING_TYPES(value.scalar_type(), "adamw", [&] {
+    update_elements<scalar_t>(value.data_ptr<scalar_t>(), grad.data_ptr<scalar_t>(), m.data_ptr<scalar_t>(),
+                              v.data_ptr<scalar_t>(), value.numel(), lr, decay, options.beta1, options.beta2,
+                              lr / correction1, correction2_sqrt, options.eps);
+  });
+}
+
 void AdamW::step(double lr) {
   ++step_;
-  const double t = static_cast<double>(step_);
-  const double correction1 = 1.0 - std::pow(options_.beta1, t);
-  const double correction2_sqrt = std::sqrt(1.0 - std::pow(options_.beta2, t));
   for (size_t i = 0; i < params_.size(); ++i) {
     nn::Param& param = *params_[i];
     auto& [m, v] = state_[i];
-    TORCH_CHECK(param.value.is_contiguous() && param.grad.is_contiguous(), "AdamW needs contiguous tensors");
     const double decay = param.weight_decay ? 1.0 - lr * options_.weight_decay : 1.0;
-    AT_DISPATCH_FLOATING_TYPES(param.value.scalar_type(), "adamw", [&] {
-      adamw_update<scalar_t>(param.value.data_ptr<scalar_t>(), param.grad.data_ptr<scalar_t>(),
-                             m.data_ptr<scalar_t>(), v.data_ptr<scalar_t>(), param.value.numel(), lr, decay,
-                             options_.beta1, options_.beta2, lr / correction1, correction2_sqrt, options_.eps);
-    });
+    adamw_update(param.value, param.grad, m, v, lr, decay, step_, options_);
   }
 }
 

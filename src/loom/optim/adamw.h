@@ -16,6 +16,13 @@ struct AdamWOptions {
   double weight_decay = 0.1;
 };
 
+// One AdamW update of contiguous tensors of one shape, at step `step` (1-based, for the bias
+// corrections), with the parameter's decay factor 1 - lr * weight_decay (1 = no decay).
+// AdamW::step and the lazy update of sparse tables' touched rows (parallel/sparse_table.h) both
+// run it, so a row updates the same way on either path.
+void adamw_update(at::Tensor& value, const at::Tensor& grad, at::Tensor& m, at::Tensor& v, double lr, double decay,
+                  int64_t step, const AdamWOptions& options);
+
 class AdamW {
  public:
   AdamW(std::vector<nn::Param*> params, AdamWOptions options);

@@ -2,7 +2,8 @@
 // Every parameter's value and gradient as views into two flat buffers, in the reverse of chain
 // order: backward finishes the last layer first, so gradient buckets (contiguous ranges of the
 // flat gradient) become complete front to back. The buffers are padded to a multiple of
-// `pad_multiple` elements so that ZeRO can cut them into equal shards.
+// `pad_multiple` elements so that ZeRO can cut them into equal shards. Tables on the sparse path
+// (Param::sparse) are not in them.
 #include <vector>
 
 #include "loom/models/model.h"

@@ -32,7 +32,7 @@ ShardedAdamW::ShardedAdamW(FlatParams& flat, dist::Communicator& dp, dist::Commu
   adamw_ = std::make_unique<optim::AdamW>(std::move(pointers), options);
 }
 
-double ShardedAdamW::step(double lr, double clip) {
+double ShardedAdamW::step(double lr, double clip, std::pair<double, double> extra) {
   dp_.reduce_scatter(flat_.grads, shard_grad_, dist::ReduceOp::Sum);
   // Squared norms of this dp shard: [replicated, tp-sharded] parameters; summed over dp, and the
   // tp-sharded part also over tp.
@@ -41,7 +41,8 @@ double ShardedAdamW::step(double lr, double clip) {
   auto [replicated, sharded] = optim::grad_norm_squares(parts);
   at::Tensor sums = at::tensor({replicated, sharded}, at::TensorOptions().dtype(at::kDouble));
   dp_.all_reduce(sums, dist::ReduceOp::Sum);
-  const double norm = optim::combine_norm_squares(sums[0].item<double>(), sums[1].item<double>(), tp_, &pp_);
+  const double norm = optim::combine_norm_squares(sums[0].item<double>() + extra.first,
+                                                  sums[1].item<double>() + extra.second, tp_, &pp_);
   if (clip > 0 && norm > clip) shard_grad_.mul_(clip / (norm + 1e-6));
   adamw_->step(lr);
   const at::Tensor mine = flat_.values.narrow(0, shard_offset_, shard_numel_).clone();

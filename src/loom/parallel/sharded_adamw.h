@@ -18,8 +18,10 @@ class ShardedAdamW {
   // `pp`: the pipeline group, over which the stages' norms are summed.
   ShardedAdamW(FlatParams& flat, dist::Communicator& dp, dist::Communicator& tp, dist::Communicator& pp,
                optim::AdamWOptions options);
-  // Returns the global gradient norm before clipping (clip <= 0: no clipping).
-  double step(double lr, double clip);
+  // Returns the global gradient norm before clipping (clip <= 0: no clipping). `extra`: squared
+  // norms [replicated, tp-sharded] of gradients outside the flat buffer (sparse tables), already
+  // summed over the dp group; the caller clips those with the same rule.
+  double step(double lr, double clip, std::pair<double, double> extra = {0, 0});
 
  private:
   FlatParams& flat_;

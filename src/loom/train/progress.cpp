@@ -9,8 +9,8 @@
 
 namespace loom::train {
 
-ProgressPrinter::ProgressPrinter(std::ostream* out, int64_t total_steps)
-    : out_(out), total_steps_(total_steps), start_(std::chrono::steady_clock::now()) {}
+ProgressPrinter::ProgressPrinter(std::ostream* out, int64_t total_steps, const char* unit)
+    : out_(out), total_steps_(total_steps), unit_(unit), start_(std::chrono::steady_clock::now()) {}
 
 void ProgressPrinter::print(const StepRecord& r) {
   if (out_ == nullptr) return;
@@ -18,9 +18,9 @@ void ProgressPrinter::print(const StepRecord& r) {
   const auto eta = static_cast<int64_t>(elapsed / static_cast<double>(r.step + 1) *
                                         static_cast<double>(total_steps_ - r.step - 1));
   const int width = static_cast<int>(fmt::format("{}", total_steps_).size());
-  *out_ << fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.0f} tok/s | mfu {:.1f}% | "
+  *out_ << fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.0f} {}/s | mfu {:.1f}% | "
                        "peak {} | eta {}:{:02d}\n",
-                       r.step + 1, width, total_steps_, r.loss, r.lr, r.grad_norm, r.tokens_per_s, 100 * r.mfu,
+                       r.step + 1, width, total_steps_, r.loss, r.lr, r.grad_norm, r.tokens_per_s, unit_, 100 * r.mfu,
                        format_bytes(static_cast<double>(r.peak_bytes)), eta / 60, eta % 60)
         << std::flush;
 }

@@ -1,5 +1,5 @@
 #pragma once
-// The console progress line: step, loss, lr, gradient norm, tokens/s, MFU, peak memory, ETA.
+// The console progress line: step, loss, lr, gradient norm, tokens (or samples)/s, MFU, peak memory, ETA.
 #include <chrono>
 #include <iosfwd>
 
@@ -9,12 +9,14 @@ struct StepRecord;
 
 class ProgressPrinter {
  public:
-  ProgressPrinter(std::ostream* out, int64_t total_steps);
+  // `unit`: what the throughput counts ("tok" for a GPT, "samples" for a DLRM).
+  ProgressPrinter(std::ostream* out, int64_t total_steps, const char* unit = "tok");
   void print(const StepRecord& r);
 
  private:
   std::ostream* out_;
   int64_t total_steps_;
+  const char* unit_;
   std::chrono::steady_clock::time_point start_;
 };
 

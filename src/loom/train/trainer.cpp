@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +16,7 @@
 #include "loom/dist/input_agreement.h"
 #include "loom/dist/runtime.h"
 #include "loom/memory/accounting_allocator.h"
+#include "loom/models/dlrm.h"
 #include "loom/models/gpt.h"
 #include "loom/optim/clip.h"
 #include "loom/optim/lr_schedule.h"
@@ -70,12 +72,17 @@ Trainer::Trainer(Config config, dist::Communicator& world)
   at::set_num_threads(threads);
   world_ = std::make_unique<dist::RecordingCommunicator>(world, comm_stats_);
   mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
-  model_ = models::build_gpt(config_.model, mesh_->tp(), tp_options(), sp_options());
+  model_ = build_model(mesh_->tp(), sp_options());
   std::vector<pipeline::StageChunk> chunks = take_stage_layers();
   const int64_t budget = config_.budget_bytes();
   if (budget > 0) memory::set_budget(budget);
   try {
-    model_.initialise(static_cast<uint64_t>(config_.train.seed), dtype_);
+    const optim::AdamWOptions adamw{.beta1 = config_.train.beta1, .beta2 = config_.train.beta2,
+                                    .weight_decay = config_.train.weight_decay};
+    attach_sparse_tables(adamw);
+    const auto seed = static_cast<uint64_t>(config_.train.seed);
+    model_.initialise(seed, dtype_);
+    for (auto& table : sparse_tables_) table->initialise(seed, dtype_);
     // Weight gradients are summed over data and sequence parallelism in one pass: the dp x sp
     // group (NOTE [Sequence parallelism]); with sp = 1 that is the dp group.
     dist::Communicator& replicas = this->replicas();
@@ -83,13 +90,14 @@ Trainer::Trainer(Config config, dist::Communicator& world)
     std::vector<std::vector<nn::Param*>> layer_params;
     for (auto& layer : model_.chain) layer_params.push_back(layer->params());
     sequence_grads_ = std::make_unique<parallel::SequenceGradReducer>(layer_params, mesh_->tp());
-    const optim::AdamWOptions adamw{.beta1 = config_.train.beta1, .beta2 = config_.train.beta2,
-                                    .weight_decay = config_.train.weight_decay};
     if (config_.parallel.zero == 1) {
       sharded_ = std::make_unique<parallel::ShardedAdamW>(*flat_, replicas, mesh_->tp(), mesh_->pp(), adamw);
     } else {
       reducer_ = std::make_unique<parallel::GradientReducer>(*flat_, replicas, config_.parallel.bucket_mb);
-      optimizer_ = std::make_unique<optim::AdamW>(model_.params(), adamw);
+      std::vector<nn::Param*> dense;
+      for (nn::Param* p : model_.params())
+        if (p->sparse == nullptr) dense.push_back(p);
+      optimizer_ = std::make_unique<optim::AdamW>(std::move(dense), adamw);
     }
     const auto& m = config_.model;
     const int64_t tokens = config_.parallel.tp_sequence ? local_seq() / config_.parallel.tp : local_seq();
@@ -101,6 +109,11 @@ Trainer::Trainer(Config config, dist::Communicator& world)
     throw;
   }
   comm_stats_.clear();  // set-up traffic (communicator splits) is not a step's
+}
+
+models::Model Trainer::build_model(dist::Communicator& tp, parallel::SpOptions sp) const {
+  if (is_dlrm()) return models::build_dlrm(config_.model);
+  return models::build_gpt(config_.model, tp, tp_options(), sp);
 }
 
 int64_t Trainer::pp_rank_of(int rank) const {
@@ -150,10 +163,14 @@ void Trainer::check_input(dist::Communicator& world) {
   try {
     validate(config_);
     memory::install_accounting_allocator();
-    source_ = data::open_source(config_);
+    if (is_dlrm())
+      clicks_ = std::make_unique<data::ClickSource>(config_.model, config_.data.zipf,
+                                                    static_cast<uint64_t>(config_.train.seed));
+    else
+      source_ = data::open_source(config_);
     // Layers only, nothing allocated: rank 0's shard shapes under the configured tp degree.
     sizing_tp_ = std::make_unique<dist::SizingCommunicator>(0, static_cast<int>(config_.parallel.tp), "tp");
-    model_ = models::build_gpt(config_.model, *sizing_tp_, tp_options());
+    model_ = build_model(*sizing_tp_, {});
     // Stages against the chain first: a huge parallel.pp must be refused, not simulated.
     const auto& p = config_.parallel;
     const auto chain = static_cast<int64_t>(model_.chain.size());
@@ -176,9 +193,12 @@ void Trainer::check_input(dist::Communicator& world) {
       LOOM_CHECK_INPUT(need + in_use <= static_cast<double>(budget),
                        "memory.budget = {} is too small: this run needs at least {} (parameters, gradients, "
                        "AdamW moments and one micro-batch's activations){}; hint: raise memory.budget, lower "
-                       "train.micro_batch or set memory.recompute = \"full\"",
+                       "train.micro_batch{}",
                        format_bytes(static_cast<double>(budget)), format_bytes(need),
-                       in_use > 0 ? fmt::format(" besides {} already in use", format_bytes(in_use)) : "");
+                       in_use > 0 ? fmt::format(" besides {} already in use", format_bytes(in_use)) : "",
+                       is_dlrm() ? ", shrink model.table_rows or spread the tables over more ranks (parallel.dp "
+                                   "with parallel.sparse = \"auto\")"
+                                 : " or set memory.recompute = \"full\"");
     }
   } catch (const InputError&) {
     failure = std::current_exception();
@@ -218,9 +238,127 @@ double Trainer::estimated_bytes() const {
                                           static_cast<double>(model_.chain.size())
                                     : cost.saved_bytes;
   const double activations = per_microbatch * static_cast<double>(peak_stashed_);
+  // A table on the sparse path: its owner's share of the rows and their two moments, plus the
+  // rows this rank pulls in a step and their gradient (NOTE [Sparse exchange]); no dense gradient.
+  double tables = 0, sparse = 0;
+  if (config_.parallel.sparse == "auto") {
+    const auto replicas = static_cast<double>(config_.parallel.dp * config_.parallel.sp);
+    for (const nn::Param* p : model_.params()) {
+      if (!p->embedding) continue;
+      const int64_t rows = p->numel() / p->full_shape[1];
+      tables += static_cast<double>(p->numel() * bytes);
+      sparse += 3 * static_cast<double>(p->numel() * bytes) / replicas +
+                2 * static_cast<double>(std::min(rows, lookups_per_step()) * p->full_shape[1] * bytes);
+    }
+  }
+  const double dense = cost.param_bytes - tables;
   // ZeRO-1 keeps 1/dp of the two AdamW moments.
-  const double moments = 2 * cost.param_bytes / (config_.parallel.zero == 1 ? static_cast<double>(config_.parallel.dp) : 1);
-  return 2 * cost.param_bytes + moments + activations;
+  const double moments = 2 * dense / (config_.parallel.zero == 1 ? static_cast<double>(config_.parallel.dp) : 1);
+  return 2 * dense + moments + activations + sparse;
+}
+
+int64_t Trainer::lookups_per_step() const {
+  const auto& t = config_.train;
+  const int64_t samples = t.global_batch / config_.parallel.dp;
+  return samples * (is_dlrm() ? config_.model.bag_size : local_seq());
+}
+
+nn::MicroBatch Trainer::microbatch(int64_t step, int64_t index) const {
+  const auto& t = config_.train;
+  if (is_dlrm()) return clicks_->microbatch(t.global_batch, t.micro_batch, step, index);
+  nn::MicroBatch mb = data::make_microbatch(*source_, {t.global_batch, t.micro_batch, config_.model.seq_len}, step, index);
+  if (config_.parallel.sp > 1) {  // this rank's chunks of every sequence (NOTE [Sequence parallelism])
+    const std::vector<int64_t> chunks =
+        parallel::sequence_chunks({.sp = &mesh_->sp(), .mode = parallel::sp_mode_of(config_.parallel.sp_mode)});
+    const int64_t length = local_seq() / static_cast<int64_t>(chunks.size());
+    auto mine = [&](const at::Tensor& t) {
+      std::vector<at::Tensor> parts;
+      for (int64_t c : chunks) parts.push_back(t.narrow(1, c * length, length));
+      return at::cat(parts, 1);
+    };
+    mb.tokens = mine(mb.tokens), mb.targets = mine(mb.targets);
+  }
+  return mb;
+}
+
+std::vector<nn::MicroBatch> Trainer::local_microbatches(int64_t step) const {
+  const int64_t local = config_.microbatch_count() / config_.parallel.dp, first = mesh_->dp_rank() * local;
+  std::vector<nn::MicroBatch> out;
+  for (int64_t i = 0; i < local; ++i) out.push_back(microbatch(step, first + i));
+  return out;
+}
+
+void Trainer::attach_sparse_tables(const optim::AdamWOptions& adamw) {
+  if (config_.parallel.sparse != "auto") return;
+  std::vector<nn::Param*> tables;
+  for (nn::Param* p : model_.params())
+    if (p->embedding) tables.push_back(p);
+  if (tables.empty()) return;  // a pipeline stage without the embedding
+  sparse_partitions_ = config_.parallel.sparse_partitions > 0 ? config_.parallel.sparse_partitions
+                                                                : choose_partitions(tables, adamw);
+  for (nn::Param* p : tables) {
+    sparse_tables_.push_back(std::make_unique<parallel::SparseTable>(*p, replicas(), sparse_partitions_, adamw));
+    p->sparse = sparse_tables_.back().get();
+  }
+}
+
+// NOTE [Partition count]: Parallax chooses the number of partitions of its sparse tables from
+// short trials fitted to t(P) = a + b / P + c (P - 1): more partitions spread the owners' work
+// and the hot rows, each one costs a fixed overhead. Each candidate P runs this step-0 exchange
+// (pull, push, lazy update) three times on scratch tables of zeros, so the model is untouched;
+// every rank takes the group's slowest time, so all fit the same numbers and pick the same P.
+// The partition count never changes the numbers trained, only the time.
+int64_t Trainer::choose_partitions(const std::vector<nn::Param*>& tables, const optim::AdamWOptions& adamw) {
+  dist::Communicator& group = replicas();
+  const int64_t n = group.size();
+  if (n == 1) return 1;  // one owner: partitions change nothing
+  int64_t rows = std::numeric_limits<int64_t>::max();
+  for (const nn::Param* p : tables) rows = std::min(rows, p->numel() / p->full_shape[1]);
+  std::vector<int64_t> candidates;
+  for (int64_t p : {std::max<int64_t>(1, n / 2), n, 2 * n, 4 * n, 8 * n})
+    if (p <= rows && (candidates.empty() || candidates.back() != p)) candidates.push_back(p);
+  const std::vector<nn::MicroBatch> mbs = local_microbatches(0);
+  at::Tensor seconds = at::zeros({static_cast<int64_t>(candidates.size())}, at::kDouble);
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    std::vector<std::unique_ptr<parallel::SparseTable>> scratch;
+    for (nn::Param* p : tables) {
+      scratch.push_back(std::make_unique<parallel::SparseTable>(*p, group, candidates[c], adamw));
+      scratch.back()->initialise_zeros(dtype_);
+      p->sparse = scratch.back().get();
+    }
+    std::vector<double> trials;
+    for (int trial = 0; trial < 3; ++trial) {
+      group.barrier();
+      const auto start = Clock::now();
+      for (auto& layer : model_.chain) layer->pull_rows(mbs);
+      for (auto& t : scratch) t->push();
+      for (auto& t : scratch) t->step(0.0);
+      trials.push_back(std::chrono::duration<double>(Clock::now() - start).count());
+    }
+    std::sort(trials.begin(), trials.end());
+    seconds[static_cast<int64_t>(c)] = trials[1];
+    for (nn::Param* p : tables) p->sparse = nullptr;
+  }
+  group.all_reduce(seconds, dist::ReduceOp::Max);
+  std::vector<double> measured(candidates.size());
+  for (size_t c = 0; c < candidates.size(); ++c) {
+    measured[c] = seconds[static_cast<int64_t>(c)].item<double>();
+    partition_trials_.emplace_back(candidates[c], measured[c]);
+  }
+  if (candidates.size() < 3)  // too few to fit: the fastest trial
+    return candidates[std::min_element(measured.begin(), measured.end()) - measured.begin()];
+  return parallel::best_partition_count(parallel::fit_partition_cost(candidates, measured), candidates.back());
+}
+
+std::pair<double, double> Trainer::sparse_norm_squares() {
+  at::Tensor sums = at::zeros({2}, at::kDouble);
+  for (auto& t : sparse_tables_) sums[t->param().shard.dim >= 0 ? 1 : 0] += t->grad_norm_square();
+  replicas().all_reduce(sums, dist::ReduceOp::Sum);  // the owners hold disjoint rows
+  return {sums[0].item<double>(), sums[1].item<double>()};
+}
+
+at::Tensor Trainer::value_of(nn::Param& param) const {
+  return param.sparse != nullptr ? param.sparse->gather_full() : param.value;
 }
 
 template <class Fn>
@@ -234,16 +372,41 @@ auto Trainer::timed(const std::string& name, const char* category, Fn&& fn) {
 
 double Trainer::optimizer_step(double lr) {
   const double clip = config_.train.clip;
-  if (sharded_) return timed("zero_step", "optimizer", [&] { return sharded_->step(lr, clip); });
-  timed("all_reduce_wait", "communication", [&] {
-    reducer_->finish();
-    return 0;
+  // Sparse tables: row gradients to their owners, and their part of the global norm.
+  const std::pair<double, double> sparse = timed("sparse_push", "communication", [&] {
+    if (sparse_tables_.empty()) return std::pair<double, double>{0, 0};
+    for (auto& t : sparse_tables_) t->push();
+    return sparse_norm_squares();
   });
-  const double norm = timed("clip", "optimizer", [&] {
-    return optim::clip_grad_norm(model_.params(), clip, mesh_->tp(), &mesh_->pp());
-  });
-  timed("adamw", "optimizer", [&] {
-    optimizer_->step(lr);
+  double norm = 0;
+  if (sharded_) {
+    norm = timed("zero_step", "optimizer", [&] { return sharded_->step(lr, clip, sparse); });
+  } else {
+    timed("all_reduce_wait", "communication", [&] {
+      reducer_->finish();
+      return 0;
+    });
+    norm = timed("clip", "optimizer", [&] {
+      std::vector<nn::Param*> dense;
+      for (nn::Param* p : model_.params())
+        if (p->sparse == nullptr) dense.push_back(p);
+      auto [replicated, sharded] = optim::grad_norm_squares(dense);
+      const double total = optim::combine_norm_squares(replicated + sparse.first, sharded + sparse.second,
+                                                       mesh_->tp(), &mesh_->pp());
+      if (clip > 0 && total > clip)
+        for (nn::Param* p : dense) p->grad.mul_(clip / (total + 1e-6));
+      return total;
+    });
+    timed("adamw", "optimizer", [&] {
+      optimizer_->step(lr);
+      return 0;
+    });
+  }
+  timed("sparse_adamw", "optimizer", [&] {  // lazy: the touched rows only
+    for (auto& t : sparse_tables_) {
+      if (clip > 0 && norm > clip) t->scale_grads(clip / (norm + 1e-6));
+      t->step(lr);
+    }
     return 0;
   });
   return norm;
@@ -273,11 +436,11 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
   const double peak_flops = options.peak_flops > 0 ? options.peak_flops : plan::measure_gemm_peak(dtype_, 0.2);
   const nn::Cost cost = model_.cost(t.micro_batch, local_seq(), bytes);
   const int64_t dp = mesh_->dp().size(), pp = mesh_->pp().size(), local = config_.microbatch_count() / dp;
-  const int64_t first_microbatch = mesh_->dp_rank() * local;
   // MFU of this rank: its own micro-batches' FLOPs against its cores' GEMM peak.
   const double flops_per_step =
       static_cast<double>(local) * (cost.forward_flops + cost.backward_input_flops + cost.backward_weight_flops);
-  const double tokens_per_step = static_cast<double>(t.global_batch * config_.model.seq_len);
+  // Throughput counts tokens for a GPT, samples for a DLRM.
+  const double tokens_per_step = static_cast<double>(t.global_batch * (is_dlrm() ? 1 : config_.model.seq_len));
   const optim::LrSchedule schedule{t.lr, t.min_lr_ratio, t.warmup, t.steps};
   memory::reset_peak();  // the GEMM probe above is not part of the run
   trace::MetricsWriter metrics(rank0 ? options.metrics_path : "");
@@ -286,11 +449,20 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     trace_ = std::make_unique<trace::ChromeTrace>(mesh_->rank());
   }
   std::ostream* console = rank0 ? options.progress : nullptr;
-  ProgressPrinter progress(console, t.steps);
+  ProgressPrinter progress(console, t.steps, is_dlrm() ? "samples" : "tok");
   if (console != nullptr) {
     *console << fmt::format("loom: {} parameters, {}, dp={}{}, {} ranks x {} threads; data: {}\n",
                             model_.param_count(), config_.model.dtype, dp, config_.parallel.zero ? " (ZeRO-1)" : "",
-                            mesh_->world().size(), at::get_num_threads(), source_->describe());
+                            mesh_->world().size(), at::get_num_threads(),
+                            is_dlrm() ? clicks_->describe() : source_->describe());
+    if (!sparse_tables_.empty()) {
+      std::string trials;
+      for (auto [p, seconds] : partition_trials_) trials += fmt::format(" P={}: {:.2f} ms", p, seconds * 1e3);
+      *console << fmt::format("loom: {} sparse table{} in {} partitions over {} ranks{}\n", sparse_tables_.size(),
+                              sparse_tables_.size() == 1 ? "" : "s", sparse_partitions_, replicas().size(),
+                              trials.empty() ? std::string(config_.parallel.sparse_partitions > 0 ? " (set)" : "")
+                                             : "; trials" + trials);
+    }
   }
 
   std::vector<StepRecord> records;
@@ -302,23 +474,15 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     StepRecord r;
     r.step = step;
     flat_->grads.zero_();
-    const data::BatchShape shape{t.global_batch, t.micro_batch, config_.model.seq_len};
     pipeline::ExecutorHooks hooks;
-    const int64_t segment = local_seq();
-    const std::vector<int64_t> chunks = parallel::sequence_chunks(sp_options());
-    hooks.microbatch = [&](int64_t i) {
-      nn::MicroBatch mb = data::make_microbatch(*source_, shape, step, first_microbatch + i);
-      if (mesh_->sp().size() > 1) {  // this rank's chunks of every sequence (NOTE [Sequence parallelism])
-        const int64_t length = segment / static_cast<int64_t>(chunks.size());
-        auto mine = [&](const at::Tensor& t) {
-          std::vector<at::Tensor> parts;
-          for (int64_t c : chunks) parts.push_back(t.narrow(1, c * length, length));
-          return at::cat(parts, 1);
-        };
-        mb.tokens = mine(mb.tokens), mb.targets = mine(mb.targets);
-      }
-      return mb;
-    };
+    const std::vector<nn::MicroBatch> microbatches = local_microbatches(step);
+    if (!sparse_tables_.empty()) {  // the rows this step looks up, from their owners
+      timed("sparse_pull", "communication", [&] {
+        for (auto& layer : model_.chain) layer->pull_rows(microbatches);
+        return 0;
+      });
+    }
+    hooks.microbatch = [&](int64_t i) { return microbatches[static_cast<size_t>(i)]; };
     // A layer's gradients are final once the rank's last micro-batch has passed it: under
     // tp_sequence its norms' partial gradients are summed over tp, then dp may reduce them.
     hooks.layer_done = [&](size_t layer) {
@@ -356,7 +520,8 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     r.tokens_per_s = tokens_per_step / seconds;
     r.mfu = flops_per_step / seconds / peak_flops;
     metrics.write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
-                   {"tokens_per_s", r.tokens_per_s}, {"step_ms", r.step_ms}, {"mfu", r.mfu},
+                   {is_dlrm() ? "samples_per_s" : "tokens_per_s", r.tokens_per_s}, {"step_ms", r.step_ms},
+                   {"mfu", r.mfu}, {"sparse_partitions", sparse_partitions_},
                    {"peak_bytes", r.peak_bytes}, {"comm_bytes_per_step", r.comm_bytes},
                    {"bubble_fraction", r.bubble_fraction}, {"predicted_bubble_fraction", r.predicted_bubble_fraction},
                    {"peak_bytes_by_stage", r.peak_bytes_by_stage}});

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "loom/core/config.h"
+#include "loom/data/clicks.h"
 #include "loom/data/token_source.h"
 #include "loom/dist/mesh.h"
 #include "loom/dist/null_communicator.h"
@@ -24,6 +25,7 @@
 #include "loom/parallel/flat_params.h"
 #include "loom/parallel/gradient_reducer.h"
 #include "loom/parallel/sharded_adamw.h"
+#include "loom/parallel/sparse_table.h"
 #include "loom/parallel/tp_region.h"
 #include "loom/parallel/sequence_parallel.h"
 #include "loom/pipeline/executor.h"
@@ -41,7 +43,7 @@ struct TrainOptions {
 struct StepRecord {
   int64_t step = 0;
   double loss = 0, lr = 0, grad_norm = 0;
-  double tokens_per_s = 0, step_ms = 0, mfu = 0;
+  double tokens_per_s = 0, step_ms = 0, mfu = 0;  // tokens_per_s: samples per second for a DLRM
   int64_t peak_bytes = 0;                       // largest over ranks
   double bubble_fraction = 0;                   // pp > 1: 1 - compute time / pipeline time, mean over ranks
   double predicted_bubble_fraction = 0;         // pp > 1: the simulator's, for the measured action times
@@ -61,11 +63,29 @@ class Trainer {
   // The communication of the last step run (each step starts a fresh record).
   const dist::CommStats& comm_stats() const { return comm_stats_; }
   // Bytes the run needs at least: parameters, gradients, optimizer moments, one micro-batch's
-  // saved activations (or only layer inputs under full recompute).
+  // saved activations (or only layer inputs under full recompute); a sparse table's owned rows,
+  // their moments and the step's pulled rows.
   double estimated_bytes() const;
+  // A parameter's value as the serial model would hold it on this rank (its tp shard): a table on
+  // the sparse path is gathered from its owners (collective over the replicas, in params() order).
+  at::Tensor value_of(nn::Param& param) const;
+  // The sparse tables' partition count (0: no table on the sparse path), and the trials that
+  // chose it when parallel.sparse_partitions = 0: (P, seconds) per candidate.
+  int64_t sparse_partitions() const { return sparse_partitions_; }
+  const std::vector<std::pair<int64_t, double>>& partition_trials() const { return partition_trials_; }
 
  private:
   void check_input(dist::Communicator& world);
+  models::Model build_model(dist::Communicator& tp, parallel::SpOptions sp) const;
+  bool is_dlrm() const { return config_.model.kind == "dlrm"; }
+  // Sample `index` of the global micro-batch order of `step`, cut to this rank's sp chunks.
+  nn::MicroBatch microbatch(int64_t step, int64_t index) const;
+  std::vector<nn::MicroBatch> local_microbatches(int64_t step) const;
+  // parallel.sparse = "auto": every embedding table goes on the sparse path (NOTE [Sparse exchange]).
+  void attach_sparse_tables(const optim::AdamWOptions& adamw);
+  int64_t choose_partitions(const std::vector<nn::Param*>& tables, const optim::AdamWOptions& adamw);
+  int64_t lookups_per_step() const;  // row lookups of one table by this rank in a step
+  std::pair<double, double> sparse_norm_squares();  // [replicated, tp-sharded], summed over the replicas
   // This rank's slice of the full chain `model_` (the layers of its virtual stages, in chunk
   // order) and how its chunks run; `model_` keeps only those layers.
   std::vector<pipeline::StageChunk> take_stage_layers();
@@ -83,7 +103,8 @@ class Trainer {
   Config config_;
   at::ScalarType dtype_;
   int world_rank_;
-  std::unique_ptr<data::TokenSource> source_;
+  std::unique_ptr<data::TokenSource> source_;  // a GPT's tokens
+  std::unique_ptr<data::ClickSource> clicks_;  // a DLRM's samples
   std::unique_ptr<dist::SizingCommunicator> sizing_tp_;  // shapes the model for the input checks
   models::Model model_;
   dist::CommStats comm_stats_;
@@ -94,6 +115,9 @@ class Trainer {
   std::unique_ptr<parallel::GradientReducer> reducer_;    // replicated optimizer (zero = 0)
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<parallel::ShardedAdamW> sharded_;        // zero = 1
+  std::vector<std::unique_ptr<parallel::SparseTable>> sparse_tables_;
+  int64_t sparse_partitions_ = 0;
+  std::vector<std::pair<int64_t, double>> partition_trials_;
   std::unique_ptr<trace::ChromeTrace> trace_;              // set while a run records a trace
   pipeline::Schedule schedule_;
   std::unique_ptr<pipeline::PipelineExecutor> executor_;

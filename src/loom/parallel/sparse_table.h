@@ -1,0 +1,108 @@
+#pragma once
+// Sparse tables: embedding-like parameters trained on Parallax's sparse path.
+//
+// NOTE [Sparse exchange]
+// A step touches only the rows of a table its batch looks up, so all-reducing the dense gradient
+// of a large table moves mostly zeros. On the sparse path a table's rows are cut into P
+// contiguous partitions, and partition k lives on rank k % n of the replica group (the dp group,
+// or dp x sp): the colocated parameter servers of Parallax. Only the owner holds a row's value
+// and its AdamW moments; no rank ever holds a dense gradient of the table. Per step:
+//   pull   before forward: every rank sends the unique rows its micro-batches look up to their
+//          owners (one all-to-all-v of ids) and receives their values (one all-to-all-v back);
+//   lookup/accumulate   the layer reads rows from the pulled block and sums its gradient rows
+//          into a block of the same shape: duplicate ids aggregate locally, never on the wire;
+//   push   after backward: each rank sends its summed row gradients to the owners, in the order
+//          of the ids it sent in `pull` (so ids do not travel twice), and the owner sums the
+//          ranks' parts of every row it owns, in rank order;
+//   step   lazy AdamW: only rows some rank touched this step update their value and moments
+//          (decay included), with the bias corrections of the global step count.
+// The serial run takes the same path with a group of one, so every layout trains the same model;
+// parallel.sparse = "off" keeps a table dense (replicated, all-reduced, dense AdamW).
+//
+// With tensor parallelism the table is this rank's vocabulary shard; ids are local rows, and -1
+// marks a token another tp rank owns (read as zeros, gradient dropped).
+#include <memory>
+#include <vector>
+
+#include "loom/dist/communicator.h"
+#include "loom/nn/param.h"
+#include "loom/optim/adamw.h"
+
+namespace loom::parallel {
+
+struct RowPartition {
+  int64_t begin = 0, end = 0;  // rows [begin, end) of the table
+  int owner = 0;               // rank of the replica group that holds them
+};
+
+// `partitions` near-equal contiguous row ranges of a `rows`-row table; partition k on rank k % ranks.
+std::vector<RowPartition> partition_rows(int64_t rows, int64_t partitions, int ranks);
+
+class SparseTable {
+ public:
+  // `param`: the table (its full shape, and its shard under tensor parallelism); `group`: the
+  // replicas that share its gradient; `partitions` >= 1 and <= the rows.
+  SparseTable(nn::Param& param, dist::Communicator& group, int64_t partitions, optim::AdamWOptions options);
+
+  // The owned rows from (seed, name), as the serial table's same rows; moments zero.
+  void initialise(uint64_t seed, at::ScalarType dtype);
+  // Owned rows of zeros (for partition trials: a scratch table with the real one's traffic).
+  void initialise_zeros(at::ScalarType dtype);
+
+  // Collective over the group. `ids`: local row ids of every lookup this rank's micro-batches make
+  // this step (any shape, repeats allowed, -1 = not this rank's row).
+  void pull(const at::Tensor& ids);
+  // Rows of `ids` (pulled before), [ids.numel(), d]; zeros for -1.
+  at::Tensor lookup(const at::Tensor& ids) const;
+  // Adds `grads` [ids.numel(), d] to the rows of `ids`.
+  void accumulate(const at::Tensor& ids, const at::Tensor& grads);
+  // Collective: the summed row gradients go to their owners.
+  void push();
+
+  // The owners' part of the squared gradient norm (rows owned here; disjoint over the group).
+  double grad_norm_square() const;
+  void scale_grads(double factor);
+  // Lazy AdamW over the rows touched this step.
+  void step(double lr);
+
+  // Collective: every rank gets the whole table (this tp shard), for inspection and tests.
+  at::Tensor gather_full() const;
+
+  nn::Param& param() { return param_; }
+  int64_t partitions() const { return static_cast<int64_t>(partitions_.size()); }
+  int64_t rows() const { return rows_; }
+  int64_t owned_rows() const { return owned_.defined() ? owned_.size(0) : 0; }
+  int64_t touched_rows() const { return touched_.defined() ? touched_.numel() : 0; }
+
+ private:
+  at::Tensor partition_of(const at::Tensor& rows) const;
+  at::Tensor owned_index(const at::Tensor& rows) const;
+
+  nn::Param& param_;
+  dist::Communicator& group_;
+  optim::AdamWOptions options_;
+  int64_t rows_, width_, row_offset_;  // local rows, row width, first row in the full tensor
+  std::vector<RowPartition> partitions_;
+  at::Tensor part_begin_, part_owner_, part_offset_;  // per partition (int64)
+  at::Tensor owned_, m_, v_;                          // this rank's partitions, in partition order
+  int64_t step_ = 0;
+  // One step's exchange.
+  at::Tensor need_;                                 // sorted unique rows this rank looks up
+  at::Tensor order_;                                // need_ in destination order: need_[order_]
+  std::vector<int64_t> send_counts_, recv_counts_;  // rows to / from each rank
+  at::Tensor pulled_, grads_;                       // [need, d]
+  at::Tensor served_;                               // rows other ranks asked this owner for, by rank
+  at::Tensor touched_, touched_index_, touched_grad_;  // owner: rows touched, their store index, gradient
+};
+
+// Parallax's partition-count model: the step's sparse time t(P) = a + b / P + c (P - 1), fitted
+// by least squares to measured trials (at least three distinct P).
+struct PartitionCost {
+  double a = 0, b = 0, c = 0;
+  double at(int64_t partitions) const;
+};
+PartitionCost fit_partition_cost(const std::vector<int64_t>& partitions, const std::vector<double>& seconds);
+// The P in [1, max_partitions] the model predicts fastest (the smallest on ties).
+int64_t best_partition_count(const PartitionCost& cost, int64_t max_partitions);
+
+}  // namespace loom::parallel
