@@ -13,6 +13,8 @@ steps of every run are warm-up and not timed). The ratio is loom's tokens/s over
 `pipelines` runs gpt-small at pp = 2 and 4 under every schedule and reports the measured bubble beside
 the simulator's prediction for the same action times. `tp-overlap` and `tp-sequence` compare loom with itself on gpt-small at tp=2: tp_overlap 1 against 2,
 and tp_sequence off against on, alternating the two in every round; the peer is the option off.
+`dlrm-sparse` and `gpt-bigvocab` compare the sparse tables' hybrid exchange with dense all-reduce
+at dp = 2 and 4 (bytes per step, step time), and loom's chosen partition count with the measured best.
 """
 import json
 import os
@@ -237,6 +239,66 @@ def long_sequences(threads):
                   flush=True)
 
 
+SPARSE = {"dlrm-sparse": "samples_per_s", "gpt-bigvocab": "tokens_per_s"}
+
+
+def sparse(workload, steps, rounds, threads, peak):
+    """dlrm-sparse / gpt-bigvocab at dp = 2 and 4 (BENCH_DPS): the hybrid exchange (parallel.sparse
+    = auto, partition count chosen by loom's trials) against dense all-reduce (sparse = off),
+    alternating in every round; bytes over dp per step, step time, peak memory. Then every
+    partition count loom's trials consider, forced, to find the measured best beside the chosen one.
+    BENCH_TABLE_ROWS shrinks DLRM's tables; a dense run that would not fit in this machine's memory
+    (parameters, gradients and two moments on every rank) is skipped and its bytes computed."""
+    path, cfg = effective_config(workload)
+    m, t = cfg["model"], cfg["train"]
+    rows = int(os.environ.get("BENCH_TABLE_ROWS", m.get("table_rows", 0)))
+    base = [f"model.table_rows={rows}"] if workload == "dlrm-sparse" else []
+    unit = SPARSE[workload]
+    mem_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    for dp in [int(x) for x in os.environ.get("BENCH_DPS", "2,4").split(",")]:
+        batch = [f"train.global_batch={t['micro_batch'] * dp}"] if workload == "gpt-bigvocab" else []
+        options = {"hybrid": base + batch + ["parallel.sparse=auto"], "dense": base + batch + ["parallel.sparse=off"]}
+        runs = {"hybrid": [], "dense": []}
+        first = run_loom(path, steps, threads, peak, {"dp": dp}, options["hybrid"])
+        table_params = (m["tables"] * rows if workload == "dlrm-sparse" else m["vocab"]) * m["d_model"]
+        dense_need = dp * table_params * 4 * 4  # value, gradient, two moments per rank, float32
+        dense_fits = dense_need < 0.8 * mem_total
+        for r in range(rounds):
+            runs["hybrid"].append(first if r == 0 else run_loom(path, steps, threads, peak, {"dp": dp}, options["hybrid"]))
+            if dense_fits:
+                runs["dense"].append(run_loom(path, steps, threads, peak, {"dp": dp}, options["dense"]))
+
+        def summary(key):
+            if not runs[key]:
+                return {"skipped": f"needs {dense_need / 2**30:.1f} GiB over {dp} ranks, more than this machine holds",
+                        "comm_bytes_per_step_dp": 4 * table_params}
+            ms = [r["step_ms"] for run in runs[key] for r in run[WARMUP:]]
+            last = runs[key][0][-1]
+            return {"step_ms": statistics.median(ms), "step_ms_spread": [min(ms), max(ms)],
+                    unit: statistics.median(r[unit] for run in runs[key] for r in run[WARMUP:]),
+                    "comm_bytes_per_step_dp": last["comm_bytes_per_step"].get("dp", 0),
+                    "peak_bytes": max(r["peak_bytes"] for run in runs[key] for r in run),
+                    "sparse_partitions": last["sparse_partitions"],
+                    "loss_first": runs[key][0][0]["loss"], "loss_last": last["loss"]}
+
+        hybrid, dense = summary("hybrid"), summary("dense")
+        out = {"workload": workload, "layout": {"dp": dp}, "table_rows": rows if workload == "dlrm-sparse" else m["vocab"],
+               "threads": threads, "steps": steps * rounds, "hybrid": hybrid, "dense": dense,
+               "bytes_hybrid_vs_dense": hybrid["comm_bytes_per_step_dp"] / dense["comm_bytes_per_step_dp"]}
+        if "step_ms" in dense:
+            out["speedup_hybrid_vs_dense"] = dense["step_ms"] / hybrid["step_ms"]
+        # The partition counts loom's trials consider, each forced: the measured best.
+        candidates = sorted({max(1, dp // 2), dp, 2 * dp, 4 * dp, 8 * dp})
+        sweep = {}
+        for p in candidates:
+            run = run_loom(path, steps, threads, peak, {"dp": dp}, options["hybrid"] + [f"parallel.sparse_partitions={p}"])
+            sweep[p] = statistics.median(r["step_ms"] for r in run[WARMUP:])
+        best = min(sweep, key=sweep.get)
+        out["partitions"] = {"chosen": hybrid["sparse_partitions"], "measured_step_ms": sweep, "measured_best": best,
+                             "chosen_vs_best_step_ms": sweep.get(hybrid["sparse_partitions"], hybrid["step_ms"]) / sweep[best]}
+        print(json.dumps(out), flush=True)
+
+
 def allreduce():
     out = subprocess.run(mpirun(2) + [os.path.join(ROOT, "build", "bin", "loom_bench_allreduce")], check=True,
                          capture_output=True, text=True)
@@ -257,6 +319,8 @@ def main():
             degrees = {"pp": 2}
         elif workload in VARIANTS:
             degrees = VARIANTS[workload][1]
+        elif workload in SPARSE:
+            degrees = {"dp": 2}
         else:
             degrees = parse_layout(workload.partition("@")[2])[0]
         rank_threads = max(1, threads // (degrees.get("dp", 1) * degrees.get("tp", 1) * degrees.get("pp", 1)
@@ -272,6 +336,8 @@ def main():
             long_sequences(threads)
         elif workload in VARIANTS:
             print(json.dumps(compare(workload, steps, rounds, threads, peak)), flush=True)
+        elif workload in SPARSE:
+            sparse(workload, steps, rounds, threads, peak)
         else:
             print(json.dumps(bench(workload, steps, rounds, threads, peak)), flush=True)
 
