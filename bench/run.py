@@ -123,6 +123,7 @@ def run_peer(cfg, steps, threads, dp):
 def bench(workload, steps, rounds, threads, peak):
     name, _, layout = workload.partition("@")
     degrees, options = parse_layout(layout)
+    options.append("parallel.sparse=off")  # the peer's token table is dense (dense AdamW): the same math
     dp, tp = degrees.get("dp", 1), degrees.get("tp", 1)
     path, cfg = effective_config(name)
     p, m, t = cfg["parallel"], cfg["model"], cfg["train"]

@@ -1,7 +1,10 @@
 // The sparse path in one process (a group of one): row partitions, lazy AdamW against its
 // formula and against dense AdamW, the partition-count fit, the DLRM layers against autograd
 // (and their sparse path against their dense one), and the synthetic clicks.
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -242,6 +245,31 @@ TEST(Clicks, DeterministicInRangeAndZipfDistributed) {
   std::set<int64_t> rows;
   for (int64_t k = 0; k < 1000; ++k) rows.insert(source.row_of(1, k));
   EXPECT_EQ(rows.size(), 1000u);
+}
+
+// A clicks file written from the synthetic source reads back the same samples; a record whose id
+// is past its table is refused with its position.
+TEST(Clicks, FileRoundTripsAndRefusesIdsOutOfRange) {
+  ModelConfig m;
+  m.kind = "dlrm";
+  m.tables = 3, m.table_rows = 20, m.bag_size = 2, m.dense_features = 4;
+  const data::ClickSource source(m, 1.05, 9);
+  const std::string path = ::testing::TempDir() + "clicks_" + std::to_string(::getpid()) + ".bin";
+  data::write_clicks(source, 10, path);
+  const data::ClickFile file(path, m);
+  EXPECT_EQ(file.records(), 10);
+  const nn::MicroBatch want = source.microbatch(10, 5, 0, 1), got = file.microbatch(10, 5, 0, 1);
+  EXPECT_TRUE(got.tokens.equal(want.tokens) && got.dense.equal(want.dense) && got.targets.equal(want.targets));
+  EXPECT_TRUE(file.microbatch(10, 5, 1, 0).tokens.equal(source.microbatch(10, 5, 0, 0).tokens))
+      << "sample s reads record s mod the count";
+  m.table_rows = 5;  // the same file, now with ids past the tables
+  try {
+    data::ClickFile small(path, m);
+    ADD_FAILURE() << "expected InputError";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("out of range for model.table_rows = 5"), std::string::npos) << e.what();
+  }
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -58,8 +58,8 @@ void validate_dlrm_layout(const ModelConfig& m, const ParallelConfig& p, const D
                    "model.kind = \"dlrm\" trains with data parallelism only: parallel.tp ({}), pp ({}) and sp ({}) "
                    "must be 1; hint: raise parallel.dp instead",
                    p.tp, p.pp, p.sp);
-  LOOM_CHECK_INPUT(d.source == "synthetic",
-                   "model.kind = \"dlrm\" reads synthetic click data (data.source = \"synthetic\"), not \"{}\"",
+  LOOM_CHECK_INPUT(d.source == "synthetic" || (d.source.starts_with("clicks:") && d.source.size() > 7),
+                   "model.kind = \"dlrm\" reads click data: data.source = \"synthetic\" or \"clicks:PATH\", not \"{}\"",
                    d.source);
   LOOM_CHECK_INPUT(d.zipf > 0, "data.zipf = {} must be positive (the Zipf exponent of the click ids)", d.zipf);
 }
@@ -175,6 +175,7 @@ void validate_batch_split(const TrainConfig& t, const ParallelConfig& p) {
 
 void validate_data(const DataConfig& d, const ModelConfig& m) {
   const std::string& s = d.source;
+  if (m.kind == "dlrm") return;  // its sources: validate_dlrm_layout
   const bool known = s == "synthetic" || (s.starts_with("text:") && s.size() > 5) ||
                      (s.starts_with("tokens:") && s.size() > 7);
   LOOM_CHECK_INPUT(known, "data.source = \"{}\" is not \"synthetic\", \"text:PATH\" or \"tokens:PATH\"", s);

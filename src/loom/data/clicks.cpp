@@ -6,6 +6,16 @@
 #include <cmath>
 #include <numeric>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+
+#include "loom/core/error.h"
 #include "loom/core/rng.h"
 
 namespace loom::data {
@@ -47,9 +57,27 @@ int64_t ClickSource::zipf_rank(uint64_t key, uint64_t counter) const {
   return k - 1;
 }
 
+ClickData::ClickData(const ModelConfig& model)
+    : tables_(model.tables), rows_(model.table_rows), bag_(model.bag_size), features_(model.dense_features) {}
+
+nn::MicroBatch ClickData::microbatch(int64_t global_batch, int64_t micro_batch, int64_t step, int64_t index) const {
+  const int64_t first = step * global_batch + index * micro_batch, width = tables_ * bag_;
+  at::Tensor ids = at::empty({micro_batch, width}, at::kLong);
+  at::Tensor dense = at::empty({micro_batch, features_}, at::kDouble);
+  at::Tensor labels = at::empty({micro_batch}, at::kLong);
+  for (int64_t i = 0; i < micro_batch; ++i)
+    sample(first + i, ids.data_ptr<int64_t>() + i * width, dense.data_ptr<double>() + i * features_,
+           labels.data_ptr<int64_t>() + i);
+  nn::MicroBatch mb;
+  mb.tokens = ids;
+  mb.dense = dense;
+  mb.targets = labels;
+  mb.loss_scale = 1.0 / static_cast<double>(global_batch);
+  return mb;
+}
+
 ClickSource::ClickSource(const ModelConfig& model, double zipf, uint64_t seed)
-    : tables_(model.tables), rows_(model.table_rows), bag_(model.bag_size), features_(model.dense_features),
-      zipf_(zipf), seed_(seed) {
+    : ClickData(model), zipf_(zipf), seed_(seed) {
   h_first_ = h_integral(1.5) - 1.0;
   h_last_ = h_integral(static_cast<double>(rows_) + 0.5);
   stride_ = 0x9E3779B97F4A7C15ULL % static_cast<uint64_t>(rows_);
@@ -62,45 +90,107 @@ int64_t ClickSource::row_of(int64_t table, int64_t rank) const {
   return static_cast<int64_t>((static_cast<unsigned __int128>(rank) * stride_ + shift) % rows);
 }
 
-nn::MicroBatch ClickSource::microbatch(int64_t global_batch, int64_t micro_batch, int64_t step, int64_t index) const {
+void ClickSource::sample(int64_t index, int64_t* id, double* x, int64_t* label) const {
   const uint64_t ids_key = stream_key(seed_, "clicks.ids"), dense_key = stream_key(seed_, "clicks.dense");
   const uint64_t label_key = stream_key(seed_, "clicks.label"), row_weight = stream_key(seed_, "clicks.row_weight");
   const uint64_t feature_weight = stream_key(seed_, "clicks.feature_weight");
-  const int64_t first = step * global_batch + index * micro_batch, width = tables_ * bag_;
-  at::Tensor ids = at::empty({micro_batch, width}, at::kLong);
-  at::Tensor dense = at::empty({micro_batch, features_}, at::kDouble);
-  at::Tensor labels = at::empty({micro_batch}, at::kLong);
-  int64_t* id = ids.data_ptr<int64_t>();
-  double* x = dense.data_ptr<double>();
-  for (int64_t i = 0; i < micro_batch; ++i) {
-    const auto s = static_cast<uint64_t>(first + i);
-    double logit = -0.5;
-    for (int64_t f = 0; f < tables_; ++f) {
-      for (int64_t l = 0; l < bag_; ++l) {
-        const int64_t row =
-            row_of(f, zipf_rank(ids_key, s * static_cast<uint64_t>(width) + static_cast<uint64_t>(f * bag_ + l)));
-        id[i * width + f * bag_ + l] = row;
-        logit += 0.8 * standard_normal(row_weight, static_cast<uint64_t>(f * rows_ + row)) / static_cast<double>(bag_);
-      }
+  const int64_t width = tables_ * bag_;
+  const auto s = static_cast<uint64_t>(index);
+  double logit = -0.5;
+  for (int64_t f = 0; f < tables_; ++f) {
+    for (int64_t l = 0; l < bag_; ++l) {
+      const int64_t row =
+          row_of(f, zipf_rank(ids_key, s * static_cast<uint64_t>(width) + static_cast<uint64_t>(f * bag_ + l)));
+      id[f * bag_ + l] = row;
+      logit += 0.8 * standard_normal(row_weight, static_cast<uint64_t>(f * rows_ + row)) / static_cast<double>(bag_);
     }
-    for (int64_t j = 0; j < features_; ++j) {
-      const double v = standard_normal(dense_key, s * static_cast<uint64_t>(features_) + static_cast<uint64_t>(j));
-      x[i * features_ + j] = v;
-      logit += 0.5 * standard_normal(feature_weight, static_cast<uint64_t>(j)) * v;
-    }
-    labels.data_ptr<int64_t>()[i] = uniform01(label_key, s) < 1.0 / (1.0 + std::exp(-logit)) ? 1 : 0;
   }
-  nn::MicroBatch mb;
-  mb.tokens = ids;
-  mb.dense = dense;
-  mb.targets = labels;
-  mb.loss_scale = 1.0 / static_cast<double>(global_batch);
-  return mb;
+  for (int64_t j = 0; j < features_; ++j) {
+    const double v = standard_normal(dense_key, s * static_cast<uint64_t>(features_) + static_cast<uint64_t>(j));
+    x[j] = v;
+    logit += 0.5 * standard_normal(feature_weight, static_cast<uint64_t>(j)) * v;
+  }
+  *label = uniform01(label_key, s) < 1.0 / (1.0 + std::exp(-logit)) ? 1 : 0;
 }
 
 std::string ClickSource::describe() const {
   return fmt::format("synthetic clicks ({} tables x {} rows, bags of {}, Zipf {}, {} dense features)", tables_, rows_,
                      bag_, zipf_, features_);
+}
+
+ClickFile::ClickFile(const std::string& path, const ModelConfig& model) : ClickData(model), path_(path) {
+  record_bytes_ = 8 * (1 + features_ + tables_ * bag_);
+  struct stat st {};
+  LOOM_CHECK_INPUT(::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode),
+                   "clicks file '{}' does not exist or is not a regular file (data.source)", path);
+  const auto bytes = static_cast<int64_t>(st.st_size);
+  LOOM_CHECK_INPUT(bytes > 0 && bytes % record_bytes_ == 0,
+                   "clicks file '{}' is truncated: {} bytes is not a whole number of {}-byte records (label, {} "
+                   "dense features, {} tables x {} ids); hint: check model.dense_features, model.tables and "
+                   "model.bag_size",
+                   path, bytes, record_bytes_, features_, tables_, bag_);
+  records_ = bytes / record_bytes_;
+  const int fd = ::open(path.c_str(), O_RDONLY);
+  LOOM_CHECK_INPUT(fd >= 0, "cannot open clicks file '{}': {}", path, std::strerror(errno));
+  mapped_bytes_ = static_cast<size_t>(bytes);
+  void* mapped = ::mmap(nullptr, mapped_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);
+  LOOM_CHECK(mapped != MAP_FAILED, "cannot map clicks file '{}': {}", path, std::strerror(errno));
+  data_ = static_cast<const unsigned char*>(mapped);
+  std::vector<int64_t> ids(static_cast<size_t>(tables_ * bag_));
+  std::vector<double> dense(static_cast<size_t>(features_));
+  for (int64_t r = 0; r < records_; ++r) {
+    int64_t label = 0;
+    sample(r, ids.data(), dense.data(), &label);
+    std::string problem;
+    if (label != 0 && label != 1) problem = fmt::format("label {} is not 0 or 1", label);
+    for (size_t i = 0; i < ids.size() && problem.empty(); ++i)
+      if (ids[i] < 0 || ids[i] >= rows_)
+        problem = fmt::format("table {} has id {}, out of range for model.table_rows = {}",
+                              static_cast<int64_t>(i) / bag_, ids[i], rows_);
+    if (!problem.empty()) {
+      ::munmap(const_cast<unsigned char*>(data_), mapped_bytes_);
+      data_ = nullptr;
+      throw InputError(fmt::format("clicks file '{}', record {}: {}; hint: check model.table_rows and model.tables",
+                                   path, r, problem));
+    }
+  }
+}
+
+ClickFile::~ClickFile() {
+  if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), mapped_bytes_);
+}
+
+void ClickFile::sample(int64_t s, int64_t* ids, double* dense, int64_t* label) const {
+  const unsigned char* p = data_ + (s % records_) * record_bytes_;
+  std::memcpy(label, p, 8);
+  std::memcpy(dense, p + 8, static_cast<size_t>(8 * features_));
+  std::memcpy(ids, p + 8 * (1 + features_), static_cast<size_t>(8 * tables_ * bag_));
+}
+
+std::string ClickFile::describe() const {
+  return fmt::format("clicks file {} ({} records, {} tables x {} rows, bags of {})", path_, records_, tables_, rows_,
+                     bag_);
+}
+
+std::unique_ptr<ClickData> open_clicks(const Config& config) {
+  const std::string& source = config.data.source;
+  if (source.starts_with("clicks:")) return std::make_unique<ClickFile>(source.substr(7), config.model);
+  return std::make_unique<ClickSource>(config.model, config.data.zipf, static_cast<uint64_t>(config.train.seed));
+}
+
+void write_clicks(const ClickData& data, int64_t count, const std::string& path) {
+  std::ofstream out(path, std::ios::binary);
+  LOOM_CHECK_INPUT(out.good(), "cannot write clicks file '{}'", path);
+  const nn::MicroBatch mb = data.microbatch(count, count, 0, 0);
+  for (int64_t r = 0; r < count; ++r) {
+    const int64_t label = mb.targets[r].item<int64_t>();
+    out.write(reinterpret_cast<const char*>(&label), 8);
+    const at::Tensor dense = mb.dense[r].contiguous(), ids = mb.tokens[r].contiguous();
+    out.write(reinterpret_cast<const char*>(dense.data_ptr<double>()), static_cast<std::streamsize>(8 * dense.numel()));
+    out.write(reinterpret_cast<const char*>(ids.data_ptr<int64_t>()), static_cast<std::streamsize>(8 * ids.numel()));
+  }
+  LOOM_CHECK(out.good(), "writing clicks file '{}' failed", path);
 }
 
 }  // namespace loom::data

@@ -164,8 +164,7 @@ void Trainer::check_input(dist::Communicator& world) {
     validate(config_);
     memory::install_accounting_allocator();
     if (is_dlrm())
-      clicks_ = std::make_unique<data::ClickSource>(config_.model, config_.data.zipf,
-                                                    static_cast<uint64_t>(config_.train.seed));
+      clicks_ = data::open_clicks(config_);
     else
       source_ = data::open_source(config_);
     // Layers only, nothing allocated: rank 0's shard shapes under the configured tp degree.

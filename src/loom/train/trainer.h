@@ -104,7 +104,7 @@ class Trainer {
   at::ScalarType dtype_;
   int world_rank_;
   std::unique_ptr<data::TokenSource> source_;  // a GPT's tokens
-  std::unique_ptr<data::ClickSource> clicks_;  // a DLRM's samples
+  std::unique_ptr<data::ClickData> clicks_;    // a DLRM's samples
   std::unique_ptr<dist::SizingCommunicator> sizing_tp_;  // shapes the model for the input checks
   models::Model model_;
   dist::CommStats comm_stats_;
