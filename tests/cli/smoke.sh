@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # smoke.sh LOOM SOURCE_DIR: the CLI end to end in a temporary directory: --version, config
 # printing that reads back, data prepare, and a short training run on the prepared file that
-# writes its metrics and trace; a pipeline schedule printed, written as CSV and read back.
+# writes its metrics and trace; a DLRM trained on a clicks file; a pipeline schedule printed,
+# written as CSV and read back.
 set -euo pipefail
 loom=$1 src=$2
 dir=$(mktemp -d)
@@ -19,6 +20,15 @@ for i in $(seq 40); do cat "$src/README.md"; done >"$dir/text.txt"
 grep -q 'step 3/3' "$dir/out.txt"
 [ "$(wc -l <"$dir/m.jsonl")" -eq 3 ]
 grep -q '"traceEvents"' "$dir/t.json"
+# A DLRM on a clicks file written from its synthetic clicks.
+dlrm=(-c "$src/configs/dlrm-sparse.toml" --set parallel.dp=1 --set model.table_rows=1000 --set model.d_model=8
+      --set "model.bottom_mlp=[16]" --set "model.top_mlp=[16]")
+"$loom" data clicks "${dlrm[@]}" --samples 600 --out "$dir/clicks.bin" | grep -q 'wrote 600 samples'
+[ "$(stat -c %s "$dir/clicks.bin")" -eq $((600 * 8 * (1 + 13 + 8))) ]
+"$loom" train "${dlrm[@]}" --peak-flops 1e10 --set data.source="clicks:$dir/clicks.bin" --set train.steps=2 \
+  --set train.global_batch=256 --set train.micro_batch=128 --set train.threads=1 >"$dir/dlrm.txt"
+grep -q 'clicks file .* (600 records' "$dir/dlrm.txt"
+grep -q 'step 2/2' "$dir/dlrm.txt"
 # A pipeline schedule: the grid, its bubble fraction, and a CSV that reads back to the same grid.
 "$loom" schedule --kind 1f1b --stages 4 --microbatches 8 --csv "$dir/s.csv" >"$dir/grid.txt"
 grep -q 'bubble fraction 0.2727' "$dir/grid.txt"

@@ -125,7 +125,8 @@ TEST(Trainer, WritesMetricsLinesAndAChromeTrace) {
   for (const auto& e : trace.at("traceEvents"))
     if (e.at("ph") == "X") kinds.insert(e.at("cat").get<std::string>() + ":" + e.at("name").get<std::string>());
   for (const char* k : {"forward:embedding", "backward_input:blocks.1.mlp", "backward_weight:head_loss",
-                        "forward:blocks.0.attn", "optimizer:adamw"})
+                        "forward:blocks.0.attn", "optimizer:adamw", "communication:sparse_pull",
+                        "communication:sparse_push", "optimizer:sparse_adamw"})
     EXPECT_TRUE(kinds.count(k)) << k;
   std::filesystem::remove_all(dir);
 }

@@ -182,13 +182,17 @@ std::unique_ptr<ClickData> open_clicks(const Config& config) {
 void write_clicks(const ClickData& data, int64_t count, const std::string& path) {
   std::ofstream out(path, std::ios::binary);
   LOOM_CHECK_INPUT(out.good(), "cannot write clicks file '{}'", path);
-  const nn::MicroBatch mb = data.microbatch(count, count, 0, 0);
-  for (int64_t r = 0; r < count; ++r) {
-    const int64_t label = mb.targets[r].item<int64_t>();
-    out.write(reinterpret_cast<const char*>(&label), 8);
-    const at::Tensor dense = mb.dense[r].contiguous(), ids = mb.tokens[r].contiguous();
-    out.write(reinterpret_cast<const char*>(dense.data_ptr<double>()), static_cast<std::streamsize>(8 * dense.numel()));
-    out.write(reinterpret_cast<const char*>(ids.data_ptr<int64_t>()), static_cast<std::streamsize>(8 * ids.numel()));
+  constexpr int64_t kChunk = 65536;  // samples generated at a time
+  for (int64_t first = 0; first < count; first += kChunk) {
+    const int64_t n = std::min(kChunk, count - first);
+    const nn::MicroBatch mb = data.microbatch(kChunk, n, 0, first / kChunk);  // samples [first, first + n)
+    const int64_t* labels = mb.targets.data_ptr<int64_t>();
+    for (int64_t r = 0; r < n; ++r) {
+      const at::Tensor dense = mb.dense[r].contiguous(), ids = mb.tokens[r].contiguous();
+      out.write(reinterpret_cast<const char*>(labels + r), 8);
+      out.write(reinterpret_cast<const char*>(dense.data_ptr<double>()), static_cast<std::streamsize>(8 * dense.numel()));
+      out.write(reinterpret_cast<const char*>(ids.data_ptr<int64_t>()), static_cast<std::streamsize>(8 * ids.numel()));
+    }
   }
   LOOM_CHECK(out.good(), "writing clicks file '{}' failed", path);
 }
