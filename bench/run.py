@@ -288,8 +288,8 @@ def sparse(workload, steps, rounds, threads, peak):
                "bytes_hybrid_vs_dense": hybrid["comm_bytes_per_step_dp"] / dense["comm_bytes_per_step_dp"]}
         if "step_ms" in dense:
             out["speedup_hybrid_vs_dense"] = dense["step_ms"] / hybrid["step_ms"]
-        # The partition counts loom's trials consider, each forced: the measured best.
-        candidates = sorted({max(1, dp // 2), dp, 2 * dp, 4 * dp, 8 * dp})
+        # The partition counts loom's trials consider (multiples of dp), and one owner, each forced.
+        candidates = [1, dp, 2 * dp, 4 * dp, 8 * dp]
         sweep = {}
         for p in candidates:
             run = run_loom(path, steps, threads, peak, {"dp": dp}, options["hybrid"] + [f"parallel.sparse_partitions={p}"])

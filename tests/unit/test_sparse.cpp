@@ -214,8 +214,9 @@ TEST(DlrmLayers, SparsePathMatchesTheDensePath) {
     tables[f]->push();
     const double want = dense.tables[f].grad.norm().item<double>();
     EXPECT_NEAR(tables[f]->grad_norm_square(), want * want, 1e-12);
-    const int64_t touched = std::get<0>(at::_unique(mb.tokens.narrow(1, f * kBag, kBag))).numel();
-    EXPECT_EQ(tables[f]->touched_rows(), touched);
+    const at::Tensor touched = std::get<0>(at::_unique(mb.tokens.narrow(1, f * kBag, kBag)));
+    ASSERT_TRUE(tables[f]->touched().equal(touched));
+    EXPECT_TENSOR_NEAR(tables[f]->touched_grad(), dense.tables[f].grad.index_select(0, touched), 1e-15);
   }
 }
 
@@ -255,12 +256,18 @@ TEST(Clicks, FileRoundTripsAndRefusesIdsOutOfRange) {
   m.tables = 3, m.table_rows = 20, m.bag_size = 2, m.dense_features = 4;
   const data::ClickSource source(m, 1.05, 9);
   const std::string path = ::testing::TempDir() + "clicks_" + std::to_string(::getpid()) + ".bin";
-  data::write_clicks(source, 10, path);
+  // More samples than one write chunk: the last, partial chunk must hold its own samples.
+  const int64_t count = data::ClickFile::kWriteChunk + 3;
+  data::write_clicks(source, count, path);
   const data::ClickFile file(path, m);
-  EXPECT_EQ(file.records(), 10);
-  const nn::MicroBatch want = source.microbatch(10, 5, 0, 1), got = file.microbatch(10, 5, 0, 1);
+  EXPECT_EQ(file.records(), count);
+  const int64_t chunk = data::ClickFile::kWriteChunk;  // samples [chunk, chunk + 3): step 1 of batches of `chunk`
+  const nn::MicroBatch tail = file.microbatch(chunk, 3, 1, 0), tail_want = source.microbatch(chunk, 3, 1, 0);
+  EXPECT_TRUE(tail.tokens.equal(tail_want.tokens) && tail.dense.equal(tail_want.dense) &&
+              tail.targets.equal(tail_want.targets));
+  const nn::MicroBatch want = source.microbatch(count, 5, 0, 1), got = file.microbatch(count, 5, 0, 1);
   EXPECT_TRUE(got.tokens.equal(want.tokens) && got.dense.equal(want.dense) && got.targets.equal(want.targets));
-  EXPECT_TRUE(file.microbatch(10, 5, 1, 0).tokens.equal(source.microbatch(10, 5, 0, 0).tokens))
+  EXPECT_TRUE(file.microbatch(count, 5, 1, 0).tokens.equal(source.microbatch(count, 5, 0, 0).tokens))
       << "sample s reads record s mod the count";
   m.table_rows = 5;  // the same file, now with ids past the tables
   try {

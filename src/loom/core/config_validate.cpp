@@ -1,6 +1,7 @@
 // Cross-key validation of a Config: everything that can be known wrong before a rank allocates.
 #include <algorithm>
 #include <array>
+#include <cmath>
 
 #include "loom/core/config.h"
 #include "loom/core/error.h"
@@ -61,7 +62,8 @@ void validate_dlrm_layout(const ModelConfig& m, const ParallelConfig& p, const D
   LOOM_CHECK_INPUT(d.source == "synthetic" || (d.source.starts_with("clicks:") && d.source.size() > 7),
                    "model.kind = \"dlrm\" reads click data: data.source = \"synthetic\" or \"clicks:PATH\", not \"{}\"",
                    d.source);
-  LOOM_CHECK_INPUT(d.zipf > 0, "data.zipf = {} must be positive (the Zipf exponent of the click ids)", d.zipf);
+  LOOM_CHECK_INPUT(std::isfinite(d.zipf) && d.zipf > 0,
+                   "data.zipf = {} must be a positive number (the Zipf exponent of the click ids)", d.zipf);
 }
 
 // The rows of one sparse table on one rank: DLRM's table_rows, or the GPT's vocabulary shard.

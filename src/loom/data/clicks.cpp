@@ -134,8 +134,9 @@ ClickFile::ClickFile(const std::string& path, const ModelConfig& model) : ClickD
   LOOM_CHECK_INPUT(fd >= 0, "cannot open clicks file '{}': {}", path, std::strerror(errno));
   mapped_bytes_ = static_cast<size_t>(bytes);
   void* mapped = ::mmap(nullptr, mapped_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
   ::close(fd);
-  LOOM_CHECK(mapped != MAP_FAILED, "cannot map clicks file '{}': {}", path, std::strerror(errno));
+  LOOM_CHECK_INPUT(mapped != MAP_FAILED, "cannot map clicks file '{}': {}", path, std::strerror(map_errno));
   data_ = static_cast<const unsigned char*>(mapped);
   std::vector<int64_t> ids(static_cast<size_t>(tables_ * bag_));
   std::vector<double> dense(static_cast<size_t>(features_));
@@ -182,10 +183,10 @@ std::unique_ptr<ClickData> open_clicks(const Config& config) {
 void write_clicks(const ClickData& data, int64_t count, const std::string& path) {
   std::ofstream out(path, std::ios::binary);
   LOOM_CHECK_INPUT(out.good(), "cannot write clicks file '{}'", path);
-  constexpr int64_t kChunk = 65536;  // samples generated at a time
+  constexpr int64_t kChunk = ClickFile::kWriteChunk;
   for (int64_t first = 0; first < count; first += kChunk) {
     const int64_t n = std::min(kChunk, count - first);
-    const nn::MicroBatch mb = data.microbatch(kChunk, n, 0, first / kChunk);  // samples [first, first + n)
+    const nn::MicroBatch mb = data.microbatch(kChunk, n, first / kChunk, 0);  // samples [first, first + n)
     const int64_t* labels = mb.targets.data_ptr<int64_t>();
     for (int64_t r = 0; r < n; ++r) {
       const at::Tensor dense = mb.dense[r].contiguous(), ids = mb.tokens[r].contiguous();

@@ -66,6 +66,7 @@ class ClickFile final : public ClickData {
   ClickFile& operator=(const ClickFile&) = delete;
   std::string describe() const override;
   int64_t records() const { return records_; }
+  static constexpr int64_t kWriteChunk = 65536;  // samples write_clicks generates at a time
 
  private:
   void sample(int64_t s, int64_t* ids, double* dense, int64_t* label) const override;

@@ -73,6 +73,9 @@ class SparseTable {
   int64_t rows() const { return rows_; }
   int64_t owned_rows() const { return owned_.defined() ? owned_.size(0) : 0; }
   int64_t touched_rows() const { return touched_.defined() ? touched_.numel() : 0; }
+  // After push: the rows owned here that some rank touched (sorted) and their summed gradient.
+  const at::Tensor& touched() const { return touched_; }
+  const at::Tensor& touched_grad() const { return touched_grad_; }
 
  private:
   at::Tensor partition_of(const at::Tensor& rows) const;

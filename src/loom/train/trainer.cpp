@@ -239,15 +239,19 @@ double Trainer::estimated_bytes() const {
   const double activations = per_microbatch * static_cast<double>(peak_stashed_);
   // A table on the sparse path: its owner's share of the rows and their two moments, plus the
   // rows this rank pulls in a step and their gradient (NOTE [Sparse exchange]); no dense gradient.
+  // A rank owns ceil(P / n) partitions of ceil(rows / P) rows at most (P a multiple of n when
+  // chosen automatically); as an owner it serves and receives about as many rows as it pulls.
   double tables = 0, sparse = 0;
   if (config_.parallel.sparse == "auto") {
-    const auto replicas = static_cast<double>(config_.parallel.dp * config_.parallel.sp);
+    const int64_t n = config_.parallel.dp * config_.parallel.sp;
     for (const nn::Param* p : model_.params()) {
       if (!p->embedding) continue;
-      const int64_t rows = p->numel() / p->full_shape[1];
+      const int64_t rows = p->numel() / p->full_shape[1], width = p->full_shape[1];
+      const int64_t parts = config_.parallel.sparse_partitions > 0 ? config_.parallel.sparse_partitions
+                                                                   : std::min(rows, n);
+      const int64_t owned = (parts + n - 1) / n * ((rows + parts - 1) / parts);
       tables += static_cast<double>(p->numel() * bytes);
-      sparse += 3 * static_cast<double>(p->numel() * bytes) / replicas +
-                2 * static_cast<double>(std::min(rows, lookups_per_step()) * p->full_shape[1] * bytes);
+      sparse += static_cast<double>((3 * std::min(owned, rows) + 4 * std::min(rows, lookups_per_step())) * width * bytes);
     }
   }
   const double dense = cost.param_bytes - tables;
@@ -303,7 +307,9 @@ void Trainer::attach_sparse_tables(const optim::AdamWOptions& adamw) {
 
 // NOTE [Partition count]: Parallax chooses the number of partitions of its sparse tables from
 // short trials fitted to t(P) = a + b / P + c (P - 1): more partitions spread the owners' work
-// and the hot rows, each one costs a fixed overhead. Each candidate P runs this step-0 exchange
+// and the hot rows, each one costs a fixed overhead. Candidates are multiples of the group size
+// n (n, 2n, 4n, 8n), so every rank owns the same number of partitions, and the choice is the
+// fitted minimum over the multiples of n up to 8n. Each candidate P runs this step-0 exchange
 // (pull, push, lazy update) three times on scratch tables of zeros, so the model is untouched;
 // every rank takes the group's slowest time, so all fit the same numbers and pick the same P.
 // The partition count never changes the numbers trained, only the time.
@@ -313,9 +319,12 @@ int64_t Trainer::choose_partitions(const std::vector<nn::Param*>& tables, const 
   if (n == 1) return 1;  // one owner: partitions change nothing
   int64_t rows = std::numeric_limits<int64_t>::max();
   for (const nn::Param* p : tables) rows = std::min(rows, p->numel() / p->full_shape[1]);
+  // Multiples of the group, so that every rank owns as many partitions as the next (what the
+  // budget check assumes); a table of fewer rows than ranks gets one partition per row.
   std::vector<int64_t> candidates;
-  for (int64_t p : {std::max<int64_t>(1, n / 2), n, 2 * n, 4 * n, 8 * n})
-    if (p <= rows && (candidates.empty() || candidates.back() != p)) candidates.push_back(p);
+  for (int64_t p : {n, 2 * n, 4 * n, 8 * n})
+    if (p <= rows) candidates.push_back(p);
+  if (candidates.empty()) return rows;
   const std::vector<nn::MicroBatch> mbs = local_microbatches(0);
   at::Tensor seconds = at::zeros({static_cast<int64_t>(candidates.size())}, at::kDouble);
   for (size_t c = 0; c < candidates.size(); ++c) {
@@ -346,7 +355,11 @@ int64_t Trainer::choose_partitions(const std::vector<nn::Param*>& tables, const 
   }
   if (candidates.size() < 3)  // too few to fit: the fastest trial
     return candidates[std::min_element(measured.begin(), measured.end()) - measured.begin()];
-  return parallel::best_partition_count(parallel::fit_partition_cost(candidates, measured), candidates.back());
+  const parallel::PartitionCost cost = parallel::fit_partition_cost(candidates, measured);
+  int64_t best = n;
+  for (int64_t p = 2 * n; p <= candidates.back(); p += n)
+    if (cost.at(p) < cost.at(best)) best = p;
+  return best;
 }
 
 std::pair<double, double> Trainer::sparse_norm_squares() {
