@@ -33,13 +33,17 @@ double global_grad_norm(const std::vector<nn::Param*>& params, dist::Communicato
   return combine_norm_squares(replicated, sharded, tp, pp);
 }
 
+double clip_factor(double norm, double max_norm) {
+  return max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+}
+
 double clip_grad_norm(const std::vector<nn::Param*>& params, double max_norm, dist::Communicator& tp,
-                      dist::Communicator* pp) {
-  const double norm = global_grad_norm(params, tp, pp);
-  if (max_norm > 0 && norm > max_norm) {
-    const double factor = max_norm / (norm + 1e-6);
+                      dist::Communicator* pp, std::pair<double, double> extra) {
+  auto [replicated, sharded] = grad_norm_squares(params);
+  const double norm = combine_norm_squares(replicated + extra.first, sharded + extra.second, tp, pp);
+  const double factor = clip_factor(norm, max_norm);
+  if (factor != 1.0)
     for (nn::Param* p : params) p->grad.mul_(factor);
-  }
   return norm;
 }
 

@@ -14,8 +14,12 @@
 namespace loom::optim {
 
 double global_grad_norm(const std::vector<nn::Param*>& params, dist::Communicator& tp, dist::Communicator* pp = nullptr);
+// `extra`: squared norms [replicated, tp-sharded] of gradients held elsewhere (sparse tables),
+// already summed over their replicas; the caller scales those by clip_factor of the result.
 double clip_grad_norm(const std::vector<nn::Param*>& params, double max_norm, dist::Communicator& tp,
-                      dist::Communicator* pp = nullptr);
+                      dist::Communicator* pp = nullptr, std::pair<double, double> extra = {0, 0});
+// What clipping multiplies every gradient by: max_norm / (norm + 1e-6) above the limit, else 1.
+double clip_factor(double norm, double max_norm);
 // The global norm from this rank's squared norms [replicated, tp-sharded] (see above).
 double combine_norm_squares(double replicated, double sharded, dist::Communicator& tp, dist::Communicator* pp);
 // Squared gradient norms of the replicated and the tp-sharded parameters, in that order.

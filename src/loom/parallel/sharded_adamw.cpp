@@ -43,7 +43,8 @@ double ShardedAdamW::step(double lr, double clip, std::pair<double, double> extr
   dp_.all_reduce(sums, dist::ReduceOp::Sum);
   const double norm = optim::combine_norm_squares(sums[0].item<double>() + extra.first,
                                                   sums[1].item<double>() + extra.second, tp_, &pp_);
-  if (clip > 0 && norm > clip) shard_grad_.mul_(clip / (norm + 1e-6));
+  const double factor = optim::clip_factor(norm, clip);
+  if (factor != 1.0) shard_grad_.mul_(factor);
   adamw_->step(lr);
   const at::Tensor mine = flat_.values.narrow(0, shard_offset_, shard_numel_).clone();
   dp_.all_gather(mine, flat_.values);

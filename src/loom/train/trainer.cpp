@@ -84,6 +84,8 @@ Trainer::Trainer(Config config, dist::Communicator& world)
     const auto seed = static_cast<uint64_t>(config_.train.seed);
     model_.initialise(seed, dtype_);
     for (auto& table : sparse_tables_) table->initialise(seed, dtype_);
+    for (nn::Param* p : model_.params())
+      if (p->sparse == nullptr) dense_params_.push_back(p);
     // Weight gradients are summed over data and sequence parallelism in one pass: the dp x sp
     // group (NOTE [Sequence parallelism]); with sp = 1 that is the dp group.
     dist::Communicator& replicas = this->replicas();
@@ -95,10 +97,7 @@ Trainer::Trainer(Config config, dist::Communicator& world)
       sharded_ = std::make_unique<parallel::ShardedAdamW>(*flat_, replicas, mesh_->tp(), mesh_->pp(), adamw);
     } else {
       reducer_ = std::make_unique<parallel::GradientReducer>(*flat_, replicas, config_.parallel.bucket_mb);
-      std::vector<nn::Param*> dense;
-      for (nn::Param* p : model_.params())
-        if (p->sparse == nullptr) dense.push_back(p);
-      optimizer_ = std::make_unique<optim::AdamW>(std::move(dense), adamw);
+      optimizer_ = std::make_unique<optim::AdamW>(dense_params_, adamw);
     }
     const auto& m = config_.model;
     const int64_t tokens = config_.parallel.tp_sequence ? local_seq() / config_.parallel.tp : local_seq();
@@ -217,7 +216,7 @@ dist::Communicator& Trainer::replicas() { return mesh_->sp().size() > 1 ? mesh_-
 
 int64_t Trainer::local_seq() const { return config_.model.seq_len / config_.parallel.sp; }
 
-parallel::SpOptions Trainer::sp_options() {
+parallel::SpOptions Trainer::sp_options() const {
   return {.sp = &mesh_->sp(), .mode = parallel::sp_mode_of(config_.parallel.sp_mode)};
 }
 
@@ -272,8 +271,7 @@ nn::MicroBatch Trainer::microbatch(int64_t step, int64_t index) const {
   if (is_dlrm()) return clicks_->microbatch(t.global_batch, t.micro_batch, step, index);
   nn::MicroBatch mb = data::make_microbatch(*source_, {t.global_batch, t.micro_batch, config_.model.seq_len}, step, index);
   if (config_.parallel.sp > 1) {  // this rank's chunks of every sequence (NOTE [Sequence parallelism])
-    const std::vector<int64_t> chunks =
-        parallel::sequence_chunks({.sp = &mesh_->sp(), .mode = parallel::sp_mode_of(config_.parallel.sp_mode)});
+    const std::vector<int64_t> chunks = parallel::sequence_chunks(sp_options());
     const int64_t length = local_seq() / static_cast<int64_t>(chunks.size());
     auto mine = [&](const at::Tensor& t) {
       std::vector<at::Tensor> parts;
@@ -400,15 +398,7 @@ double Trainer::optimizer_step(double lr) {
       return 0;
     });
     norm = timed("clip", "optimizer", [&] {
-      std::vector<nn::Param*> dense;
-      for (nn::Param* p : model_.params())
-        if (p->sparse == nullptr) dense.push_back(p);
-      auto [replicated, sharded] = optim::grad_norm_squares(dense);
-      const double total = optim::combine_norm_squares(replicated + sparse.first, sharded + sparse.second,
-                                                       mesh_->tp(), &mesh_->pp());
-      if (clip > 0 && total > clip)
-        for (nn::Param* p : dense) p->grad.mul_(clip / (total + 1e-6));
-      return total;
+      return optim::clip_grad_norm(dense_params_, clip, mesh_->tp(), &mesh_->pp(), sparse);
     });
     timed("adamw", "optimizer", [&] {
       optimizer_->step(lr);
@@ -416,8 +406,9 @@ double Trainer::optimizer_step(double lr) {
     });
   }
   timed("sparse_adamw", "optimizer", [&] {  // lazy: the touched rows only
+    const double factor = optim::clip_factor(norm, clip);
     for (auto& t : sparse_tables_) {
-      if (clip > 0 && norm > clip) t->scale_grads(clip / (norm + 1e-6));
+      if (factor != 1.0) t->scale_grads(factor);
       t->step(lr);
     }
     return 0;

@@ -94,7 +94,7 @@ class Trainer {
   int64_t pp_rank_of(int rank) const;
   double optimizer_step(double lr);
   parallel::TpOptions tp_options() const;
-  parallel::SpOptions sp_options();
+  parallel::SpOptions sp_options() const;
   int64_t local_seq() const;  // the tokens of each sequence this rank holds (its sp segment)
   dist::Communicator& replicas();  // the group weight gradients are summed over: dp, or dp x sp
   template <class Fn>
@@ -115,6 +115,7 @@ class Trainer {
   std::unique_ptr<parallel::GradientReducer> reducer_;    // replicated optimizer (zero = 0)
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<parallel::ShardedAdamW> sharded_;        // zero = 1
+  std::vector<nn::Param*> dense_params_;  // every parameter not on the sparse path
   std::vector<std::unique_ptr<parallel::SparseTable>> sparse_tables_;
   int64_t sparse_partitions_ = 0;
   std::vector<std::pair<int64_t, double>> partition_trials_;
