@@ -243,9 +243,9 @@ PartitionCost fit_partition_cost(const std::vector<int64_t>& partitions, const s
   return {x[0], x[1], x[2]};
 }
 
-int64_t best_partition_count(const PartitionCost& cost, int64_t max_partitions) {
-  int64_t best = 1;
-  for (int64_t p = 2; p <= max_partitions; ++p)
+int64_t best_partition_count(const PartitionCost& cost, int64_t max_partitions, int64_t multiple) {
+  int64_t best = multiple;
+  for (int64_t p = 2 * multiple; p <= max_partitions; p += multiple)
     if (cost.at(p) < cost.at(best)) best = p;
   return best;
 }

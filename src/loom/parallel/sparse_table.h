@@ -105,7 +105,8 @@ struct PartitionCost {
   double at(int64_t partitions) const;
 };
 PartitionCost fit_partition_cost(const std::vector<int64_t>& partitions, const std::vector<double>& seconds);
-// The P in [1, max_partitions] the model predicts fastest (the smallest on ties).
-int64_t best_partition_count(const PartitionCost& cost, int64_t max_partitions);
+// The multiple of `multiple` in [multiple, max_partitions] the model predicts fastest (the
+// smallest on ties).
+int64_t best_partition_count(const PartitionCost& cost, int64_t max_partitions, int64_t multiple = 1);
 
 }  // namespace loom::parallel

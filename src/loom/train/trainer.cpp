@@ -7,7 +7,6 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <limits>
 #include <ostream>
 #include <thread>
 
@@ -83,7 +82,7 @@ Trainer::Trainer(Config config, dist::Communicator& world)
     attach_sparse_tables(adamw);
     const auto seed = static_cast<uint64_t>(config_.train.seed);
     model_.initialise(seed, dtype_);
-    for (auto& table : sparse_tables_) table->initialise(seed, dtype_);
+    if (sparse_) sparse_->initialise(seed, dtype_);
     for (nn::Param* p : model_.params())
       if (p->sparse == nullptr) dense_params_.push_back(p);
     // Weight gradients are summed over data and sequence parallelism in one pass: the dp x sp
@@ -296,76 +295,12 @@ void Trainer::attach_sparse_tables(const optim::AdamWOptions& adamw) {
   for (nn::Param* p : model_.params())
     if (p->embedding) tables.push_back(p);
   if (tables.empty()) return;  // a pipeline stage without the embedding
-  sparse_partitions_ = config_.parallel.sparse_partitions > 0 ? config_.parallel.sparse_partitions
-                                                                : choose_partitions(tables, adamw);
-  for (nn::Param* p : tables) {
-    sparse_tables_.push_back(std::make_unique<parallel::SparseTable>(*p, replicas(), sparse_partitions_, adamw));
-    p->sparse = sparse_tables_.back().get();
-  }
-}
-
-// NOTE [Partition count]: Parallax chooses the number of partitions of its sparse tables from
-// short trials fitted to t(P) = a + b / P + c (P - 1): more partitions spread the owners' work
-// and the hot rows, each one costs a fixed overhead. Candidates are multiples of the group size
-// n (n, 2n, 4n, 8n), so every rank owns the same number of partitions, and the choice is the
-// fitted minimum over the multiples of n up to 8n. Each candidate P runs this step-0 exchange
-// (pull, push, lazy update) three times on scratch tables of zeros, so the model is untouched;
-// every rank takes the group's slowest time, so all fit the same numbers and pick the same P.
-// The partition count never changes the numbers trained, only the time.
-int64_t Trainer::choose_partitions(const std::vector<nn::Param*>& tables, const optim::AdamWOptions& adamw) {
-  dist::Communicator& group = replicas();
-  const int64_t n = group.size();
-  if (n == 1) return 1;  // one owner: partitions change nothing
-  int64_t rows = std::numeric_limits<int64_t>::max();
-  for (const nn::Param* p : tables) rows = std::min(rows, p->numel() / p->full_shape[1]);
-  // Multiples of the group, so that every rank owns as many partitions as the next (what the
-  // budget check assumes); a table of fewer rows than ranks gets one partition per row.
-  std::vector<int64_t> candidates;
-  for (int64_t p : {n, 2 * n, 4 * n, 8 * n})
-    if (p <= rows) candidates.push_back(p);
-  if (candidates.empty()) return rows;
-  const std::vector<nn::MicroBatch> mbs = local_microbatches(0);
-  at::Tensor seconds = at::zeros({static_cast<int64_t>(candidates.size())}, at::kDouble);
-  for (size_t c = 0; c < candidates.size(); ++c) {
-    std::vector<std::unique_ptr<parallel::SparseTable>> scratch;
-    for (nn::Param* p : tables) {
-      scratch.push_back(std::make_unique<parallel::SparseTable>(*p, group, candidates[c], adamw));
-      scratch.back()->initialise_zeros(dtype_);
-      p->sparse = scratch.back().get();
-    }
-    std::vector<double> trials;
-    for (int trial = 0; trial < 3; ++trial) {
-      group.barrier();
-      const auto start = Clock::now();
-      for (auto& layer : model_.chain) layer->pull_rows(mbs);
-      for (auto& t : scratch) t->push();
-      for (auto& t : scratch) t->step(0.0);
-      trials.push_back(std::chrono::duration<double>(Clock::now() - start).count());
-    }
-    std::sort(trials.begin(), trials.end());
-    seconds[static_cast<int64_t>(c)] = trials[1];
-    for (nn::Param* p : tables) p->sparse = nullptr;
-  }
-  group.all_reduce(seconds, dist::ReduceOp::Max);
-  std::vector<double> measured(candidates.size());
-  for (size_t c = 0; c < candidates.size(); ++c) {
-    measured[c] = seconds[static_cast<int64_t>(c)].item<double>();
-    partition_trials_.emplace_back(candidates[c], measured[c]);
-  }
-  if (candidates.size() < 3)  // too few to fit: the fastest trial
-    return candidates[std::min_element(measured.begin(), measured.end()) - measured.begin()];
-  const parallel::PartitionCost cost = parallel::fit_partition_cost(candidates, measured);
-  int64_t best = n;
-  for (int64_t p = 2 * n; p <= candidates.back(); p += n)
-    if (cost.at(p) < cost.at(best)) best = p;
-  return best;
-}
-
-std::pair<double, double> Trainer::sparse_norm_squares() {
-  at::Tensor sums = at::zeros({2}, at::kDouble);
-  for (auto& t : sparse_tables_) sums[t->param().shard.dim >= 0 ? 1 : 0] += t->grad_norm_square();
-  replicas().all_reduce(sums, dist::ReduceOp::Sum);  // the owners hold disjoint rows
-  return {sums[0].item<double>(), sums[1].item<double>()};
+  const std::vector<nn::MicroBatch> step0 = config_.parallel.sparse_partitions > 0 ? std::vector<nn::MicroBatch>{}
+                                                                                    : local_microbatches(0);
+  sparse_ = std::make_unique<parallel::SparseTables>(tables, replicas(), config_.parallel.sparse_partitions, adamw,
+                                                     dtype_, [&] {
+                                                       for (auto& layer : model_.chain) layer->pull_rows(step0);
+                                                     });
 }
 
 at::Tensor Trainer::value_of(nn::Param& param) const {
@@ -385,9 +320,7 @@ double Trainer::optimizer_step(double lr) {
   const double clip = config_.train.clip;
   // Sparse tables: row gradients to their owners, and their part of the global norm.
   const std::pair<double, double> sparse = timed("sparse_push", "communication", [&] {
-    if (sparse_tables_.empty()) return std::pair<double, double>{0, 0};
-    for (auto& t : sparse_tables_) t->push();
-    return sparse_norm_squares();
+    return sparse_ ? sparse_->push() : std::pair<double, double>{0, 0};
   });
   double norm = 0;
   if (sharded_) {
@@ -406,11 +339,7 @@ double Trainer::optimizer_step(double lr) {
     });
   }
   timed("sparse_adamw", "optimizer", [&] {  // lazy: the touched rows only
-    const double factor = optim::clip_factor(norm, clip);
-    for (auto& t : sparse_tables_) {
-      if (factor != 1.0) t->scale_grads(factor);
-      t->step(lr);
-    }
+    if (sparse_) sparse_->step(lr, optim::clip_factor(norm, clip));
     return 0;
   });
   return norm;
@@ -459,11 +388,11 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
                             model_.param_count(), config_.model.dtype, dp, config_.parallel.zero ? " (ZeRO-1)" : "",
                             mesh_->world().size(), at::get_num_threads(),
                             is_dlrm() ? clicks_->describe() : source_->describe());
-    if (!sparse_tables_.empty()) {
+    if (sparse_) {
       std::string trials;
-      for (auto [p, seconds] : partition_trials_) trials += fmt::format(" P={}: {:.2f} ms", p, seconds * 1e3);
-      *console << fmt::format("loom: {} sparse table{} in {} partitions over {} ranks{}\n", sparse_tables_.size(),
-                              sparse_tables_.size() == 1 ? "" : "s", sparse_partitions_, replicas().size(),
+      for (auto [p, seconds] : sparse_->trials()) trials += fmt::format(" P={}: {:.2f} ms", p, seconds * 1e3);
+      *console << fmt::format("loom: {} sparse table{} in {} partitions over {} ranks{}\n", sparse_->size(),
+                              sparse_->size() == 1 ? "" : "s", sparse_->partitions(), replicas().size(),
                               trials.empty() ? std::string(config_.parallel.sparse_partitions > 0 ? " (set)" : "")
                                              : "; trials" + trials);
     }
@@ -480,7 +409,7 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     flat_->grads.zero_();
     pipeline::ExecutorHooks hooks;
     const std::vector<nn::MicroBatch> microbatches = local_microbatches(step);
-    if (!sparse_tables_.empty()) {  // the rows this step looks up, from their owners
+    if (sparse_) {  // the rows this step looks up, from their owners
       timed("sparse_pull", "communication", [&] {
         for (auto& layer : model_.chain) layer->pull_rows(microbatches);
         return 0;
@@ -525,7 +454,7 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     r.mfu = flops_per_step / seconds / peak_flops;
     metrics.write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                    {is_dlrm() ? "samples_per_s" : "tokens_per_s", r.tokens_per_s}, {"step_ms", r.step_ms},
-                   {"mfu", r.mfu}, {"sparse_partitions", sparse_partitions_},
+                   {"mfu", r.mfu}, {"sparse_partitions", sparse_partitions()},
                    {"peak_bytes", r.peak_bytes}, {"comm_bytes_per_step", r.comm_bytes},
                    {"bubble_fraction", r.bubble_fraction}, {"predicted_bubble_fraction", r.predicted_bubble_fraction},
                    {"peak_bytes_by_stage", r.peak_bytes_by_stage}});

@@ -25,7 +25,7 @@
 #include "loom/parallel/flat_params.h"
 #include "loom/parallel/gradient_reducer.h"
 #include "loom/parallel/sharded_adamw.h"
-#include "loom/parallel/sparse_table.h"
+#include "loom/parallel/sparse_tables.h"
 #include "loom/parallel/tp_region.h"
 #include "loom/parallel/sequence_parallel.h"
 #include "loom/pipeline/executor.h"
@@ -71,8 +71,11 @@ class Trainer {
   at::Tensor value_of(nn::Param& param) const;
   // The sparse tables' partition count (0: no table on the sparse path), and the trials that
   // chose it when parallel.sparse_partitions = 0: (P, seconds) per candidate.
-  int64_t sparse_partitions() const { return sparse_partitions_; }
-  const std::vector<std::pair<int64_t, double>>& partition_trials() const { return partition_trials_; }
+  int64_t sparse_partitions() const { return sparse_ ? sparse_->partitions() : 0; }
+  const std::vector<std::pair<int64_t, double>>& partition_trials() const {
+    static const std::vector<std::pair<int64_t, double>> none;
+    return sparse_ ? sparse_->trials() : none;
+  }
 
  private:
   void check_input(dist::Communicator& world);
@@ -83,9 +86,7 @@ class Trainer {
   std::vector<nn::MicroBatch> local_microbatches(int64_t step) const;
   // parallel.sparse = "auto": every embedding table goes on the sparse path (NOTE [Sparse exchange]).
   void attach_sparse_tables(const optim::AdamWOptions& adamw);
-  int64_t choose_partitions(const std::vector<nn::Param*>& tables, const optim::AdamWOptions& adamw);
   int64_t lookups_per_step() const;  // row lookups of one table by this rank in a step
-  std::pair<double, double> sparse_norm_squares();  // [replicated, tp-sharded], summed over the replicas
   // This rank's slice of the full chain `model_` (the layers of its virtual stages, in chunk
   // order) and how its chunks run; `model_` keeps only those layers.
   std::vector<pipeline::StageChunk> take_stage_layers();
@@ -116,9 +117,7 @@ class Trainer {
   std::unique_ptr<optim::AdamW> optimizer_;
   std::unique_ptr<parallel::ShardedAdamW> sharded_;        // zero = 1
   std::vector<nn::Param*> dense_params_;  // every parameter not on the sparse path
-  std::vector<std::unique_ptr<parallel::SparseTable>> sparse_tables_;
-  int64_t sparse_partitions_ = 0;
-  std::vector<std::pair<int64_t, double>> partition_trials_;
+  std::unique_ptr<parallel::SparseTables> sparse_;  // this rank's tables on the sparse path, if any
   std::unique_ptr<trace::ChromeTrace> trace_;              // set while a run records a trace
   pipeline::Schedule schedule_;
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
