@@ -59,6 +59,16 @@ INSTANTIATE_TEST_SUITE_P(Layouts, SequenceParallelGpt,
                                               s.zero ? "_zero" : "", s.sequence ? "_sequence" : "", s.overlap);
                          });
 
+// The communication tests' run: sp = the world in `mode`, one step of one micro-batch.
+Config one_step_config(const std::string& mode) {
+  Config c = sp_config();
+  c.parallel.sp = world().size();
+  c.parallel.sp_mode = mode;
+  c.train.steps = 1;
+  c.train.global_batch = 2;
+  return c;
+}
+
 // Per step with one micro-batch: per transformer block the sp axis carries one fused all-gather
 // of this segment's k and v in forward ([2, B, H, Ts, hd] handed in), the same again in backward,
 // and one fused reduce-scatter of the visible segments' dk and dv (sp blocks of that size handed
@@ -66,11 +76,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, SequenceParallelGpt,
 TEST(SequenceParallelGptComm, FusedKvCollectivesAndOneGradientAllReduceOverDpTimesSp) {
   const int n = world().size();
   if (n < 2) GTEST_SKIP();
-  Config c = sp_config();
-  c.parallel.sp = n;
+  Config c = one_step_config("allgather");
   c.parallel.sparse = "off";  // every weight gradient in the buckets
-  c.train.steps = 1;
-  c.train.global_batch = 2;
   train::Trainer trainer(c, world());
   trainer.run({.peak_flops = 1e9});
   const auto& m = c.model;
@@ -97,11 +104,7 @@ TEST(SequenceParallelGptComm, FusedKvCollectivesAndOneGradientAllReduceOverDpTim
 TEST(SequenceParallelGptComm, RingRotatesKvBlocks) {
   const int n = world().size();
   if (n < 2) GTEST_SKIP();
-  Config c = sp_config();
-  c.parallel.sp = n;
-  c.parallel.sp_mode = "ring";
-  c.train.steps = 1;
-  c.train.global_batch = 2;
+  Config c = one_step_config("ring");
   train::Trainer trainer(c, world());
   trainer.run({.peak_flops = 1e9});
   const auto& m = c.model;
@@ -119,11 +122,7 @@ TEST(SequenceParallelGptComm, RingRotatesKvBlocks) {
 TEST(SequenceParallelGptComm, UlyssesTwoAllToAllsEachWay) {
   const int n = world().size();
   if (n < 2 || 4 % n != 0) GTEST_SKIP() << "4 heads over sp";
-  Config c = sp_config();
-  c.parallel.sp = n;
-  c.parallel.sp_mode = "ulysses";
-  c.train.steps = 1;
-  c.train.global_batch = 2;
+  Config c = one_step_config("ulysses");
   train::Trainer trainer(c, world());
   trainer.run({.peak_flops = 1e9});
   const auto& m = c.model;
