@@ -6,16 +6,11 @@
 #include <cmath>
 #include <numeric>
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstring>
-#include <fstream>
+#include <vector>
 
 #include "loom/core/error.h"
+#include "loom/core/output_file.h"
 #include "loom/core/rng.h"
 
 namespace loom::data {
@@ -118,59 +113,56 @@ std::string ClickSource::describe() const {
                      bag_, zipf_, features_);
 }
 
-ClickFile::ClickFile(const std::string& path, const ModelConfig& model) : ClickData(model), path_(path) {
-  record_bytes_ = 8 * (1 + features_ + tables_ * bag_);
-  struct stat st {};
-  LOOM_CHECK_INPUT(::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode),
-                   "clicks file '{}' does not exist or is not a regular file (data.source)", path);
-  const auto bytes = static_cast<int64_t>(st.st_size);
+int64_t click_record_bytes(const ModelConfig& model) {
+  return 8 * (1 + model.dense_features + model.tables * model.bag_size);
+}
+
+ClickFile::ClickFile(const std::string& path, const ModelConfig& model)
+    : ClickData(model), file_(path, "clicks file"), record_bytes_(click_record_bytes(model)) {
+  const int64_t bytes = file_.size();
   LOOM_CHECK_INPUT(bytes > 0 && bytes % record_bytes_ == 0,
                    "clicks file '{}' is truncated: {} bytes is not a whole number of {}-byte records (label, {} "
                    "dense features, {} tables x {} ids); hint: check model.dense_features, model.tables and "
                    "model.bag_size",
                    path, bytes, record_bytes_, features_, tables_, bag_);
   records_ = bytes / record_bytes_;
-  const int fd = ::open(path.c_str(), O_RDONLY);
-  LOOM_CHECK_INPUT(fd >= 0, "cannot open clicks file '{}': {}", path, std::strerror(errno));
-  mapped_bytes_ = static_cast<size_t>(bytes);
-  void* mapped = ::mmap(nullptr, mapped_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
-  const int map_errno = errno;
-  ::close(fd);
-  LOOM_CHECK_INPUT(mapped != MAP_FAILED, "cannot map clicks file '{}': {}", path, std::strerror(map_errno));
-  data_ = static_cast<const unsigned char*>(mapped);
+  const int64_t chunk = std::max<int64_t>(1, DataFile::kScanChunk / record_bytes_);
+  std::vector<unsigned char> buffer(static_cast<size_t>(std::min(chunk, records_) * record_bytes_));
   std::vector<int64_t> ids(static_cast<size_t>(tables_ * bag_));
   std::vector<double> dense(static_cast<size_t>(features_));
-  for (int64_t r = 0; r < records_; ++r) {
-    int64_t label = 0;
-    sample(r, ids.data(), dense.data(), &label);
-    std::string problem;
-    if (label != 0 && label != 1) problem = fmt::format("label {} is not 0 or 1", label);
-    for (size_t i = 0; i < ids.size() && problem.empty(); ++i)
-      if (ids[i] < 0 || ids[i] >= rows_)
-        problem = fmt::format("table {} has id {}, out of range for model.table_rows = {}",
-                              static_cast<int64_t>(i) / bag_, ids[i], rows_);
-    if (!problem.empty()) {
-      ::munmap(const_cast<unsigned char*>(data_), mapped_bytes_);
-      data_ = nullptr;
-      throw InputError(fmt::format("clicks file '{}', record {}: {}; hint: check model.table_rows and model.tables",
-                                   path, r, problem));
+  for (int64_t first = 0; first < records_; first += chunk) {
+    const int64_t n = std::min(chunk, records_ - first);
+    file_.read(first * record_bytes_, n * record_bytes_, buffer.data());
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = first + i;
+      int64_t label = 0;
+      decode(buffer.data() + i * record_bytes_, ids.data(), dense.data(), &label);
+      std::string problem;
+      if (label != 0 && label != 1) problem = fmt::format("label {} is not 0 or 1", label);
+      for (size_t k = 0; k < ids.size() && problem.empty(); ++k)
+        if (ids[k] < 0 || ids[k] >= rows_)
+          problem = fmt::format("table {} has id {}, out of range for model.table_rows = {}",
+                                static_cast<int64_t>(k) / bag_, ids[k], rows_);
+      LOOM_CHECK_INPUT(problem.empty(), "clicks file '{}', record {}: {}; hint: check model.table_rows and model.tables",
+                       path, r, problem);
     }
   }
 }
 
-ClickFile::~ClickFile() {
-  if (data_ != nullptr) ::munmap(const_cast<unsigned char*>(data_), mapped_bytes_);
-}
-
-void ClickFile::sample(int64_t s, int64_t* ids, double* dense, int64_t* label) const {
-  const unsigned char* p = data_ + (s % records_) * record_bytes_;
+void ClickFile::decode(const unsigned char* p, int64_t* ids, double* dense, int64_t* label) const {
   std::memcpy(label, p, 8);
   std::memcpy(dense, p + 8, static_cast<size_t>(8 * features_));
   std::memcpy(ids, p + 8 * (1 + features_), static_cast<size_t>(8 * tables_ * bag_));
 }
 
+void ClickFile::sample(int64_t s, int64_t* ids, double* dense, int64_t* label) const {
+  std::vector<unsigned char> record(static_cast<size_t>(record_bytes_));
+  file_.read((s % records_) * record_bytes_, record_bytes_, record.data());
+  decode(record.data(), ids, dense, label);
+}
+
 std::string ClickFile::describe() const {
-  return fmt::format("clicks file {} ({} records, {} tables x {} rows, bags of {})", path_, records_, tables_, rows_,
+  return fmt::format("clicks file {} ({} records, {} tables x {} rows, bags of {})", file_.path(), records_, tables_, rows_,
                      bag_);
 }
 
@@ -181,21 +173,23 @@ std::unique_ptr<ClickData> open_clicks(const Config& config) {
 }
 
 void write_clicks(const ClickData& data, int64_t count, const std::string& path) {
-  std::ofstream out(path, std::ios::binary);
-  LOOM_CHECK_INPUT(out.good(), "cannot write clicks file '{}'", path);
+  OutputFile out(path);
   constexpr int64_t kChunk = ClickFile::kWriteChunk;
+  std::string records;
   for (int64_t first = 0; first < count; first += kChunk) {
     const int64_t n = std::min(kChunk, count - first);
     const nn::MicroBatch mb = data.microbatch(kChunk, n, first / kChunk, 0);  // samples [first, first + n)
     const int64_t* labels = mb.targets.data_ptr<int64_t>();
+    records.clear();
     for (int64_t r = 0; r < n; ++r) {
       const at::Tensor dense = mb.dense[r].contiguous(), ids = mb.tokens[r].contiguous();
-      out.write(reinterpret_cast<const char*>(labels + r), 8);
-      out.write(reinterpret_cast<const char*>(dense.data_ptr<double>()), static_cast<std::streamsize>(8 * dense.numel()));
-      out.write(reinterpret_cast<const char*>(ids.data_ptr<int64_t>()), static_cast<std::streamsize>(8 * ids.numel()));
+      records.append(reinterpret_cast<const char*>(labels + r), 8);
+      records.append(reinterpret_cast<const char*>(dense.data_ptr<double>()), static_cast<size_t>(8 * dense.numel()));
+      records.append(reinterpret_cast<const char*>(ids.data_ptr<int64_t>()), static_cast<size_t>(8 * ids.numel()));
     }
+    out.write(records);
   }
-  LOOM_CHECK(out.good(), "writing clicks file '{}' failed", path);
+  out.commit();
 }
 
 }  // namespace loom::data

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "loom/core/config.h"
+#include "loom/data/data_file.h"
 #include "loom/nn/layer.h"
 
 namespace loom::data {
@@ -56,29 +57,32 @@ class ClickSource final : public ClickData {
 
 // clicks:PATH, a file of little-endian records, one per sample: the label (int64, 0 or 1), the
 // dense features (float64 x model.dense_features), the ids (int64 x tables x bag_size, table by
-// table). Sample s is record s mod the record count. Opening checks the whole file: its size is
-// whole records, every label is 0 or 1 and every id is a row of its table (InputError otherwise).
+// table). Sample s is record s mod the record count. Opening checks the whole file, read in pieces
+// of DataFile::kScanChunk: its size is whole records, every label is 0 or 1 and every id is a row
+// of its table (InputError otherwise). Records are read with positioned reads; a file that
+// changes under a run is a loom::Error (NOTE [Data files change under a run]).
 class ClickFile final : public ClickData {
  public:
   ClickFile(const std::string& path, const ModelConfig& model);
-  ~ClickFile() override;
-  ClickFile(const ClickFile&) = delete;
-  ClickFile& operator=(const ClickFile&) = delete;
   std::string describe() const override;
   int64_t records() const { return records_; }
   static constexpr int64_t kWriteChunk = 65536;  // samples write_clicks generates at a time
 
  private:
   void sample(int64_t s, int64_t* ids, double* dense, int64_t* label) const override;
-  std::string path_;
+  // Record fields at `p` (record_bytes_ bytes) into the three outputs.
+  void decode(const unsigned char* p, int64_t* ids, double* dense, int64_t* label) const;
+  DataFile file_;
   int64_t records_ = 0, record_bytes_ = 0;
-  const unsigned char* data_ = nullptr;
-  size_t mapped_bytes_ = 0;
 };
+
+// Bytes of one clicks-file record for `model`: 8 x (1 + dense_features + tables x bag_size).
+int64_t click_record_bytes(const ModelConfig& model);
 
 // The data.source of a DLRM: "synthetic" or "clicks:PATH".
 std::unique_ptr<ClickData> open_clicks(const Config& config);
-// Writes samples [0, count) of `data` as a clicks file (the format above).
+// Writes samples [0, count) of `data` as a clicks file (the format above) through an OutputFile:
+// `path` is replaced only when every record is written (NOTE [Output files]).
 void write_clicks(const ClickData& data, int64_t count, const std::string& path);
 
 }  // namespace loom::data

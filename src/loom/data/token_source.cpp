@@ -1,9 +1,66 @@
 #include "loom/data/token_source.h"
 
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "loom/core/error.h"
+#include "loom/data/data_file.h"
 #include "loom/data/markov_source.h"
 #include "loom/data/token_file.h"
+#include "loom/data/token_sidecar.h"
 
 namespace loom::data {
+
+namespace {
+
+// True when some id of `file` read as uint32 is >= vocab: the file cannot be uint32 ids of this
+// model. Reads until the first such id (at once for a uint16 file of real text).
+bool has_uint32_over(const DataFile& file, int64_t vocab) {
+  const int64_t count = file.size() / 4, chunk = DataFile::kScanChunk / 4;
+  std::vector<uint32_t> ids(static_cast<size_t>(std::min(chunk, count)));
+  for (int64_t first = 0; first < count; first += chunk) {
+    const int64_t n = std::min(chunk, count - first);
+    file.read(first * 4, n * 4, ids.data());
+    if (std::any_of(ids.begin(), ids.begin() + n, [&](uint32_t id) { return id >= vocab; })) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+// NOTE [Token width]: a tokens:PATH file holds no word of its ids' width, and the wrong width
+// reads garbage that still looks like ids (a uint32 file read as uint16 is every other token 0).
+//  - With a sidecar (NOTE [Token sidecar]) its dtype is the width; it must agree with the file
+//    (tokens x width = size, else the file changed since it was prepared) and with an explicit
+//    data.token_dtype.
+//  - Without one, an explicit data.token_dtype is taken as stated. "auto" takes only what the
+//    file itself proves: a size that is not a multiple of 4 cannot be uint32; nor can a file with
+//    an id >= vocab when read as uint32 (a uint16 file of real text almost always has one in its
+//    first ids). Anything else is refused, saying how to state the width.
+int token_width(const std::string& path, const std::string& token_dtype, int64_t vocab) {
+  const DataFile file(path, "data file");
+  const int64_t bytes = file.size();
+  if (const std::optional<TokenSidecar> side = read_sidecar(path)) {
+    const std::string side_path = sidecar_path(path);
+    LOOM_CHECK_INPUT(side->tokens <= bytes && side->tokens * side->token_bytes() == bytes,
+                     "data file '{}' has {} bytes, but its sidecar '{}' says {} {} tokens ({} x {} bytes): the file "
+                     "changed since it was prepared; hint: prepare it again with `loom data prepare`",
+                     path, bytes, side_path, side->tokens, side->dtype, side->tokens, side->token_bytes());
+    LOOM_CHECK_INPUT(token_dtype == "auto" || token_dtype == side->dtype,
+                     "data.token_dtype = \"{}\", but the sidecar '{}' of data file '{}' says its ids are {}; hint: "
+                     "set data.token_dtype = \"auto\" to use the sidecar's",
+                     token_dtype, side_path, path, side->dtype);
+    return side->token_bytes();
+  }
+  if (token_dtype != "auto") return token_dtype == "uint32" ? 4 : 2;
+  if (bytes % 4 != 0 || bytes == 0 || has_uint32_over(file, vocab)) return 2;
+  throw InputError(fmt::format(
+      "data file '{}' ({} bytes, no sidecar '{}') could hold uint16 or uint32 ids, and data.token_dtype = \"auto\" "
+      "cannot tell which; hint: state it, e.g. --set data.token_dtype=uint16 (or uint32), or write the file with "
+      "`loom data prepare`, which records the width in a sidecar",
+      path, bytes, sidecar_path(path)));
+}
 
 std::unique_ptr<TokenSource> open_source(const Config& config) {
   const std::string& source = config.data.source;
@@ -13,9 +70,9 @@ std::unique_ptr<TokenSource> open_source(const Config& config) {
   if (source.starts_with("text:"))
     return std::make_unique<TokenFile>(source.substr(5), 1, config.model.vocab, min_tokens, seed);
   // tokens:PATH
-  const std::string& dtype = config.data.token_dtype;
-  const int width = dtype == "uint32" || (dtype == "auto" && config.model.vocab > 65536) ? 4 : 2;
-  return std::make_unique<TokenFile>(source.substr(7), width, config.model.vocab, min_tokens, seed);
+  const std::string path = source.substr(7);
+  const int width = token_width(path, config.data.token_dtype, config.model.vocab);
+  return std::make_unique<TokenFile>(path, width, config.model.vocab, min_tokens, seed);
 }
 
 }  // namespace loom::data

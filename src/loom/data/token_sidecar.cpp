@@ -1,0 +1,74 @@
+#include "loom/data/token_sidecar.h"
+
+#include <sys/stat.h>
+
+#include <fstream>
+#include <iterator>
+#include <nlohmann/json.hpp>
+
+#include "loom/core/error.h"
+
+namespace loom::data {
+
+namespace {
+constexpr const char* kFormat = "loom-tokens";
+}  // namespace
+
+std::string sidecar_path(const std::string& token_path) { return token_path + ".json"; }
+
+std::string to_json(const TokenSidecar& s) {
+  // ordered_json keeps the documented field order, so the file reads like the docs.
+  const nlohmann::ordered_json j = {{"format", kFormat},   {"version", s.version}, {"dtype", s.dtype},
+                                    {"vocab", s.vocab},    {"tokens", s.tokens},   {"source", s.source},
+                                    {"source_checksum", s.source_checksum}};
+  return j.dump(2) + "\n";
+}
+
+TokenSidecar parse_sidecar(const std::string& text, const std::string& path) {
+  const std::string hint = "hint: prepare the token file again with `loom data prepare`, or remove the sidecar and "
+                           "set data.token_dtype";
+  const nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  TokenSidecar s;
+  try {
+    LOOM_CHECK_INPUT(j.is_object() && j.contains("format") && j["format"] == kFormat,
+                     "token sidecar '{}' is not a \"{}\" JSON object; {}", path, kFormat, hint);
+    s.version = j.at("version").get<int>();
+    LOOM_CHECK_INPUT(s.version <= TokenSidecar::kVersion,
+                     "token sidecar '{}' is version {}, newer than the version {} this loom reads; hint: use a newer "
+                     "loom, or prepare the file again with this one",
+                     path, s.version, TokenSidecar::kVersion);
+    s.dtype = j.at("dtype").get<std::string>();
+    s.vocab = j.at("vocab").get<int64_t>();
+    s.tokens = j.at("tokens").get<int64_t>();
+    s.source = j.value("source", "");
+    s.source_checksum = j.value("source_checksum", "");
+  } catch (const nlohmann::json::exception& e) {
+    throw InputError(fmt::format("token sidecar '{}' lacks a field or has one of the wrong type ({}); {}", path,
+                                 e.what(), hint));
+  }
+  LOOM_CHECK_INPUT(s.version >= 1 && (s.dtype == "uint16" || s.dtype == "uint32") && s.tokens >= 0 && s.vocab > 0,
+                   "token sidecar '{}' says version {}, dtype \"{}\", {} tokens, vocab {}: not a valid token file "
+                   "description; {}",
+                   path, s.version, s.dtype, s.tokens, s.vocab, hint);
+  return s;
+}
+
+std::optional<TokenSidecar> read_sidecar(const std::string& token_path) {
+  const std::string path = sidecar_path(token_path);
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return std::nullopt;
+  LOOM_CHECK_INPUT(S_ISREG(st.st_mode), "token sidecar '{}' is not a regular file", path);
+  std::ifstream in(path, std::ios::binary);
+  LOOM_CHECK_INPUT(in.good(), "cannot read token sidecar '{}'", path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return parse_sidecar(text, path);
+}
+
+void Fnv1a::update(std::string_view bytes) {
+  for (const unsigned char c : bytes) {
+    hash_ ^= c;
+    hash_ *= 0x100000001b3ULL;
+  }
+}
+
+}  // namespace loom::data

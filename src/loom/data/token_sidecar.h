@@ -1,0 +1,53 @@
+#pragma once
+// NOTE [Token sidecar]: a token file is flat ids with nothing in it to say their width, so a
+// uint32 file read as uint16 trains on every other token 0 without a word. `loom data prepare`
+// therefore writes beside `X` a small JSON file `X.json`, versioned:
+//   {"format": "loom-tokens", "version": 1, "dtype": "uint16" | "uint32", "vocab": 256,
+//    "tokens": N, "source": "<text path>", "source_checksum": "<FNV-1a 64 of the text, 16 hex>"}
+// data.token_dtype = "auto" reads the width from it; the token count checks that the file is the
+// one that was prepared (tokens x width = its size). Readers refuse another format or a newer
+// version; fields they do not know are ignored, so version 1 may gain fields.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include <fmt/format.h>
+
+namespace loom::data {
+
+struct TokenSidecar {
+  static constexpr int kVersion = 1;
+  int version = kVersion;
+  std::string dtype;            // "uint16" | "uint32"
+  int64_t vocab = 0;            // every id is < vocab
+  int64_t tokens = 0;
+  std::string source;           // the text the file was prepared from, as given
+  std::string source_checksum;  // fnv1a_hex of the source's bytes
+  bool operator==(const TokenSidecar&) const = default;
+
+  int token_bytes() const { return dtype == "uint32" ? 4 : 2; }
+};
+
+// `token_path` + ".json".
+std::string sidecar_path(const std::string& token_path);
+// The sidecar's file text: one JSON object and a newline.
+std::string to_json(const TokenSidecar& sidecar);
+// Parses a sidecar's text; InputError naming `path` when it is not JSON, not a loom-tokens
+// sidecar, of a newer version, or lacks a field.
+TokenSidecar parse_sidecar(const std::string& text, const std::string& path);
+// The sidecar of `token_path` when there is one (parse_sidecar's errors otherwise).
+std::optional<TokenSidecar> read_sidecar(const std::string& token_path);
+
+// 64-bit FNV-1a, fed in pieces: the checksum a sidecar records of its source.
+class Fnv1a {
+ public:
+  void update(std::string_view bytes);
+  uint64_t value() const { return hash_; }
+  std::string hex() const { return fmt::format("{:016x}", hash_); }
+
+ private:
+  uint64_t hash_ = 0xcbf29ce484222325ULL;
+};
+
+}  // namespace loom::data
