@@ -131,8 +131,15 @@ TEST(Units, ParsesAndFormatsByteSizes) {
   EXPECT_EQ(parse_bytes("1.5 MiB", "k"), 3 << 19);
   EXPECT_EQ(parse_bytes("1GB", "k"), 1000000000);
   EXPECT_EQ(parse_bytes("4096", "k"), 4096);
-  EXPECT_THROW(parse_bytes("2 parsecs", "k"), InputError);
-  EXPECT_THROW(parse_bytes("-1GiB", "k"), InputError);
+  EXPECT_EQ(parse_bytes("8388607TiB", "k"), int64_t{8388607} << 40);  // the largest whole TiB below 2^63
+  EXPECT_THAT(input_error([] { parse_bytes("2 parsecs", "k"); }), HasSubstr("k = \"2 parsecs\" is not a byte size"));
+  EXPECT_THAT(input_error([] { parse_bytes("-1GiB", "k"); }), HasSubstr("k = \"-1GiB\" is negative"));
+  EXPECT_THAT(input_error([] { parse_bytes("-inf", "k"); }), HasSubstr("k = \"-inf\" is negative"));
+  EXPECT_THAT(input_error([] { parse_bytes("inf", "k"); }), HasSubstr("k = \"inf\" is infinite"));
+  EXPECT_THAT(input_error([] { parse_bytes("nanGiB", "k"); }), HasSubstr("k = \"nanGiB\" is not a number of bytes"));
+  EXPECT_THAT(input_error([] { parse_bytes("1e400B", "k"); }), HasSubstr("k = \"1e400B\" is too large"));
+  EXPECT_THAT(input_error([] { parse_bytes("8388608TiB", "k"); }), HasSubstr("below 8 EiB (2^63 bytes)"));
+  EXPECT_THAT(input_error([] { parse_bytes("10000000000000000000", "k"); }), HasSubstr("is too large"));
   EXPECT_EQ(format_bytes(512), "512 B");
   EXPECT_EQ(format_bytes(1536), "1.50 KiB");
   EXPECT_EQ(format_bytes(3.0 * (1 << 30)), "3.00 GiB");

@@ -1,6 +1,8 @@
 #include "loom/core/units.h"
 
+#include <algorithm>
 #include <array>
+#include <cerrno>
 #include <cctype>
 #include <cmath>
 #include <cstdlib>
@@ -10,32 +12,52 @@
 
 namespace loom {
 
+namespace {
+
+struct ByteUnit {
+  std::string_view name;
+  double scale;
+};
+constexpr std::array<ByteUnit, 10> kByteUnits{{
+    {"B", 1.0},
+    {"KiB", 1024.0},
+    {"MiB", 1024.0 * 1024},
+    {"GiB", 1024.0 * 1024 * 1024},
+    {"TiB", 1024.0 * 1024 * 1024 * 1024},
+    {"KB", 1e3},
+    {"MB", 1e6},
+    {"GB", 1e9},
+    {"TB", 1e12},
+    {"", 1.0},
+}};
+
+}  // namespace
+
 int64_t parse_bytes(std::string_view text, std::string_view what) {
-  static constexpr std::array<std::pair<std::string_view, double>, 10> kUnits{{
-      {"B", 1.0},
-      {"KiB", 1024.0},
-      {"MiB", 1024.0 * 1024},
-      {"GiB", 1024.0 * 1024 * 1024},
-      {"TiB", 1024.0 * 1024 * 1024 * 1024},
-      {"KB", 1e3},
-      {"MB", 1e6},
-      {"GB", 1e9},
-      {"TB", 1e12},
-      {"", 1.0},
-  }};
   const std::string s(text);
   char* end = nullptr;
+  errno = 0;
   const double value = std::strtod(s.c_str(), &end);
+  const bool overflow = errno == ERANGE && std::isinf(value);
   std::string_view unit(end);
   while (!unit.empty() && std::isspace(static_cast<unsigned char>(unit.front()))) unit.remove_prefix(1);
-  const bool parsed_number = end != s.c_str() && std::isfinite(value) && value >= 0;
-  for (const auto& [name, scale] : kUnits) {
-    if (parsed_number && unit == name) return static_cast<int64_t>(std::llround(value * scale));
-  }
-  throw InputError(fmt::format(
-      "{} = \"{}\" is not a byte size; write a number with an optional unit, e.g. \"2GiB\", "
-      "\"512MiB\", \"1.5GB\"",
-      what, text));
+  const auto* match =
+      std::find_if(kByteUnits.begin(), kByteUnits.end(), [&](const ByteUnit& u) { return u.name == unit; });
+  LOOM_CHECK_INPUT(end != s.c_str() && match != kByteUnits.end(),
+                   "{} = \"{}\" is not a byte size; write a number with an optional unit (B, KiB, MiB, GiB, TiB, KB, "
+                   "MB, GB, TB), e.g. \"2GiB\", \"512MiB\", \"1.5GB\"",
+                   what, text);
+  LOOM_CHECK_INPUT(!std::isnan(value), "{} = \"{}\" is not a number of bytes; write e.g. \"2GiB\"", what, text);
+  LOOM_CHECK_INPUT(!std::signbit(value) || value == 0,
+                   "{} = \"{}\" is negative; a byte size is 0 or more, e.g. \"2GiB\"", what, text);
+  LOOM_CHECK_INPUT(overflow || !std::isinf(value),
+                   "{} = \"{}\" is infinite; a byte size must be finite, e.g. \"2GiB\"", what, text);
+  // 2^63 bytes (8 EiB) is the first size an int64 cannot hold; the product is exact for powers of 2.
+  const double bytes = value * match->scale;
+  LOOM_CHECK_INPUT(!overflow && bytes < 0x1p63,
+                   "{} = \"{}\" is too large: a byte size must be below 8 EiB (2^63 bytes), e.g. \"2GiB\"", what,
+                   text);
+  return static_cast<int64_t>(std::llround(bytes));
 }
 
 std::string format_bytes(double bytes) {

@@ -6,7 +6,8 @@
 
 namespace loom {
 
-// Throws InputError naming `what` (e.g. "memory.budget") on a malformed size.
+// Throws InputError naming `what` (e.g. "memory.budget") on a malformed size, and on one that is
+// not a number (nan), negative, infinite, or 2^63 bytes (8 EiB) or more.
 int64_t parse_bytes(std::string_view text, std::string_view what);
 
 // "0 B", "512 B", "1.50 KiB", "2.00 GiB".
