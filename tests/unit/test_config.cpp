@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <limits>
+
 #include "loom/core/config.h"
 #include "loom/core/error.h"
 #include "loom/core/units.h"
@@ -11,6 +13,7 @@ namespace loom {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 // The message of the InputError `fn` throws; fails the test if it throws nothing or something else.
 template <class Fn>
@@ -51,8 +54,27 @@ TEST(Config, UnknownKeyNamesTheClosestKnownOne) {
   const std::string msg = input_error([] { parse_config("[model]\nd_modle = 3\n", "x.toml"); });
   EXPECT_THAT(msg, HasSubstr("unknown config key 'model.d_modle'"));
   EXPECT_THAT(msg, HasSubstr("did you mean 'model.d_model'"));
-  EXPECT_THAT(input_error([] { parse_config("[trian]\nsteps = 3\n", "x.toml"); }), HasSubstr("train.steps"));
   EXPECT_THAT(input_error([] { parse_config("steps = 3\n", "x.toml"); }), HasSubstr("outside any section"));
+}
+
+TEST(Config, UnknownSectionListsTheSectionsOfTheKeyTable) {
+  const std::string sections = "the sections are [model], [parallel], [memory], [train], [data]";
+  const std::string foo = input_error([] { parse_config("[foo]\nbar = 1\n", "x.toml"); });
+  EXPECT_THAT(foo, HasSubstr("x.toml: unknown section [foo]; " + sections));
+  EXPECT_THAT(foo, Not(HasSubstr("did you mean")));
+  EXPECT_THAT(input_error([] { parse_config("[trian]\nsteps = 3\n", "x.toml"); }),
+              HasSubstr("unknown section [trian]; did you mean [train]? " + sections));
+  Config c;
+  EXPECT_THAT(input_error([&] { apply_override(c, "foo.bar=1"); }), HasSubstr("unknown section [foo]; " + sections));
+  EXPECT_THAT(input_error([&] { apply_override(c, "modle.d_model=8"); }), HasSubstr("did you mean [model]?"));
+  // The list comes from the key table: every section of config_keys(), each once, in order.
+  std::vector<std::string> from_keys;
+  for (const auto& key : config_keys()) {
+    const std::string section = key.substr(0, key.find('.'));
+    if (std::find(from_keys.begin(), from_keys.end(), section) == from_keys.end()) from_keys.push_back(section);
+  }
+  const std::vector<std::string_view> sections_list = config_sections();
+  EXPECT_EQ(from_keys, std::vector<std::string>(sections_list.begin(), sections_list.end()));
 }
 
 TEST(Config, WrongTypesAreRefusedWithTheValue) {
@@ -80,6 +102,67 @@ TEST(Config, OverridesParseAsTomlOrFallBackToStrings) {
   EXPECT_THAT(input_error([&] { apply_override(c, "train.stpes=3"); }), HasSubstr("did you mean 'train.steps'"));
   EXPECT_THAT(input_error([&] { apply_override(c, "steps3"); }), HasSubstr("section.key=value"));
   EXPECT_THAT(input_error([&] { apply_override(c, "train.steps=many"); }), HasSubstr("must be an integer"));
+}
+
+TEST(Config, NumbersBeyond64BitsAreReportedAsNumbersWithTheKey) {
+  Config c;
+  EXPECT_THAT(input_error([&] { apply_override(c, "train.steps=99000000000000000000"); }),
+              HasSubstr("--set train.steps=99000000000000000000: train.steps = 99000000000000000000 is out of range "
+                        "of a 64-bit integer (-9223372036854775808 to 9223372036854775807)"));
+  EXPECT_THAT(input_error([&] { apply_override(c, "train.seed=-9223372036854775809"); }),
+              HasSubstr("train.seed = -9223372036854775809 is out of range of a 64-bit integer"));
+  EXPECT_THAT(input_error([&] { apply_override(c, "train.lr=1e400"); }),
+              HasSubstr("train.lr = 1e400 is out of range of a 64-bit float"));
+  EXPECT_THAT(input_error([&] { apply_override(c, "train.steps=007"); }),
+              HasSubstr("train.steps = 007 is not a number TOML can read (leading zeroes are prohibited)"));
+  EXPECT_THAT(input_error([&] { apply_override(c, "parallel.pp_cuts=[1, 99999999999999999999]"); }),
+              HasSubstr("parallel.pp_cuts = [1, 99999999999999999999]: 99999999999999999999 is out of range of a "
+                        "64-bit integer"));
+  EXPECT_THAT(input_error([&] { apply_override(c, "model.n_layers="); }),
+              HasSubstr("model.n_layers has no value; write e.g. --set model.n_layers=4"));
+  apply_override(c, "train.seed=9223372036854775807");  // the largest still fits
+  EXPECT_EQ(c.train.seed, std::numeric_limits<int64_t>::max());
+  apply_override(c, "memory.budget=4096");  // a string key takes a bare number as its text
+  EXPECT_EQ(c.memory.budget, "4096");
+  apply_override(c, "memory.budget=\"\"");
+  EXPECT_EQ(c.memory.budget, "");
+
+  EXPECT_THAT(input_error([] { parse_config("[train]\nlr = 0.1\nsteps = 99000000000000000000  # long\n", "x"); }),
+              HasSubstr("x:3: train.steps = 99000000000000000000 is out of range of a 64-bit integer"));
+  EXPECT_THAT(input_error([] { parse_config("[train]\nlr = -1e999\n", "x.toml"); }),
+              HasSubstr("x.toml:2: train.lr = -1e999 is out of range of a 64-bit float"));
+  EXPECT_THAT(input_error([] { parse_config("[parallel]\npp_cuts = [1, 99999999999999999999]\n", "x.toml"); }),
+              HasSubstr("x.toml:2: parallel.pp_cuts: 99999999999999999999 is out of range of a 64-bit integer"));
+}
+
+// Every float key of the table refuses inf and nan, from a file and from --set.
+TEST(Config, FloatKeysMustBeFinite) {
+  size_t float_keys = 0;
+  for (const std::string& key : config_keys()) {
+    for (const char* value : {"inf", "-inf", "nan"}) {
+      Config c;
+      try {
+        apply_override(c, key + "=" + value);
+        EXPECT_NE(to_toml(c).find(value), std::string::npos) << key << " took " << value << " as a string";
+      } catch (const InputError& e) {
+        const std::string msg = e.what();
+        if (msg.find("finite") == std::string::npos) continue;  // not a float key: a type error
+        EXPECT_THAT(msg, HasSubstr(fmt::format("{} = {} must be a finite number; hint: the default is", key, value)));
+        float_keys += value == std::string("inf");
+      }
+    }
+  }
+  EXPECT_EQ(float_keys, 9u);  // bucket_mb, recompute_ratio, lr, min_lr_ratio, weight_decay, beta1, beta2, clip, zipf
+  EXPECT_THAT(input_error([] { parse_config("[train]\nlr = inf\n", "x.toml"); }),
+              HasSubstr("x.toml: train.lr = inf must be a finite number; hint: the default is 0.001"));
+  EXPECT_THAT(input_error([] { parse_config("[memory]\nrecompute_ratio = nan\n", "x.toml"); }),
+              HasSubstr("memory.recompute_ratio = nan must be a finite number"));
+}
+
+TEST(Config, ConfigFileMustBeAReadableFile) {
+  EXPECT_THAT(input_error([] { load_config_file("/nonexistent/x.toml"); }), HasSubstr("cannot read config file"));
+  const std::string dir = ::testing::TempDir();
+  EXPECT_THAT(input_error([&] { load_config_file(dir); }), HasSubstr("config file '" + dir + "' is a directory"));
 }
 
 TEST(Config, PrintedConfigReadsBackToTheSameConfig) {

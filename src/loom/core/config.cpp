@@ -3,8 +3,14 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
+#include <utility>
 #include <variant>
 
 #include "loom/core/error.h"
@@ -73,17 +79,40 @@ size_t edit_distance(std::string_view a, std::string_view b) {
   return row[b.size()];
 }
 
-std::string closest_key(std::string_view key) {
+template <class Range>
+std::string closest(std::string_view word, const Range& candidates) {
   std::string best;
   size_t best_distance = SIZE_MAX;
-  for (const auto& candidate : config_keys()) {
-    const size_t d = edit_distance(key, candidate);
-    if (d < best_distance) best_distance = d, best = candidate;
+  for (const auto& candidate : candidates) {
+    const size_t d = edit_distance(word, candidate);
+    if (d < best_distance) best_distance = d, best = std::string(candidate);
   }
   return best;
 }
 
+std::string closest_key(std::string_view key) { return closest(key, config_keys()); }
+
+// The sections in the order of the key table: "[model], [parallel], ...".
+std::string section_list() {
+  std::vector<std::string> names;
+  for (const auto& section : config_sections()) names.push_back(fmt::format("[{}]", section));
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+// Refuses a section the key table does not have, suggesting a close one (an edit or two away).
+void check_section(std::string_view section, std::string_view origin) {
+  const std::vector<std::string_view> sections = config_sections();
+  if (std::find(sections.begin(), sections.end(), section) != sections.end()) return;
+  const std::string best = closest(section, sections);
+  const size_t distance = edit_distance(section, best);
+  const std::string hint =
+      distance <= 2 && distance < section.size() ? fmt::format("did you mean [{}]? ", best) : std::string();
+  throw InputError(fmt::format("{}: unknown section [{}]; {}the sections are {}", origin, section, hint,
+                               section_list()));
+}
+
 const KeySpec& find_key(std::string_view section, std::string_view name, std::string_view origin) {
+  check_section(section, origin);
   for (const auto& spec : key_specs())
     if (spec.section == section && spec.name == name) return spec;
   const std::string full = fmt::format("{}.{}", section, name);
@@ -109,6 +138,20 @@ std::string node_text(const toml::node& node) {
   return out.str();
 }
 
+std::string toml_value(const FieldPtr& field);
+
+// A key's default as TOML, for hints.
+std::string default_value(const KeySpec& spec) {
+  Config defaults;
+  return toml_value(spec.field(defaults));
+}
+
+// TOML reads inf and nan as floats; no float key of loom means either (NOTE [Numbers a key can hold]).
+void check_finite(const KeySpec& spec, double value, std::string_view origin) {
+  LOOM_CHECK_INPUT(std::isfinite(value), "{}: {} = {} must be a finite number; hint: the default is {}", origin,
+                   spec.full(), value, default_value(spec));
+}
+
 void assign(const KeySpec& spec, Config& config, const toml::node& node, std::string_view origin) {
   auto wrong = [&](std::string_view want) {
     return InputError(fmt::format("{}: {} must be {}, got {} ({})", origin, spec.full(), want,
@@ -124,6 +167,7 @@ void assign(const KeySpec& spec, Config& config, const toml::node& node, std::st
           if (node.is_integer()) *field = static_cast<double>(node.as_integer()->get());
           else if (node.is_floating_point()) *field = node.as_floating_point()->get();
           else throw wrong("a number");
+          check_finite(spec, *field, origin);
         } else if constexpr (std::is_same_v<T, bool>) {
           if (!node.is_boolean()) throw wrong("a boolean (true or false)");
           *field = node.as_boolean()->get();
@@ -141,12 +185,100 @@ void assign(const KeySpec& spec, Config& config, const toml::node& node, std::st
       spec.field(config));
 }
 
+// NOTE [Numbers a key can hold]
+// An integer key holds a 64-bit integer and a float key a finite double. TOML refuses a literal beyond
+// either range with a parse error ("'...' is not representable in 64 bits") that names neither the key
+// nor the range, and `--set` would read such a value as a string and then say "got a string". Both
+// report the number instead: the key, the value and the range. TOML also reads inf and nan as floats;
+// check_finite refuses them for every float key of the table, so a new float key is covered too.
+
+// The range problem of a number TOML refused ("is out of range of ..."), or "" if it has another
+// one. The parser says "not representable in 64 bits", or for a float read through a stream only
+// "could not be interpreted"; strtod tells a float's range then (and too large from too small).
+std::string range_problem(std::string_view description, std::string_view number) {
+  const bool beyond = description.find("not representable in 64 bits") != std::string_view::npos;
+  if (description.find("floating-point") == std::string_view::npos) {
+    if (!beyond) return "";
+    return fmt::format("is out of range of a 64-bit integer ({} to {})", std::numeric_limits<int64_t>::min(),
+                       std::numeric_limits<int64_t>::max());
+  }
+  std::string digits;
+  for (char c : number)
+    if (c != '_') digits += c;
+  errno = 0;
+  const double value = std::strtod(digits.c_str(), nullptr);
+  if (errno == ERANGE && std::abs(value) < 1)
+    return "is too close to 0 for a 64-bit float; hint: write 0 if you mean 0";
+  if (errno == ERANGE || beyond) return "is out of range of a 64-bit float (magnitudes up to about 1.8e308)";
+  return "";
+}
+
+// What is wrong with a number TOML refused: its range, else the parser's reason.
+std::string number_problem(std::string_view description, std::string_view number) {
+  const std::string range = range_problem(description, number);
+  if (!range.empty()) return range;
+  const size_t colon = description.find(": ");
+  return fmt::format("is not a number TOML can read ({})",
+                     colon == std::string_view::npos ? description : description.substr(colon + 2));
+}
+
+// An unquoted value that a user meant as a number: a sign, a digit (or .digit), then number characters.
+bool looks_like_number(std::string_view value) {
+  if (value.starts_with('+') || value.starts_with('-')) value.remove_prefix(1);
+  const auto digit = [](char c) { return c >= '0' && c <= '9'; };
+  if (value.empty() || !(digit(value[0]) || (value.size() > 1 && value[0] == '.' && digit(value[1])))) return false;
+  return value.find_first_not_of("0123456789abcdefABCDEF_.+-xo") == std::string_view::npos;
+}
+
+std::string_view trim(std::string_view s) {
+  const size_t begin = s.find_first_not_of(" \t\r");
+  if (begin == std::string_view::npos) return {};
+  return s.substr(begin, s.find_last_not_of(" \t\r") - begin + 1);
+}
+
+// The assignment on 1-based `line` of a TOML text as {"section.key", "value"}; {"", ""} if it has none.
+std::pair<std::string, std::string> assignment_on_line(std::string_view text, size_t line) {
+  std::string section;
+  size_t pos = 0;
+  for (size_t n = 1; n < line && pos != std::string_view::npos; ++n) {
+    const std::string_view l = trim(text.substr(pos, text.find('\n', pos) - pos));
+    if (l.starts_with('[') && l.find(']') != std::string_view::npos)
+      section = trim(l.substr(1, l.find(']') - 1));
+    pos = text.find('\n', pos);
+    if (pos != std::string_view::npos) ++pos;
+  }
+  if (pos == std::string_view::npos) return {};
+  const std::string_view l = text.substr(pos, text.find('\n', pos) - pos);
+  const size_t eq = l.find('=');
+  if (eq == std::string_view::npos || trim(l).starts_with('[')) return {};
+  const std::string_view key = trim(l.substr(0, eq));
+  const std::string_view value = trim(l.substr(eq + 1, l.find('#', eq) - eq - 1));
+  return {section.empty() ? std::string(key) : fmt::format("{}.{}", section, key), std::string(value)};
+}
+
+// The number a TOML parse error quotes ("... '123...' is not ..."), or "".
+std::string_view quoted_number(std::string_view description) {
+  const size_t quote = description.find('\'');
+  if (quote == std::string_view::npos) return {};
+  return description.substr(quote + 1, description.find('\'', quote + 1) - quote - 1);
+}
+
 toml::table parse_toml(std::string_view text, std::string_view origin) {
   try {
     return toml::parse(text, origin);
   } catch (const toml::parse_error& e) {
-    throw InputError(fmt::format("{}:{}:{}: {}", origin, e.source().begin.line,
-                                 e.source().begin.column, e.description()));
+    const auto [line, column] = std::pair{e.source().begin.line, e.source().begin.column};
+    const std::string_view description = e.description();
+    const std::string_view number = quoted_number(description);
+    const std::string range = range_problem(description, number);
+    const auto [key, value] = assignment_on_line(text, line);
+    if (range.empty() || key.empty())
+      throw InputError(fmt::format("{}:{}:{}: {}", origin, line, column, description));
+    // The value as written, or the number alone where it stands in an array.
+    throw InputError(fmt::format("{}:{}: {} {}", origin, line,
+                                 looks_like_number(value) ? fmt::format("{} = {}", key, value)
+                                                          : fmt::format("{}: {}", key, number),
+                                 range));
   }
 }
 
@@ -173,6 +305,13 @@ std::string toml_value(const FieldPtr& field) {
 
 }  // namespace
 
+std::vector<std::string_view> config_sections() {
+  std::vector<std::string_view> sections;
+  for (const auto& spec : key_specs())
+    if (std::find(sections.begin(), sections.end(), spec.section) == sections.end()) sections.push_back(spec.section);
+  return sections;
+}
+
 std::vector<std::string> config_keys() {
   std::vector<std::string> keys;
   for (const auto& spec : key_specs()) keys.push_back(spec.full());
@@ -190,10 +329,9 @@ Config parse_config(std::string_view toml_text, std::string_view origin) {
     const std::string_view section = section_key.str();
     const toml::table* table = section_node.as_table();
     if (table == nullptr) {
-      throw InputError(fmt::format(
-          "{}: '{}' is outside any section; config keys live in [model], [parallel], [memory], "
-          "[train] or [data] (did you mean '{}'?)",
-          origin, section, closest_key(section)));
+      throw InputError(fmt::format("{}: '{}' is outside any section; config keys live in the sections {} (did you "
+                                   "mean '{}'?)",
+                                   origin, section, section_list(), closest_key(section)));
     }
     for (const auto& [name, node] : *table) assign(find_key(section, name.str(), origin), config, node, origin);
   }
@@ -201,10 +339,15 @@ Config parse_config(std::string_view toml_text, std::string_view origin) {
 }
 
 Config load_config_file(const std::string& path) {
+  std::error_code error;
+  // A directory opens as an empty stream, which would read as a config of defaults.
+  LOOM_CHECK_INPUT(!std::filesystem::is_directory(path, error),
+                   "config file '{}' is a directory; give a TOML file (configs/ has examples)", path);
   std::ifstream in(path, std::ios::binary);
   LOOM_CHECK_INPUT(in.good(), "cannot read config file '{}'; check the path (configs/ has examples)", path);
   std::stringstream text;
   text << in.rdbuf();
+  LOOM_CHECK_INPUT(!in.bad(), "cannot read config file '{}' to the end; check that it is a readable file", path);
   return parse_config(text.str(), path);
 }
 
@@ -217,17 +360,27 @@ void apply_override(Config& config, std::string_view assignment) {
   const std::string_view value = assignment.substr(eq + 1);
   const std::string origin = fmt::format("--set {}", assignment);
   const KeySpec& spec = find_key(key.substr(0, dot), key.substr(dot + 1), origin);
+  const auto as_string = [&] { assign(spec, config, toml::value<std::string>(std::string(value)), origin); };
+  // A string key takes unquoted text as it is, so memory.budget=4096 is the size, not an integer.
+  const bool is_string = std::holds_alternative<std::string*>(spec.field(config));
+  const bool quoted = value.starts_with('"') || value.starts_with('\'');
+  if ((is_string && !quoted) || value.find('\n') != std::string_view::npos) return as_string();
+  LOOM_CHECK_INPUT(!trim(value).empty(), "{}: {} has no value; write e.g. --set {}={}", origin, spec.full(),
+                   spec.full(), default_value(spec));
   toml::table parsed;
-  bool is_toml = value.find('\n') == std::string_view::npos;
-  if (is_toml) {
-    try {
-      parsed = toml::parse(fmt::format("v = {}", value));
-    } catch (const toml::parse_error&) {
-      is_toml = false;
-    }
+  try {
+    parsed = toml::parse(fmt::format("v = {}", value));
+  } catch (const toml::parse_error& e) {
+    // A number TOML cannot hold (NOTE [Numbers a key can hold]), alone or in an array; else text.
+    const std::string_view description = e.description();
+    LOOM_CHECK_INPUT(!looks_like_number(value), "{}: {} = {} {}", origin, spec.full(), value,
+                     number_problem(description, value));
+    const std::string range = range_problem(description, quoted_number(description));
+    LOOM_CHECK_INPUT(range.empty(), "{}: {} = {}: {} {}", origin, spec.full(), value, quoted_number(description),
+                     range);
+    return as_string();
   }
-  if (is_toml) assign(spec, config, *parsed.get("v"), origin);
-  else assign(spec, config, toml::value<std::string>(std::string(value)), origin);
+  assign(spec, config, *parsed.get("v"), origin);
 }
 
 std::string to_toml(const Config& config) {

@@ -1,7 +1,7 @@
 #pragma once
 // The run configuration: TOML sections [model] [parallel] [memory] [train] [data], with the names
 // of DESIGN.md's user-facing vocabulary. Every key can be overridden with `--set section.key=value`.
-// Parsing refuses unknown keys (naming the closest known one) and wrongly typed values;
+// Parsing refuses unknown sections and keys (naming the closest known one) and wrongly typed values;
 // `validate` refuses inconsistent values. Both throw InputError (exit 2) before anything runs.
 #include <cstdint>
 #include <string>
@@ -96,8 +96,11 @@ struct Config {
 // TOML text -> Config (defaults for absent keys). `origin` names the text in errors.
 Config parse_config(std::string_view toml_text, std::string_view origin);
 Config load_config_file(const std::string& path);
-// Applies one `section.key=value` override; the value is read as TOML, or as a string if it is
-// not valid TOML (so `data.source=text:input.txt` needs no quotes).
+// Applies one `section.key=value` override. A string key takes the text as it is (so
+// `data.source=text:input.txt` and `memory.budget=4096` need no quotes) unless it is quoted; any
+// other key reads the value as TOML, or as a string if it is not valid TOML. A value that looks like
+// a number but is not one TOML can hold is refused as such (e.g. "out of range of a 64-bit integer").
+// A float key, here or in a file, must be finite: TOML's inf and nan are refused.
 void apply_override(Config& config, std::string_view assignment);
 // Cross-key checks: shapes divide, sizes are positive, names are known.
 void validate(const Config& config);
@@ -106,5 +109,7 @@ std::string to_toml(const Config& config);
 
 // All keys as "section.key", for suggestions and documentation.
 std::vector<std::string> config_keys();
+// The sections ("model", "parallel", ...) in the order of the keys.
+std::vector<std::string_view> config_sections();
 
 }  // namespace loom
