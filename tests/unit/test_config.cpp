@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <limits>
 
 #include "loom/core/config.h"
@@ -207,6 +208,68 @@ TEST(Config, ValidationRefusesInconsistentValues) {
               HasSubstr("[tp] model.n_heads (4) must be divisible by parallel.tp (3)"));
   EXPECT_THAT(refused([](Config& c) { c.parallel.dp = 4; }), HasSubstr("parallel.dp (4) must divide the micro-batches"));
   EXPECT_THAT(refused([](Config& c) { c.parallel.schedule = "zigzag"; }), HasSubstr("parallel.schedule"));
+}
+
+TEST(Config, ValidationRefusesSizesWhoseProductsPass64Bits) {
+  auto refused = [](auto edit) {
+    Config c;
+    edit(c);
+    return input_error([&] { validate(c); });
+  };
+  EXPECT_THAT(refused([](Config& c) { c.model.vocab = int64_t{1} << 40, c.model.d_model = int64_t{1} << 30; }),
+              HasSubstr("the token table (model.vocab 1099511627776 x model.d_model 1073741824) comes to more than "
+                        "2^63; the limit is 2^60"));
+  EXPECT_THAT(refused([](Config& c) { c.model.seq_len = c.model.max_positions = int64_t{1} << 50; }),
+              HasSubstr("a micro-batch's logits (train.micro_batch 4 x model.seq_len 1125899906842624 x model.vocab "
+                        "4096)"));
+  EXPECT_THAT(refused([](Config& c) { c.model.n_layers = int64_t{1} << 44; }),
+              HasSubstr("the MLP weights of all blocks (model.n_layers 17592186044416 x model.ffn_mult 4 x "
+                        "model.d_model 256 x model.d_model 256) comes to 4611686018427387904; the limit is 2^60"));
+  EXPECT_THAT(refused([](Config& c) { c.train.steps = std::numeric_limits<int64_t>::max(); }),
+              HasSubstr("the samples of the run (train.steps 9223372036854775807 x train.global_batch 8)"));
+  EXPECT_THAT(refused([](Config& c) { c.parallel.dp = 1 << 20, c.parallel.tp = 1 << 12; }),
+              HasSubstr("the ranks of the layout (parallel.dp 1048576 x parallel.tp 4096 x parallel.pp 1 x "
+                        "parallel.sp 1) comes to 4294967296; the limit is 2147483647 ranks"));
+  EXPECT_THAT(refused([](Config& c) {
+                c.model.kind = "dlrm", c.model.tables = int64_t{1} << 30, c.model.table_rows = int64_t{1} << 30;
+              }),
+              HasSubstr("the embedding tables (model.tables 1073741824 x model.table_rows 1073741824 x model.d_model "
+                        "256) comes to more than 2^63"));
+  EXPECT_THAT(refused([](Config& c) { c.model.kind = "dlrm", c.model.top_mlp = {int64_t{1} << 40, 1 << 30}; }),
+              HasSubstr("the weight of model.top_mlp[1]"));
+  EXPECT_THAT(refused([](Config& c) { c.parallel.bucket_mb = 1e30; }),
+              HasSubstr("parallel.bucket_mb = 1e+30 is too large"));
+  EXPECT_THAT(refused([](Config& c) { c.train.threads = int64_t{1} << 40; }),
+              HasSubstr("train.threads = 1099511627776 must be in [0, 2147483647]"));
+  // A Config built in code can still hold nan: every range check refuses it.
+  EXPECT_THAT(refused([](Config& c) { c.memory.recompute_ratio = std::nan(""); }),
+              HasSubstr("memory.recompute_ratio = nan must be in [0, 1]"));
+  EXPECT_THAT(refused([](Config& c) { c.train.beta2 = std::nan(""); }), HasSubstr("train.beta2 (nan)"));
+  EXPECT_THAT(refused([](Config& c) { c.train.min_lr_ratio = std::nan(""); }), HasSubstr("train.min_lr_ratio = nan"));
+}
+
+TEST(Config, WarningsNameTheValuesOfSettingsThatAreLegalButOdd) {
+  Config c;
+  EXPECT_EQ(config_warnings(c), std::vector<std::string>{});
+  c.train.steps = 100, c.train.warmup = 200, c.train.lr = 1e-3;
+  EXPECT_EQ(config_warnings(c),
+            std::vector<std::string>{
+                "train.warmup (200) >= train.steps (100): the learning rate rises for the whole run and never "
+                "decays; it ends at 0.0005, never reaching train.lr = 0.001; hint: warm up for a few percent of the "
+                "run, e.g. train.warmup = 5"});
+  c.train.warmup = 100;
+  ASSERT_EQ(config_warnings(c).size(), 1u);
+  EXPECT_THAT(config_warnings(c)[0], HasSubstr("it ends at 0.001, only at the last step reaching train.lr = 0.001"));
+  c.train.warmup = 99;
+  EXPECT_EQ(config_warnings(c), std::vector<std::string>{});
+  c.train.steps = 1, c.train.warmup = 0;  // no warmup at all is fine however short the run
+  EXPECT_EQ(config_warnings(c), std::vector<std::string>{});
+  c.train.weight_decay = 5, c.train.lr = 0.1;
+  ASSERT_EQ(config_warnings(c).size(), 1u);
+  EXPECT_THAT(config_warnings(c)[0], HasSubstr("train.weight_decay = 5 is unusually large: each step multiplies every "
+                                               "decayed weight by 1 - train.lr x weight_decay = 0.5"));
+  c.train.weight_decay = 1;
+  EXPECT_EQ(config_warnings(c), std::vector<std::string>{});
 }
 
 TEST(Units, ParsesAndFormatsByteSizes) {

@@ -102,8 +102,12 @@ Config load_config_file(const std::string& path);
 // a number but is not one TOML can hold is refused as such (e.g. "out of range of a 64-bit integer").
 // A float key, here or in a file, must be finite: TOML's inf and nan are refused.
 void apply_override(Config& config, std::string_view assignment);
-// Cross-key checks: shapes divide, sizes are positive, names are known.
+// Cross-key checks: shapes divide, sizes are positive and their products fit 64 bits, names are known.
 void validate(const Config& config);
+// Settings that are legal but most likely not what the user meant (e.g. a warmup that outlasts the
+// run), as texts without a prefix; empty when there is nothing to say. Pure: the caller prints them.
+// Meant for a config that passed `validate`.
+std::vector<std::string> config_warnings(const Config& config);
 // The effective configuration as TOML, every key present.
 std::string to_toml(const Config& config);
 

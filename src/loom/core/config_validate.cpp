@@ -1,7 +1,12 @@
-// Cross-key validation of a Config: everything that can be known wrong before a rank allocates.
+// Cross-key validation of a Config: everything that can be known wrong before a rank allocates;
+// and the warnings for settings that are legal but most likely not meant.
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <limits>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "loom/core/config.h"
 #include "loom/core/error.h"
@@ -18,6 +23,68 @@ void check_one_of(std::string_view key, const std::string& value, const std::arr
 
 void check_positive(std::string_view key, int64_t value) {
   LOOM_CHECK_INPUT(value > 0, "{} = {} must be positive", key, value);
+}
+
+// NOTE [Sizes that fit]
+// Sizes multiply: the token table is vocab x d_model elements, a micro-batch's logits micro_batch x
+// seq_len x vocab. Every such product must fit the int64 arithmetic of shapes and byte counts (up to
+// 8 bytes an element), or later code computes with a wrapped number instead of refusing; 2^60 leaves
+// that room. Whether the memory exists is the budget's and the allocator's question, not this one.
+constexpr int64_t kMaxCount = int64_t{1} << 60;
+
+struct Factor {
+  std::string key;
+  int64_t value;
+};
+
+// Refuses `what`, the product of positive `factors`, above `limit` (named `limit_text`).
+void check_product(std::string_view what, const std::vector<Factor>& factors, int64_t limit = kMaxCount,
+                   std::string_view limit_text = "2^60, what loom's 64-bit sizes and byte counts hold") {
+  int64_t product = 1;
+  bool overflow = false;
+  for (const auto& f : factors) overflow = overflow || __builtin_mul_overflow(product, f.value, &product);
+  if (!overflow && product <= limit) return;
+  std::vector<std::string> terms;
+  for (const auto& f : factors) terms.push_back(fmt::format("{} {}", f.key, f.value));
+  throw InputError(fmt::format("{} ({}) comes to {}; the limit is {}; hint: make one of these smaller", what,
+                               fmt::join(terms, " x "), overflow ? "more than 2^63" : fmt::format("{}", product),
+                               limit_text));
+}
+
+// Each weight of an MLP of hidden `sizes` (named `key`) over `input` features.
+void check_mlp(std::string_view key, const std::vector<int64_t>& sizes, Factor input) {
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    const Factor out{fmt::format("{}[{}]", key, i), sizes[i]};
+    check_product(fmt::format("the weight of {}", out.key), {input, out});
+    input = out;
+  }
+}
+
+// The largest tensors of one micro-batch and of the model, and the sample count of the run.
+void validate_sizes(const Config& c) {
+  const ModelConfig& m = c.model;
+  const Factor d_model{"model.d_model", m.d_model}, micro_batch{"train.micro_batch", c.train.micro_batch};
+  if (m.kind == "dlrm") {
+    check_product("the embedding tables", {{"model.tables", m.tables}, {"model.table_rows", m.table_rows}, d_model});
+    check_product("a micro-batch's ids", {micro_batch, {"model.tables", m.tables}, {"model.bag_size", m.bag_size}});
+    check_mlp("model.bottom_mlp", m.bottom_mlp, {"model.dense_features", m.dense_features});
+    check_mlp("model.top_mlp", m.top_mlp,
+              {"its input width (model.tables + 1) x model.d_model", (m.tables + 1) * m.d_model});
+  } else {
+    const Factor vocab{"model.vocab", m.vocab}, seq_len{"model.seq_len", m.seq_len};
+    const Factor ffn{"model.ffn_mult", m.ffn_mult};
+    check_product("the token table", {vocab, d_model});
+    check_product("the position table", {{m.max_positions > 0 ? "model.max_positions" : "model.seq_len",
+                                          c.position_count()},
+                                         d_model});
+    check_product("the MLP weights of all blocks", {{"model.n_layers", m.n_layers}, ffn, d_model, d_model});
+    check_product("a micro-batch's logits", {micro_batch, seq_len, vocab});
+    check_product("a micro-batch's MLP activations", {micro_batch, seq_len, ffn, d_model});
+    check_product("a micro-batch's attention scores tile",
+                  {micro_batch, {"model.n_heads", m.n_heads}, seq_len, {"model.attn_tile", m.attn_tile}});
+  }
+  check_product("the samples of the run",
+                {{"train.steps", c.train.steps}, {"train.global_batch", c.train.global_batch}});
 }
 
 void validate_model(const ModelConfig& m, int64_t positions) {
@@ -83,6 +150,16 @@ void validate_parallel(const ParallelConfig& p) {
   check_one_of("parallel.sparse", p.sparse, std::array<std::string_view, 2>{"auto", "off"});
   LOOM_CHECK_INPUT(p.zero == 0 || p.zero == 1, "parallel.zero = {} must be 0 or 1", p.zero);
   LOOM_CHECK_INPUT(p.bucket_mb > 0, "parallel.bucket_mb = {} must be positive", p.bucket_mb);
+  LOOM_CHECK_INPUT(p.bucket_mb < 0x1p43,
+                   "parallel.bucket_mb = {} is too large: a bucket's bytes must stay below 2^63 (8 EiB); hint: any "
+                   "size above the model's gradients makes one bucket, e.g. 1024",
+                   p.bucket_mb);
+  // MPI numbers ranks with an int.
+  check_product("the ranks of the layout",
+                {{"parallel.dp", p.dp}, {"parallel.tp", p.tp}, {"parallel.pp", p.pp}, {"parallel.sp", p.sp}},
+                std::numeric_limits<int>::max(), "2147483647 ranks (MPI counts them with an int)");
+  check_product("the pipeline's stage chunks", {{"parallel.pp", p.pp}, {"parallel.chunks", p.chunks}},
+                std::numeric_limits<int>::max(), "2147483647 (an int)");
   LOOM_CHECK_INPUT(p.sparse_partitions >= 0, "parallel.sparse_partitions = {} must be >= 0 (0 = automatic)",
                    p.sparse_partitions);
 
@@ -163,7 +240,10 @@ void validate_train(const TrainConfig& t) {
                    "train.beta1 ({}) and train.beta2 ({}) must be in [0, 1)", t.beta1, t.beta2);
   LOOM_CHECK_INPUT(t.clip >= 0, "train.clip = {} must be >= 0 (0 = no clipping)", t.clip);
   LOOM_CHECK_INPUT(t.seed >= 0, "train.seed = {} must be >= 0", t.seed);
-  LOOM_CHECK_INPUT(t.threads >= 0, "train.threads = {} must be >= 0 (0 = automatic)", t.threads);
+  LOOM_CHECK_INPUT(t.threads >= 0 && t.threads <= std::numeric_limits<int>::max(),
+                   "train.threads = {} must be in [0, 2147483647] (0 = automatic: the cores / the ranks on this "
+                   "machine)",
+                   t.threads);
 }
 
 // The global batch splits into micro-batches, and the micro-batches evenly over dp ranks.
@@ -189,8 +269,12 @@ void validate_data(const DataConfig& d, const ModelConfig& m) {
 }  // namespace
 
 void validate(const Config& config) {
+  // Each section alone, then the products of its sizes (NOTE [Sizes that fit]), then across sections.
   validate_model(config.model, config.position_count());
   validate_parallel(config.parallel);
+  validate_memory(config.memory);
+  validate_train(config.train);
+  validate_sizes(config);
   validate_dlrm_layout(config.model, config.parallel, config.data);
   const int64_t rows = sparse_table_rows(config.model, config.parallel);
   LOOM_CHECK_INPUT(config.parallel.sparse_partitions <= rows,
@@ -200,10 +284,29 @@ void validate(const Config& config) {
                    config.model.kind == "dlrm" ? "each table" : "the token table (per tp rank)", rows);
   validate_tensor_parallel(config.model, config.parallel, config.train);
   validate_pipeline(config.model, config.parallel, config.memory);
-  validate_memory(config.memory);
-  validate_train(config.train);
   validate_batch_split(config.train, config.parallel);
   validate_data(config.data, config.model);
+}
+
+std::vector<std::string> config_warnings(const Config& config) {
+  std::vector<std::string> warnings;
+  const TrainConfig& t = config.train;
+  if (t.warmup > 0 && t.warmup >= t.steps) {
+    // The schedule warms up linearly over `warmup` steps: lr * (step + 1) / warmup (optim/lr_schedule).
+    const double last = t.lr * static_cast<double>(t.steps) / static_cast<double>(t.warmup);
+    warnings.push_back(fmt::format(
+        "train.warmup ({}) >= train.steps ({}): the learning rate rises for the whole run and never decays; it "
+        "ends at {:g}, {} train.lr = {:g}; hint: warm up for a few percent of the run, e.g. train.warmup = {}",
+        t.warmup, t.steps, last, t.warmup > t.steps ? "never reaching" : "only at the last step reaching", t.lr,
+        t.steps / 20));
+  }
+  if (t.weight_decay > 1) {
+    warnings.push_back(fmt::format(
+        "train.weight_decay = {:g} is unusually large: each step multiplies every decayed weight by 1 - train.lr x "
+        "weight_decay = {:g} at the peak learning rate; hint: 0 to 0.1 is usual",
+        t.weight_decay, 1 - t.lr * t.weight_decay));
+  }
+  return warnings;
 }
 
 }  // namespace loom
