@@ -19,7 +19,9 @@ for i in $(seq 40); do cat "$src/README.md"; done >"$dir/text.txt"
   --metrics "$dir/m.jsonl" --trace "$dir/t.json" >"$dir/out.txt"
 grep -q 'step 3/3' "$dir/out.txt"
 [ "$(wc -l <"$dir/m.jsonl")" -eq 3 ]
-grep -q '"traceEvents"' "$dir/t.json"
+python3 -c 'import json, sys; t = json.load(open(sys.argv[1])); assert isinstance(t, list) and t' "$dir/t.json"
+grep -q '^loom: done: 3 steps, .* final loss' "$dir/out.txt"
+[ "$(ls -A "$dir" | grep -c 'loom-partial')" -eq 0 ]
 # A DLRM on a clicks file written from its synthetic clicks.
 dlrm=(-c "$src/configs/dlrm-sparse.toml" --set parallel.dp=1 --set model.table_rows=1000 --set model.d_model=8
       --set "model.bottom_mlp=[16]" --set "model.top_mlp=[16]")

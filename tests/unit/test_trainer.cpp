@@ -115,20 +115,44 @@ TEST(Trainer, WritesMetricsLinesAndAChromeTrace) {
   int lines = 0;
   while (std::getline(metrics, line)) {
     const auto j = nlohmann::json::parse(line);
-    EXPECT_EQ(j.at("step").get<int>(), lines++);
+    EXPECT_EQ(j.at("step").get<int>(), ++lines);  // counted from 1, as the progress line
     for (const char* key : {"loss", "lr", "grad_norm", "tokens_per_s", "step_ms", "mfu", "peak_bytes"})
       EXPECT_TRUE(j.contains(key)) << key;
   }
   EXPECT_EQ(lines, 2);
   const auto trace = nlohmann::json::parse(std::ifstream(dir / "t.json"));
   std::set<std::string> kinds;
-  for (const auto& e : trace.at("traceEvents"))
+  ASSERT_TRUE(trace.is_array());  // the streamed form (NOTE [Streamed trace])
+  for (const auto& e : trace)
     if (e.at("ph") == "X") kinds.insert(e.at("cat").get<std::string>() + ":" + e.at("name").get<std::string>());
   for (const char* k : {"forward:embedding", "backward_input:blocks.1.mlp", "backward_weight:head_loss",
                         "forward:blocks.0.attn", "optimizer:adamw", "communication:sparse_pull",
                         "communication:sparse_push", "optimizer:sparse_adamw"})
     EXPECT_TRUE(kinds.count(k)) << k;
+  std::vector<std::string> left;  // no temporaries (NOTE [Output files])
+  for (const auto& entry : std::filesystem::directory_iterator(dir)) left.push_back(entry.path().filename());
+  EXPECT_EQ(left.size(), 2u) << fmt::format("{}", fmt::join(left, " "));
   std::filesystem::remove_all(dir);
+}
+
+// A step whose loss or gradient norm is not finite stops the run before the optimizer changes a
+// weight (NOTE [Non-finite guard]): an infinite learning rate gives NaN weights after one update,
+// so the first step's update is applied, and the second step stops with the weights of step 1.
+TEST(Trainer, StopsOnANonFiniteLossBeforeTheUpdate) {
+  Config c = small_config();
+  c.train.steps = 3;
+  c.train.warmup = 0;
+  c.train.lr = 1e300;
+  c.train.clip = 0;
+  dist::NullCommunicator world;
+  Trainer trainer(c, world);
+  try {
+    trainer.run({.peak_flops = 1e9});
+    FAIL() << "a non-finite step trained on";
+  } catch (const AgreedError& e) {
+    EXPECT_EQ(e.exit_code(), 1);
+    EXPECT_THAT(e.what(), ::testing::HasSubstr("stopped before the optimizer applied it"));
+  }
 }
 
 // A DLRM on the synthetic clicks: the loss starts near log 2 and falls well below it (the clicks

@@ -1,6 +1,4 @@
-#include <unistd.h>
-
-#include <filesystem>
+#include <cmath>
 #include <iostream>
 
 #include "commands.h"
@@ -10,19 +8,6 @@
 #include "loom/train/trainer.h"
 
 namespace loom::cli {
-namespace {
-
-// The directory of `path` exists and is writable (nothing is created yet).
-void check_writable(const std::string& path, const char* flag) {
-  if (path.empty()) return;
-  const std::filesystem::path dir = std::filesystem::path(path).parent_path();
-  const std::string where = dir.empty() ? "." : dir.string();
-  LOOM_CHECK_INPUT(::access(where.c_str(), W_OK) == 0, "{} {}: the directory '{}' does not exist or is not writable",
-                   flag, path, where);
-}
-
-}  // namespace
-
 Action add_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "train a model from a config");
   auto config = std::make_shared<ConfigOptions>();
@@ -31,26 +16,34 @@ Action add_train(CLI::App& app) {
   config->add_to(*cmd);
   cmd->add_option("--metrics", options->metrics_path, "write one JSON object per step to FILE");
   cmd->add_option("--trace", options->trace_path, "write a Chrome trace (opens in Perfetto) to FILE");
-  cmd->add_option("--peak-flops", options->peak_flops, "GEMM FLOP/s for MFU (default: measured at start)");
+  auto* peak = cmd->add_option("--peak-flops", options->peak_flops, "GEMM FLOP/s for MFU (default: measured at start)");
   cmd->add_flag("--quiet,-q", *quiet, "no progress lines");
-  return [cmd, config, options, quiet](dist::Runtime& runtime) {
+  return [cmd, config, options, quiet, peak](dist::Runtime& runtime) {
     if (!*cmd) return;
     // Every rank reads the config; all agree before going on (dist/input_agreement.h).
     Config loaded;
     std::exception_ptr failure;
     try {
       loaded = config->load();
+      LOOM_CHECK_INPUT(peak->count() == 0 || (std::isfinite(options->peak_flops) && options->peak_flops > 0),
+                       "--peak-flops {} must be a positive number of FLOP/s (e.g. 1e11), or omitted to measure it",
+                       options->peak_flops);
       // Rank 0 writes the metrics and the trace (every rank's events): check before anyone trains.
       if (runtime.world().rank() == 0) {
-        check_writable(options->metrics_path, "--metrics");
-        check_writable(options->trace_path, "--trace");
+        std::vector<PathUse> outputs;
+        if (!options->metrics_path.empty()) outputs.push_back({options->metrics_path, "--metrics"});
+        if (!options->trace_path.empty()) outputs.push_back({options->trace_path, "--trace"});
+        check_output_paths(config->inputs(loaded), outputs);
       }
     } catch (const InputError&) {
       failure = std::current_exception();
     }
     dist::agree_on_input(runtime.world(), failure);
     train::Trainer trainer(std::move(loaded), runtime.world());
+    if (runtime.world().rank() == 0)  // after every check: a refused run prints only its error
+      for (const std::string& warning : config_warnings(trainer.config())) std::cerr << "loom: warning: " << warning << '\n';
     options->progress = *quiet ? nullptr : &std::cout;
+    options->interrupts = &runtime.interrupts();
     trainer.run(*options);
   };
 }

@@ -15,4 +15,18 @@ Config ConfigOptions::load() const {
   return config;
 }
 
+std::vector<PathUse> ConfigOptions::inputs(const Config& config) const {
+  std::vector<PathUse> files;
+  if (!path.empty()) files.push_back({path, "the config file"});
+  const std::string& source = config.data.source;
+  if (const size_t colon = source.find(':'); colon != std::string::npos) {
+    const std::string data = source.substr(colon + 1);
+    files.push_back({data, "the data file (data.source)"});
+    files.push_back({data + ".json", "the data file's sidecar"});
+  }
+  if (config.parallel.schedule.starts_with("csv:"))
+    files.push_back({config.parallel.schedule.substr(4), "the schedule (parallel.schedule)"});
+  return files;
+}
+
 }  // namespace loom::cli

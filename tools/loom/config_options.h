@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "loom/core/config.h"
+#include "loom/core/output_file.h"
 
 namespace loom::cli {
 
@@ -17,6 +18,9 @@ struct ConfigOptions {
   void add_to(CLI::App& command);
   // Defaults, then the file, then the overrides in order; validated.
   Config load() const;
+  // The files a run of `config` reads: the config file, the data file (and its sidecar), a CSV
+  // schedule. Outputs are checked against them (NOTE [Output files]).
+  std::vector<PathUse> inputs(const Config& config) const;
 };
 
 }  // namespace loom::cli

@@ -61,6 +61,9 @@ int main(int argc, char** argv) {
     for (const auto& action : actions)
       if (action) action(runtime);
     return 0;
+  } catch (const loom::AgreedError& e) {  // every rank stopped at the same point: rank 0 says why
+    if (rank == 0) std::cerr << (e.is_error() ? "loom: error: " : "loom: ") << e.what() << '\n' << std::flush;
+    return e.exit_code();
   } catch (const loom::dist::SilentInputError&) {
     return 2;  // the first rank that refused the input printed why
   } catch (const loom::dist::AgreedInputError& e) {

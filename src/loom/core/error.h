@@ -29,6 +29,20 @@ class InputError : public Error {
   explicit InputError(const std::string& message) : Error(message, 2) {}
 };
 
+// An error every rank raised at the same point, after a collective made them agree (a non-finite
+// loss, an interruption): rank 0 prints it and every rank exits with its code, so no rank needs to
+// end the others. Printed as `loom: error: <message>`, or as `loom: <message>` when it is not an
+// error but a requested stop.
+class AgreedError : public Error {
+ public:
+  AgreedError(const std::string& message, int exit_code, bool is_error = true)
+      : Error(message, exit_code), is_error_(is_error) {}
+  bool is_error() const { return is_error_; }
+
+ private:
+  bool is_error_;
+};
+
 }  // namespace loom
 
 #define LOOM_CHECK(cond, ...)                                  \

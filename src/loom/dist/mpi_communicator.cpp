@@ -1,3 +1,4 @@
+#include <unistd.h>
 // The MPI backend. NOTE [Progress]: Open MPI moves a non-blocking collective only inside MPI
 // calls, so Work::test() (an MPI_Test) is what the data-parallel reducer calls between layers to
 // let its bucket all-reduces overlap backward; wait() polls with MPI_Test so that a peer that
@@ -341,7 +342,22 @@ int g_local_ranks = 1;  // set once by the Runtime
 
 int local_rank_count() { return g_local_ranks; }
 
-Runtime::Runtime(double timeout_s) {
+namespace {
+// The other ranks on this machine and their processes (NOTE [Interrupts]).
+std::vector<LocalPeer> local_peers(MPI_Comm node, int rank) {
+  int size = 0;
+  MPI_Comm_size(node, &size);
+  const long long mine[2] = {rank, static_cast<long long>(::getpid())};
+  std::vector<long long> all(2 * static_cast<size_t>(size));
+  MPI_Allgather(mine, 2, MPI_LONG_LONG, all.data(), 2, MPI_LONG_LONG, node);
+  std::vector<LocalPeer> peers;
+  for (int i = 0; i < size; ++i)
+    if (all[2 * i] != rank) peers.push_back({static_cast<int>(all[2 * i]), static_cast<pid_t>(all[2 * i + 1])});
+  return peers;
+}
+}  // namespace
+
+Runtime::Runtime(double timeout_s) : interrupts_(std::make_unique<InterruptHandler>()) {
   if (!launched_by_mpi()) {
     world_ = std::make_unique<NullCommunicator>();
     return;
@@ -355,6 +371,7 @@ Runtime::Runtime(double timeout_s) {
   MPI_Comm node = MPI_COMM_NULL;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
     MPI_Comm_size(node, &g_local_ranks);
+    interrupts_->watch_local_peers(rank, local_peers(node, rank));
     MPI_Comm_free(&node);
   }
   g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;

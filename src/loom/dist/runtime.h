@@ -6,6 +6,7 @@
 #include <memory>
 
 #include "loom/dist/communicator.h"
+#include "loom/dist/interrupt.h"
 
 namespace loom::dist {
 
@@ -28,10 +29,13 @@ class Runtime {
   // Ends every rank of the job with `code` (MPI_Abort); in a world of one it returns, and the
   // caller exits as usual.
   void abort_all(int code);
+  // SIGINT / SIGTERM for the lifetime of the runtime (NOTE [Interrupts]).
+  InterruptHandler& interrupts() { return *interrupts_; }
 
  private:
   bool mpi_ = false;
   std::unique_ptr<Communicator> world_;
+  std::unique_ptr<InterruptHandler> interrupts_;
 };
 
 }  // namespace loom::dist

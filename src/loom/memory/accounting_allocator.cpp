@@ -49,7 +49,7 @@ class AccountingAllocator final : public c10::Allocator {
     void* raw = nullptr;
     if (posix_memalign(&raw, kHeader, bytes + kHeader) != 0) {
       g_live.fetch_sub(n, std::memory_order_relaxed);
-      throw Error(fmt::format("out of host memory allocating {}", format_bytes(static_cast<double>(n))));
+      throw OutOfMemory(fmt::format("out of host memory allocating {}", format_bytes(static_cast<double>(n))));
     }
     auto* base = static_cast<char*>(raw);
     *reinterpret_cast<size_t*>(base) = bytes;

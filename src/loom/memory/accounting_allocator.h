@@ -16,6 +16,12 @@ class BudgetExceeded : public Error {
   using Error::Error;
 };
 
+// The machine refused an allocation (posix_memalign failed).
+class OutOfMemory : public Error {
+ public:
+  using Error::Error;
+};
+
 // Idempotent; tensors allocated before the call are freed correctly but not counted.
 void install_accounting_allocator();
 int64_t live_bytes();

@@ -32,7 +32,8 @@ ShardedAdamW::ShardedAdamW(FlatParams& flat, dist::Communicator& dp, dist::Commu
   adamw_ = std::make_unique<optim::AdamW>(std::move(pointers), options);
 }
 
-double ShardedAdamW::step(double lr, double clip, std::pair<double, double> extra) {
+double ShardedAdamW::step(double lr, double clip, std::pair<double, double> extra,
+                          const std::function<void(double)>& before_update) {
   dp_.reduce_scatter(flat_.grads, shard_grad_, dist::ReduceOp::Sum);
   // Squared norms of this dp shard: [replicated, tp-sharded] parameters; summed over dp, and the
   // tp-sharded part also over tp.
@@ -43,6 +44,7 @@ double ShardedAdamW::step(double lr, double clip, std::pair<double, double> extr
   dp_.all_reduce(sums, dist::ReduceOp::Sum);
   const double norm = optim::combine_norm_squares(sums[0].item<double>() + extra.first,
                                                   sums[1].item<double>() + extra.second, tp_, &pp_);
+  if (before_update) before_update(norm);
   const double factor = optim::clip_factor(norm, clip);
   if (factor != 1.0) shard_grad_.mul_(factor);
   adamw_->step(lr);

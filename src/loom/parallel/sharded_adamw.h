@@ -3,6 +3,7 @@
 // equal, contiguous shard of the flat parameter buffer. A step reduce-scatters the flat gradient
 // (sum), clips by the global norm (an all-reduce of the shards' squared norms), updates the
 // owned shard and all-gathers the parameters.
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -21,7 +22,10 @@ class ShardedAdamW {
   // Returns the global gradient norm before clipping (clip <= 0: no clipping). `extra`: squared
   // norms [replicated, tp-sharded] of gradients outside the flat buffer (sparse tables), already
   // summed over the dp group; the caller clips those with the same rule.
-  double step(double lr, double clip, std::pair<double, double> extra = {0, 0});
+  // `before_update(norm)` runs once the norm is known and before any value changes; it may throw
+  // (every rank sees the same norm, so all throw together).
+  double step(double lr, double clip, std::pair<double, double> extra = {0, 0},
+              const std::function<void(double)>& before_update = {});
 
  private:
   FlatParams& flat_;

@@ -2,30 +2,48 @@
 // A Chrome-trace (Trace Event Format) recorder: complete events ("ph": "X") with microsecond
 // timestamps, one process per rank and one thread track per stream of work. The file opens in
 // Perfetto and chrome://tracing.
+//
+// NOTE [Streamed trace]: a long run must not hold its trace in memory, and an interrupted run
+// must still leave a readable one. Each rank keeps only the events since the last flush; at the
+// end of every step `flush_gathered` sends them to rank 0 (one collective over the world), which
+// appends them to a TraceFile: the JSON array form of the format, one event per line. A reader
+// accepts that form without its closing bracket, so even the temporary of a run that was killed
+// opens; close() writes the bracket and renames the file into place (NOTE [Output files]).
 #include <chrono>
+#include <mutex>
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "loom/core/output_file.h"
 #include "loom/dist/communicator.h"
 
 namespace loom::trace {
+
+// Rank 0's trace file: "[", one metadata pair per rank track, then the events as they arrive.
+class TraceFile {
+ public:
+  TraceFile(const std::string& path, int ranks);
+  void append(std::string_view events);  // events as ChromeTrace::take_events returns them
+  void close();                          // the closing bracket; the file appears under its name
+
+ private:
+  OutputFile out_;
+};
 
 class ChromeTrace {
  public:
   using Clock = std::chrono::steady_clock;
 
   explicit ChromeTrace(int rank = 0);
+  // Thread-safe: the pipeline's message thread records too.
   void add(std::string name, std::string category, Clock::time_point start, Clock::time_point end, int track = 0);
-  size_t size() const { return events_.size(); }
-  // Writes the whole trace (via a temporary file and rename: never half a file).
-  void write(const std::string& path) const;
-  // This rank's events as a JSON array (one process track, named "rank R").
-  std::string events_json() const;
-  // One file from several ranks' events_json(): one track per rank on a shared time axis (the
-  // traces' origins must be taken at the same moment, e.g. right after a barrier).
-  static void write_merged(const std::string& path, const std::vector<std::string>& ranks_events);
-  // Collective over `world`: every rank's events gathered to rank 0, which writes write_merged.
-  void write_gathered(dist::Communicator& world, const std::string& path) const;
+  size_t pending() const;
+  // The events since the last take, one JSON object per line ("" when none), and forgets them.
+  std::string take_events();
+  // Collective over `world`: every rank's pending events to rank 0, which appends them to `file`
+  // (null on the other ranks).
+  void flush_gathered(dist::Communicator& world, TraceFile* file);
 
  private:
   struct Event {
@@ -35,6 +53,7 @@ class ChromeTrace {
   };
   int rank_;
   Clock::time_point origin_;
+  mutable std::mutex mutex_;
   std::vector<Event> events_;
 };
 

@@ -2,20 +2,20 @@
 
 #include <nlohmann/json.hpp>
 
-#include "loom/core/error.h"
-
 namespace loom::trace {
 
 MetricsWriter::MetricsWriter(const std::string& path) {
-  if (path.empty()) return;
-  out_.open(path, std::ios::trunc);
-  LOOM_CHECK_INPUT(out_.good(), "cannot write metrics file '{}'", path);
+  if (!path.empty()) out_ = OutputFile(path);
 }
 
 void MetricsWriter::write(const nlohmann::json& record) {
   if (!enabled()) return;
-  out_ << record.dump() << '\n';
+  out_.write(record.dump() + '\n');
   out_.flush();
+}
+
+void MetricsWriter::close() {
+  if (enabled()) out_.commit();
 }
 
 }  // namespace loom::trace

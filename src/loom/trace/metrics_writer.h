@@ -1,10 +1,12 @@
 #pragma once
-// Writes one JSON object per line (JSON Lines), flushed per record, so a run that stops early
-// leaves every finished step readable.
-#include <fstream>
+// Writes one JSON object per line (JSON Lines) to an OutputFile (NOTE [Output files]): flushed
+// per record to its temporary, renamed over the target by close(). The trainer closes it on every
+// way a run ends (done, interrupted, stopped by an error), so every finished step is kept.
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
+
+#include "loom/core/output_file.h"
 
 namespace loom::trace {
 
@@ -12,10 +14,11 @@ class MetricsWriter {
  public:
   explicit MetricsWriter(const std::string& path);  // "" = disabled
   void write(const nlohmann::json& record);
+  void close();  // the file appears under its name; later writes are refused
   bool enabled() const { return out_.is_open(); }
 
  private:
-  std::ofstream out_;
+  OutputFile out_;
 };
 
 }  // namespace loom::trace

@@ -15,12 +15,12 @@ ProgressPrinter::ProgressPrinter(std::ostream* out, int64_t total_steps, const c
 void ProgressPrinter::print(const StepRecord& r) {
   if (out_ == nullptr) return;
   const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-  const auto eta = static_cast<int64_t>(elapsed / static_cast<double>(r.step + 1) *
-                                        static_cast<double>(total_steps_ - r.step - 1));
+  const auto eta = static_cast<int64_t>(elapsed / static_cast<double>(r.step) *
+                                        static_cast<double>(total_steps_ - r.step));
   const int width = static_cast<int>(fmt::format("{}", total_steps_).size());
   *out_ << fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.2e} | gnorm {:.3f} | {:.0f} {}/s | mfu {:.1f}% | "
                        "peak {} | eta {}:{:02d}\n",
-                       r.step + 1, width, total_steps_, r.loss, r.lr, r.grad_norm, r.tokens_per_s, unit_, 100 * r.mfu,
+                       r.step, width, total_steps_, r.loss, r.lr, r.grad_norm, r.tokens_per_s, unit_, 100 * r.mfu,
                        format_bytes(static_cast<double>(r.peak_bytes)), eta / 60, eta % 60)
         << std::flush;
 }

@@ -8,6 +8,7 @@
 // Construction runs every check that can fail on bad input (config, layout against the world,
 // data, memory budget), agrees on the outcome with all ranks (dist/input_agreement.h), and only
 // then allocates parameters or communicates. Every rank of `world` constructs and runs it.
+#include <functional>
 #include <iosfwd>
 #include <map>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "loom/core/config.h"
 #include "loom/data/clicks.h"
 #include "loom/data/token_source.h"
+#include "loom/dist/interrupt.h"
 #include "loom/dist/mesh.h"
 #include "loom/dist/null_communicator.h"
 #include "loom/dist/recording_communicator.h"
@@ -38,10 +40,23 @@ struct TrainOptions {
   std::string trace_path;            // "" = none; rank 0 writes every rank's events, one track each
   std::ostream* progress = nullptr;  // progress lines (rank 0); nullptr = quiet
   double peak_flops = 0;             // GEMM peak for MFU; 0 = measure at start
+  // Polled at the end of every step (NOTE [Interrupts]); every rank must pass one or none. On a
+  // signal every rank stops after the same step, the outputs are closed, and run() throws
+  // AgreedError with exit code 128 + signal.
+  dist::InterruptHandler* interrupts = nullptr;
+};
+
+// What the up-front memory check counts per rank, in bytes.
+struct MemoryEstimate {
+  double weights = 0;      // parameters, gradients and AdamW moments (dense)
+  double activations = 0;  // saved activations of the micro-batches a stage holds at once
+  double sparse = 0;       // a sparse table's owned rows, their moments and the pulled rows
+  int64_t stashed = 1;     // micro-batches held at once (the schedule's peak)
+  double total() const { return weights + activations + sparse; }
 };
 
 struct StepRecord {
-  int64_t step = 0;
+  int64_t step = 0;  // the step completed, counted from 1 (as the progress line and metrics say)
   double loss = 0, lr = 0, grad_norm = 0;
   double tokens_per_s = 0, step_ms = 0, mfu = 0;  // tokens_per_s: samples per second for a DLRM
   int64_t peak_bytes = 0;                       // largest over ranks
@@ -55,6 +70,10 @@ class Trainer {
  public:
   Trainer(Config config, dist::Communicator& world);
   ~Trainer();
+  // Every check the constructor runs on bad input (config, data, layout against `world_size`
+  // ranks, schedule, memory against the budget or against this machine shared by `local_ranks`),
+  // for every pipeline stage, with no communicator and nothing allocated. Throws InputError.
+  static void check(const Config& config, int world_size, int local_ranks);
 
   std::vector<StepRecord> run(const TrainOptions& options);
   models::Model& model() { return model_; }
@@ -65,7 +84,8 @@ class Trainer {
   // Bytes the run needs at least: parameters, gradients, optimizer moments, one micro-batch's
   // saved activations (or only layer inputs under full recompute); a sparse table's owned rows,
   // their moments and the step's pulled rows.
-  double estimated_bytes() const;
+  double estimated_bytes() const { return estimate().total(); }
+  MemoryEstimate estimate() const;
   // A parameter's value as the serial model would hold it on this rank (its tp shard): a table on
   // the sparse path is gathered from its owners (collective over the replicas, in params() order).
   at::Tensor value_of(nn::Param& param) const;
@@ -78,7 +98,16 @@ class Trainer {
   }
 
  private:
-  void check_input(dist::Communicator& world);
+  Trainer(Config config, int world_size, int rank, int local_ranks);  // check() only
+  void check_input(int world_size, int local_ranks);
+  void check_memory(int local_ranks) const;
+  void allocate();
+  std::string memory_keys(const MemoryEstimate& need) const;  // the estimate's parts and their keys
+  StepRecord train_step(int64_t step, double lr);
+  void print_header(std::ostream& console);
+  void print_summary(std::ostream& console, const std::vector<StepRecord>& records, double seconds,
+                     const TrainOptions& options) const;
+  void check_finite(int64_t step, double loss, double norm) const;
   models::Model build_model(dist::Communicator& tp, parallel::SpOptions sp) const;
   bool is_dlrm() const { return config_.model.kind == "dlrm"; }
   // Sample `index` of the global micro-batch order of `step`, cut to this rank's sp chunks.
@@ -93,7 +122,7 @@ class Trainer {
   pipeline::Schedule make_schedule() const;
   double predicted_bubble(const pipeline::StepResult& result);
   int64_t pp_rank_of(int rank) const;
-  double optimizer_step(double lr);
+  double optimizer_step(double lr, const std::function<void(double)>& before_update);
   parallel::TpOptions tp_options() const;
   parallel::SpOptions sp_options() const;
   int64_t local_seq() const;  // the tokens of each sequence this rank holds (its sp segment)
@@ -104,6 +133,7 @@ class Trainer {
   Config config_;
   at::ScalarType dtype_;
   int world_rank_;
+  dist::Communicator* base_world_ = nullptr;  // unrecorded: the trainer's own agreements
   std::unique_ptr<data::TokenSource> source_;  // a GPT's tokens
   std::unique_ptr<data::ClickData> clicks_;    // a DLRM's samples
   std::unique_ptr<dist::SizingCommunicator> sizing_tp_;  // shapes the model for the input checks

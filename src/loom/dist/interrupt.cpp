@@ -1,0 +1,102 @@
+#include "loom/dist/interrupt.h"
+
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+namespace loom::dist {
+namespace {
+
+// The one piece of state a signal handler may touch; owned by the InterruptHandler (the Runtime's).
+volatile std::sig_atomic_t g_signal = 0;
+
+extern "C" void on_interrupt(int signal) {
+  if (g_signal != 0) {  // the second one: no more waiting for the step to end
+    static const char line[] = "loom: second signal: exiting now\n";
+    [[maybe_unused]] auto n = ::write(STDERR_FILENO, line, sizeof line - 1);
+    ::_exit(128 + signal);
+  }
+  g_signal = signal;
+}
+
+// A process that is gone, or a zombie waiting for its launcher to reap it.
+bool process_gone(pid_t pid) {
+  if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+  std::ifstream stat(fmt::format("/proc/{}/stat", pid));
+  std::string pid_text, name, state;
+  return stat >> pid_text >> name >> state && state == "Z";
+}
+
+}  // namespace
+
+struct InterruptHandler::Watch {
+  std::atomic<bool> stop{false};
+  std::thread thread;
+};
+
+InterruptHandler::InterruptHandler() {
+  g_signal = 0;
+  struct sigaction action {};
+  action.sa_handler = on_interrupt;
+  sigemptyset(&action.sa_mask);
+  action.sa_flags = SA_RESTART;
+  sigaction(SIGINT, &action, &old_int_);
+  sigaction(SIGTERM, &action, &old_term_);
+}
+
+InterruptHandler::~InterruptHandler() {
+  if (watch_ != nullptr) {
+    watch_->stop = true;
+    watch_->thread.join();
+    delete watch_;
+  }
+  sigaction(SIGINT, &old_int_, nullptr);
+  sigaction(SIGTERM, &old_term_, nullptr);
+}
+
+int InterruptHandler::signal() const { return g_signal; }
+
+void InterruptHandler::acknowledge() { acknowledged_ = true; }
+
+void InterruptHandler::watch_local_peers(int my_rank, std::vector<LocalPeer> peers) {
+  if (peers.empty() || watch_ != nullptr) return;
+  watch_ = new Watch;
+  watch_->thread = std::thread([this, my_rank, peers = std::move(peers)] {
+    using namespace std::chrono_literals;
+    while (!watch_->stop) {
+      std::this_thread::sleep_for(50ms);
+      if (g_signal == 0 || acknowledged_) continue;
+      int dead = -1, lowest_alive = my_rank;
+      for (const LocalPeer& p : peers) {
+        if (process_gone(p.pid)) {
+          if (dead < 0) dead = p.rank;
+        } else if (p.rank < lowest_alive) {
+          lowest_alive = p.rank;
+        }
+      }
+      if (dead < 0) continue;
+      if (lowest_alive == my_rank) {
+        const std::string line = fmt::format("loom: error: rank {} ended unexpectedly (its process is gone); "
+                                             "ending the job\n", dead);
+        [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
+      }
+      ::_exit(1);
+    }
+  });
+}
+
+std::string signal_name(int signal) {
+  switch (signal) {
+    case SIGINT: return "SIGINT";
+    case SIGTERM: return "SIGTERM";
+    default: return fmt::format("signal {}", signal);
+  }
+}
+
+}  // namespace loom::dist

@@ -1,0 +1,49 @@
+#pragma once
+// NOTE [Interrupts]: SIGINT and SIGTERM (Ctrl-C, `kill`, a batch system's preemption) ask a run
+// to stop, not to vanish. The Runtime installs an InterruptHandler for its lifetime: the first
+// signal is only recorded; the trainer polls it at the end of every step, all ranks agree on it
+// in that step's collective (so every rank stops after the same step), the outputs are closed and
+// the CLI exits 128 + signal. A second signal ends the process at once.
+//
+// A rank killed outright (SIGKILL, the out-of-memory killer) cannot say anything; under mpirun
+// the launcher then sends SIGTERM to the others. With `watch_local_peers`, a rank that receives a
+// signal looks for peers on its machine whose process has gone, and if it finds one the lowest
+// surviving local rank prints `loom: error: rank R ended unexpectedly` before the job ends.
+#include <sys/types.h>
+
+#include <atomic>
+#include <csignal>
+#include <string>
+#include <vector>
+
+namespace loom::dist {
+
+struct LocalPeer {
+  int rank;   // in the world
+  pid_t pid;
+};
+
+class InterruptHandler {
+ public:
+  InterruptHandler();   // installs the handlers
+  ~InterruptHandler();  // restores the previous ones and stops the peer watch
+  InterruptHandler(const InterruptHandler&) = delete;
+  InterruptHandler& operator=(const InterruptHandler&) = delete;
+
+  int signal() const;  // the first signal received; 0 = none
+  // After a signal, watches the processes of the other ranks on this machine (see the NOTE).
+  void watch_local_peers(int my_rank, std::vector<LocalPeer> peers);
+  // Every rank has agreed to stop: peers that exit from now on are ending as asked.
+  void acknowledge();
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+  struct Watch;
+  Watch* watch_ = nullptr;
+  std::atomic<bool> acknowledged_{false};
+};
+
+// "SIGINT", "SIGTERM", else "signal N".
+std::string signal_name(int signal);
+
+}  // namespace loom::dist

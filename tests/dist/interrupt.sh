@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# interrupt.sh CASE LOOM CONFIG MPIEXEC...: 2 or 3 ranks train; CASE
+#   sigterm  the launcher gets SIGTERM (as a batch system's cancel sends it): every rank stops after
+#            the same step, one `loom: interrupted at step N by SIGTERM` line, metrics and trace
+#            complete under their names, no temporary left;
+#   kill9    one rank of 3 is killed with SIGKILL: the job ends within 30 s with
+#            `loom: error: rank R ended unexpectedly` and no final metrics file.
+set -u
+case=$1 loom=$2 config=$3
+shift 3
+dir=$(mktemp -d)
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$dir"' EXIT
+cd "$dir" || exit 1
+fail() { echo "FAIL: $*"; cat err.txt; exit 1; }
+wait_lines() {
+  for _ in $(seq 600); do [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0; sleep 0.1; done
+  fail "$1 never reached $2 lines"
+}
+args=(train -c "$config" --quiet --peak-flops 1e9 --set model.n_layers=1 --set model.seq_len=32 --set model.d_model=32
+      --set train.steps=1000000 --set train.threads=1 --metrics m.jsonl)
+case $case in
+  sigterm)
+    "$@" -n 2 "$loom" "${args[@]}" --set parallel.dp=2 --trace t.json >/dev/null 2>err.txt &
+    pid=$!
+    wait_lines .m.jsonl.loom-partial 3
+    kill -TERM $pid
+    start=$(date +%s)
+    wait $pid
+    [ $(( $(date +%s) - start )) -le 30 ] || fail "took more than 30 s to stop"
+    [ "$(grep -c '^loom: interrupted at step [0-9]* by SIGTERM; metrics and trace flushed$' err.txt)" -eq 1 ] ||
+      fail "want one interrupted line"
+    steps=$(sed -nE 's/^loom: interrupted at step ([0-9]+).*/\1/p' err.txt)
+    [ "$(wc -l <m.jsonl)" -eq "$steps" ] || fail "metrics hold $(wc -l <m.jsonl) steps, the message says $steps"
+    python3 -c 'import json; t = json.load(open("t.json")); assert {e["pid"] for e in t} == {0, 1}' ||
+      fail "the trace does not parse with both ranks"
+    [ -z "$(ls -A | grep loom-partial)" ] || fail "a temporary was left" ;;
+  kill9)
+    "$@" -n 3 "$loom" "${args[@]}" --set parallel.dp=3 --set train.global_batch=12 >/dev/null 2>err.txt &
+    pid=$!
+    wait_lines .m.jsonl.loom-partial 3
+    victim=$(pgrep -P $pid | sort -n | sed -n 2p)  # the launcher's children are the ranks
+    [ -n "$victim" ] || fail "no rank process found"
+    kill -9 "$victim"
+    start=$(date +%s)
+    wait $pid
+    rc=$?
+    [ $rc -ne 0 ] || fail "exit code 0"
+    [ $(( $(date +%s) - start )) -le 30 ] || fail "took more than 30 s to end"
+    grep -q '^loom: error: rank [0-9] ended unexpectedly' err.txt || fail "no 'ended unexpectedly' line"
+    [ ! -e m.jsonl ] || fail "a final metrics file from a broken run" ;;
+  *) fail "unknown case $case" ;;
+esac
+echo "ok: $case"
