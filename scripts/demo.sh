@@ -1,12 +1,11 @@
 #!/usr/bin/env bash
 # The `make demo` run: gpt-tiny on the embedded synthetic data with data parallelism over 2 ranks
 # (the richest layout implemented so far), with progress on the console, metrics (JSON Lines)
-# and a Chrome trace per rank in out/demo/. Fails if the loss did not fall.
+# and one Chrome trace with a track per rank in out/demo/. Fails if the loss did not fall.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 out=out/demo
 mkdir -p "$out"
-rm -f "$out"/trace.json*
 scripts/mpirun.sh 2 build/bin/loom train -c configs/demo.toml --set parallel.dp=2 \
   --metrics "$out/metrics.jsonl" --trace "$out/trace.json" "$@"
 /usr/bin/python3 - "$out/metrics.jsonl" <<'PY'

@@ -140,7 +140,7 @@ PY
     refused "the run does not fit this machine" text.txt train -c "$tiny" --set model.n_layers=100000
     grep -q "model.n_layers = 100000" err.txt || fail "the message names no key"
     refused "model.vocab = 2000000000" text.txt train -c "$tiny" --set model.vocab=2000000000
-    refused "the run does not fit this machine" text.txt config --check -c "$tiny" --set model.n_layers=100000 ;;
+    refused "the run does not fit this machine" text.txt config --check -c "$tiny" --set model.n_layers=20000 ;;
   header)  # the header reaches a file before the first step ends (LOOM_FAULT holds step 1)
     LOOM_FAULT="rank=0,step=0,kind=hang" "$loom" train "${small[@]}" "${data[@]}" >out.txt 2>err.txt &
     pid=$!
@@ -153,6 +153,13 @@ PY
       fail "metrics steps"
     grep -q '^step 3/3' out.txt || fail "progress"
     grep -q '^loom: done: 3 steps, 768 tokens in .* final loss [0-9.]*; metrics: m.jsonl$' out.txt || fail "summary" ;;
+  warning)  # legal but odd: one warning line, the run goes on; refused input prints no warning
+    "$loom" train "${small[@]}" "${data[@]}" --set train.steps=3 --set train.warmup=10 --quiet >out.txt 2>err.txt ||
+      fail "run"
+    grep -q '^loom: warning: train.warmup (10) .* train.steps (3)' err.txt || fail "no warning"
+    "$loom" config -c "$tiny" --set train.steps=3 >out.txt 2>err.txt || fail "config"
+    grep -q '^loom: warning: train.warmup' err.txt || fail "config prints no warning"
+    refused "parallel.bucket_mb = 0 must be positive" text.txt train -c "$tiny" --set train.steps=3 --set parallel.bucket_mb=0 ;;
   *) fail "unknown case $case" ;;
 esac
 echo "ok: $case"
