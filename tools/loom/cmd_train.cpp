@@ -44,6 +44,7 @@ Action add_train(CLI::App& app) {
       for (const std::string& warning : config_warnings(trainer.config())) std::cerr << "loom: warning: " << warning << '\n';
     options->progress = *quiet ? nullptr : &std::cout;
     options->interrupts = &runtime.interrupts();
+    runtime.interrupts().arm();  // from here a signal stops the run after its step
     trainer.run(*options);
   };
 }

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -15,12 +16,22 @@ namespace {
 
 // The one piece of state a signal handler may touch; owned by the InterruptHandler (the Runtime's).
 volatile std::sig_atomic_t g_signal = 0;
+volatile std::sig_atomic_t g_armed = 0;
+
+// Ends the process as the signal's default action would, so a parent (a shell loop, a batch
+// system) sees what killed it.
+void die_of(int signal) {
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+  ::_exit(128 + signal);
+}
 
 extern "C" void on_interrupt(int signal) {
+  if (g_armed == 0) die_of(signal);
   if (g_signal != 0) {  // the second one: no more waiting for the step to end
     static const char line[] = "loom: second signal: exiting now\n";
     [[maybe_unused]] auto n = ::write(STDERR_FILENO, line, sizeof line - 1);
-    ::_exit(128 + signal);
+    die_of(signal);
   }
   g_signal = signal;
 }
@@ -42,6 +53,7 @@ struct InterruptHandler::Watch {
 
 InterruptHandler::InterruptHandler() {
   g_signal = 0;
+  g_armed = 0;
   struct sigaction action {};
   action.sa_handler = on_interrupt;
   sigemptyset(&action.sa_mask);
@@ -63,6 +75,8 @@ InterruptHandler::~InterruptHandler() {
 int InterruptHandler::signal() const { return g_signal; }
 
 void InterruptHandler::acknowledge() { acknowledged_ = true; }
+
+void InterruptHandler::arm() { g_armed = 1; }
 
 void InterruptHandler::watch_local_peers(int my_rank, std::vector<LocalPeer> peers) {
   if (peers.empty() || watch_ != nullptr) return;

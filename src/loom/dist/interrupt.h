@@ -1,7 +1,9 @@
 #pragma once
 // NOTE [Interrupts]: SIGINT and SIGTERM (Ctrl-C, `kill`, a batch system's preemption) ask a run
-// to stop, not to vanish. The Runtime installs an InterruptHandler for its lifetime: the first
-// signal is only recorded; the trainer polls it at the end of every step, all ranks agree on it
+// to stop, not to vanish. The Runtime installs an InterruptHandler for its lifetime. Until a
+// command arms it, a signal ends the process at once, as by default (nothing waits for it: `loom
+// data prepare` leaves only its temporary). Once armed (a training run), the first signal is only
+// recorded; the trainer polls it at the end of every step, all ranks agree on it
 // in that step's collective (so every rank stops after the same step), the outputs are closed and
 // the CLI exits 128 + signal. A second signal ends the process at once.
 //
@@ -31,6 +33,7 @@ class InterruptHandler {
   InterruptHandler& operator=(const InterruptHandler&) = delete;
 
   int signal() const;  // the first signal received; 0 = none
+  void arm();          // from now on the first signal is recorded, not fatal
   // After a signal, watches the processes of the other ranks on this machine (see the NOTE).
   void watch_local_peers(int my_rank, std::vector<LocalPeer> peers);
   // Every rank has agreed to stop: peers that exit from now on are ending as asked.

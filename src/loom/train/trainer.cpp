@@ -560,7 +560,12 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
   const auto start = Clock::now();
   for (int64_t step = 0; step < t.steps; ++step) {
     if (step == fault.step) fault.trigger();
-    StepRecord r = train_step(step, schedule.at(step));
+    StepRecord r;
+    try {
+      r = train_step(step, schedule.at(step));
+    } catch (const memory::OutOfMemory& e) {
+      throw Error(fmt::format("{} in step {}; {}", e.what(), step + 1, memory_keys(estimate())));
+    }
     r.tokens_per_s = tokens_per_step / (r.step_ms / 1e3);
     r.mfu = flops_per_step / (r.step_ms / 1e3) / peak_flops;
     outputs.metrics.write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
