@@ -428,6 +428,14 @@ void Trainer::check_finite(int64_t step, double loss, double norm) const {
                     1);
 }
 
+// Every segment's and replica's share of the loss, summed (and over pp from the last stage).
+double Trainer::summed_loss(double local) {
+  at::Tensor loss = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
+  replicas().all_reduce(loss, dist::ReduceOp::Sum);
+  if (mesh_->pp().size() > 1) mesh_->pp().all_reduce(loss, dist::ReduceOp::Sum);  // only the last stage has it
+  return loss.item<double>();
+}
+
 // One optimizer step: the schedule's micro-batches, the loss summed over the replicas (and over pp
 // from the last stage), the guarded optimizer update, the peak memory over ranks; with pp > 1 also
 // the bubbles and each stage's peak.
@@ -457,11 +465,12 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
     trace_->add(name, category, begin, end);
   };
   const pipeline::StepResult result = executor_->run_step(hooks);
-  at::Tensor loss = at::full({1}, result.loss, at::TensorOptions().dtype(at::kDouble));
-  replicas().all_reduce(loss, dist::ReduceOp::Sum);  // every segment's and replica's tokens
-  if (mesh_->pp().size() > 1) mesh_->pp().all_reduce(loss, dist::ReduceOp::Sum);  // only the last stage has it
-  r.loss = loss.item<double>();
-  r.grad_norm = optimizer_step(lr, [&](double norm) { check_finite(r.step, r.loss, norm); });
+  // The loss is summed once the gradients are (a blocking collective among the buckets' in-flight
+  // all-reduces would hold them up), and checked before the update.
+  r.grad_norm = optimizer_step(lr, [&](double norm) {
+    r.loss = summed_loss(result.loss);
+    check_finite(r.step, r.loss, norm);
+  });
   at::Tensor peak = at::full({1}, memory::peak_bytes(), at::kLong);
   mesh_->world().all_reduce(peak, dist::ReduceOp::Max);
   r.peak_bytes = peak.item<int64_t>();

@@ -104,6 +104,7 @@ class Trainer {
   void allocate();
   std::string memory_keys(const MemoryEstimate& need) const;  // the estimate's parts and their keys
   StepRecord train_step(int64_t step, double lr);
+  double summed_loss(double local);
   void print_header(std::ostream& console);
   void print_summary(std::ostream& console, const std::vector<StepRecord>& records, double seconds,
                      const TrainOptions& options) const;
