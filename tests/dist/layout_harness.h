@@ -8,6 +8,7 @@
 #include <string>
 
 #include "loom/dist/null_communicator.h"
+#include "dist/world.h"
 #include "loom/train/trainer.h"
 #include "unit/layer_check.h"
 
@@ -75,10 +76,32 @@ inline TrainedRun run_serial(Config config) {
   return train_run(config, alone);
 }
 
+// Collective over world(): the ranks' parameters together hold every element of every serial
+// parameter (a layout that dropped a slice would otherwise compare only what it kept).
+inline void expect_full_coverage(const TrainedRun& got, const TrainedRun& want) {
+  for (size_t s = 0; s < want.names.size(); ++s) {  // the serial list: the same order on every rank
+    at::Tensor covered = at::zeros(want.weights[s].sizes(), at::kLong);
+    for (size_t g = 0; g < got.names.size(); ++g) {
+      if (got.names[g] != want.names[s]) continue;
+      const Shard& shard = got.shards[g];
+      if (shard.dim < 0) {
+        covered.fill_(1);
+        continue;
+      }
+      const int64_t real = std::clamp<int64_t>(covered.size(shard.dim) - shard.start, 0, shard.length);
+      if (real > 0) covered.narrow(shard.dim, shard.start, real).fill_(1);
+    }
+    world().all_reduce(covered, dist::ReduceOp::Max);
+    EXPECT_EQ(covered.min().item<int64_t>(), 1) << want.names[s] << ": some elements are held by no rank";
+  }
+}
+
 // Losses within `loss_tol` and weights within `weight_tol` (relative), step by step. Parameters
 // are matched by name: a pipeline stage holds only its layers' (every serial one is checked on
 // the rank that holds it).
+// Collective (the coverage check first, before any assertion can return early).
 inline void expect_same_training(const TrainedRun& got, const TrainedRun& want, double loss_tol, double weight_tol) {
+  expect_full_coverage(got, want);
   ASSERT_EQ(got.records.size(), want.records.size());
   for (size_t i = 0; i < want.records.size(); ++i) {
     const double g = got.records[i].loss, w = want.records[i].loss;

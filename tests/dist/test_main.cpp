@@ -5,6 +5,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <string>
 
 #include "loom/dist/runtime.h"
 #include "world.h"
@@ -34,6 +36,12 @@ int main(int argc, char** argv) {
   at::set_num_threads(1);
   loom::dist::Runtime runtime(/*timeout_s=*/60);
   g_runtime = &runtime;
+  // A launcher that failed to join the processes into one job leaves each a world of one, where
+  // every layout test would pass against itself: ctest states the size it launched.
+  if (const char* want = std::getenv("LOOM_TEST_WORLD_SIZE"); want != nullptr && std::stoi(want) != runtime.world().size()) {
+    std::fprintf(stderr, "loom dist tests: launched as %s ranks, but the world has %d\n", want, runtime.world().size());
+    return 1;
+  }
   auto& listeners = testing::UnitTest::GetInstance()->listeners();
   if (runtime.world().rank() != 0) {
     delete listeners.Release(listeners.default_result_printer());
