@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Runs loom and its peer on the workloads of BENCHMARKS.md and prints one JSON line per run.
+"""Runs loom and its peer on the workloads of docs/workloads.md and prints one JSON line per run.
 
 A workload is a config name with an optional layout: `gpt-tiny` (one rank, peer: PyTorch eager),
 `gpt-tiny@dp2` (two MPI ranks, peer: PyTorch DistributedDataParallel over gloo), `gpt-small@tp2`

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run.sh [WORKLOAD...]: runs the workloads of BENCHMARKS.md that this build supports and
+# bench/run.sh [WORKLOAD...]: runs the workloads of docs/workloads.md that this build supports and
 # prints one JSON line per run, with the peer measured in the same run and the ratio.
 # WORKLOAD: gpt-tiny, gpt-tiny@dp2 (default: both), any configs/NAME.toml with @dpN or @tpN (and
 # +overlapK, +seq), allreduce, tp-overlap, tp-sequence (loom against itself with the option off),

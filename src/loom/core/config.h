@@ -1,6 +1,6 @@
 #pragma once
 // The run configuration: TOML sections [model] [parallel] [memory] [train] [data], with the names
-// of DESIGN.md's user-facing vocabulary. Every key can be overridden with `--set section.key=value`.
+// of the user-facing vocabulary (docs/config.md). Every key can be overridden with `--set section.key=value`.
 // Parsing refuses unknown sections and keys (naming the closest known one) and wrongly typed values;
 // `validate` refuses inconsistent values. Both throw InputError (exit 2) before anything runs.
 #include <cstdint>

@@ -2,7 +2,7 @@
 // Click logs for the DLRM: `ClickData` hands out micro-batches of samples by global index, so
 // every layout sees the same samples (the sampler's order, sampler.h).
 //
-// ClickSource: synthetic clicks (BENCHMARKS.md's dlrm-sparse). Sample s is a pure function of
+// ClickSource: synthetic clicks (docs/workloads.md's dlrm-sparse). Sample s is a pure function of
 // (seed, s):
 //   dense features   N(0, 1), model.dense_features of them;
 //   categorical ids  per table, a bag of model.bag_size ids: a Zipf(data.zipf) rank over the

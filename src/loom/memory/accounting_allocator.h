@@ -4,7 +4,8 @@
 // "device memory" of a CPU rank). An allocation that would pass the budget throws
 // BudgetExceeded, naming the budget, the request and the current use.
 //
-// This is the one piece of global mutable state loom has (DESIGN.md, Conventions).
+// Its counters are process-wide state (libtorch has one CPU allocator per process), as are MPI's
+// handles in dist/ and the interrupt flag (dist/interrupt.h, which a signal handler needs).
 #include <cstdint>
 
 #include "loom/core/error.h"
