@@ -1,4 +1,9 @@
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <thread>
 #include <iostream>
 
 #include "commands.h"
@@ -8,6 +13,30 @@
 #include "loom/train/trainer.h"
 
 namespace loom::cli {
+namespace {
+
+// NOTE [Fault injection]: LOOM_FAULT="rank=R,step=S,kind=throw|hang" makes rank R fail at the
+// start of step S (counted from 0): `throw` raises an error (the CLI must end every rank with it),
+// `hang` stops taking part in collectives (the others' time-outs must end the job). Used by the
+// failure tests; read here, at the edge, and handed to the trainer as a hook.
+std::function<void(int, int64_t)> fault_hook() {
+  const char* spec = std::getenv("LOOM_FAULT");
+  if (spec == nullptr) return {};
+  int rank = -1;
+  long long step = -1;
+  char kind[16] = {0};
+  LOOM_CHECK_INPUT(std::sscanf(spec, "rank=%d,step=%lld,kind=%15s", &rank, &step, kind) == 3 &&
+                       (std::string(kind) == "throw" || std::string(kind) == "hang"),
+                   "LOOM_FAULT = \"{}\" is not rank=R,step=S,kind=throw|hang", spec);
+  return [rank, step, hang = std::string(kind) == "hang"](int my_rank, int64_t at) {
+    if (my_rank != rank || at != step) return;
+    if (hang) std::this_thread::sleep_for(std::chrono::hours(1));
+    throw Error(fmt::format("injected fault at step {} (LOOM_FAULT)", step));
+  };
+}
+
+}  // namespace
+
 Action add_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "train a model from a config");
   auto config = std::make_shared<ConfigOptions>();
@@ -28,6 +57,7 @@ Action add_train(CLI::App& app) {
       LOOM_CHECK_INPUT(peak->count() == 0 || (std::isfinite(options->peak_flops) && options->peak_flops > 0),
                        "--peak-flops {} must be a positive number of FLOP/s (e.g. 1e11), or omitted to measure it",
                        options->peak_flops);
+      options->before_step = fault_hook();
       // Rank 0 writes the metrics and the trace (every rank's events): check before anyone trains.
       if (runtime.world().rank() == 0) {
         std::vector<PathUse> outputs;

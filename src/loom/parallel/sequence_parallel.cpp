@@ -8,6 +8,7 @@ namespace loom::parallel {
 SpMode sp_mode_of(const std::string& name) {
   if (name == "ring") return SpMode::Ring;
   if (name == "ulysses") return SpMode::Ulysses;
+  LOOM_CHECK_INPUT(name == "allgather", "parallel.sp_mode = \"{}\" is not one of: allgather, ring, ulysses", name);
   return SpMode::AllGather;
 }
 

@@ -7,8 +7,6 @@
 #include <cmath>
 #include <utility>
 #include <chrono>
-#include <cstdio>
-#include <cstdlib>
 #include <ostream>
 #include <thread>
 
@@ -40,31 +38,6 @@ int default_threads(int world_size) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return world_size > 1 ? std::max(1, cores / dist::local_rank_count()) : cores;
 }
-
-// NOTE [Fault injection]: LOOM_FAULT="rank=R,step=S,kind=throw|hang" makes rank R fail at the
-// start of step S: `throw` raises an error (the CLI must end every rank with it), `hang` stops
-// taking part in collectives (the others' timeouts must end the job). Used by the failure tests.
-struct FaultInjection {
-  int64_t step = -1;
-  std::string kind;
-  void trigger() const {
-    if (kind == "hang") std::this_thread::sleep_for(std::chrono::hours(1));
-    throw Error(fmt::format("injected fault at step {} (LOOM_FAULT)", step));
-  }
-};
-
-FaultInjection fault_injection(int rank) {
-  const char* spec = std::getenv("LOOM_FAULT");
-  if (spec == nullptr) return {};
-  int fault_rank = -1;
-  long long step = -1;
-  char kind[16] = {0};
-  LOOM_CHECK_INPUT(std::sscanf(spec, "rank=%d,step=%lld,kind=%15s", &fault_rank, &step, kind) == 3,
-                   "LOOM_FAULT = \"{}\" is not rank=R,step=S,kind=throw|hang", spec);
-  if (fault_rank != rank) return {};
-  return {step, kind};
-}
-
 
 }  // namespace
 
@@ -565,10 +538,9 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
   if (console != nullptr) print_header(*console);
   ProgressPrinter progress(console, t.steps, is_dlrm() ? "samples" : "tok");
   std::vector<StepRecord> records;
-  const FaultInjection fault = fault_injection(mesh_->rank());
   const auto start = Clock::now();
   for (int64_t step = 0; step < t.steps; ++step) {
-    if (step == fault.step) fault.trigger();
+    if (options.before_step) options.before_step(mesh_->rank(), step);
     StepRecord r;
     try {
       r = train_step(step, schedule.at(step));

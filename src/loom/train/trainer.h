@@ -44,6 +44,9 @@ struct TrainOptions {
   // signal every rank stops after the same step, the outputs are closed, and run() throws
   // AgreedError with exit code 128 + signal.
   dist::InterruptHandler* interrupts = nullptr;
+  // Called on every rank before each step (rank, 0-based step): the failure tests' fault hook
+  // (NOTE [Fault injection], tools/loom/cmd_train.cpp).
+  std::function<void(int, int64_t)> before_step;
 };
 
 // What the up-front memory check counts per rank, in bytes.
