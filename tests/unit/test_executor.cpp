@@ -1,0 +1,328 @@
+// The pipeline executor on one rank (pp = 1, a null communicator: no messages) with a fake chain
+// whose gradients are known by hand: its layer calls against the schedule's action list, the
+// gradients and loss summed over micro-batches, the layer_done hook, recomputation and the
+// Saved states held between actions. Two or more stages need point-to-point messages between ranks:
+// tests/dist/test_pipeline_parallel.cpp runs those end to end against the serial model.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <set>
+
+#include "loom/core/error.h"
+#include "loom/dist/null_communicator.h"
+#include "loom/pipeline/executor.h"
+
+namespace loom::pipeline {
+namespace {
+
+using Log = std::vector<std::string>;
+
+// y = w x with a scalar weight w; the last layer returns loss_scale x sum(w x). Every call is
+// logged as "F3@1" (forward of micro-batch 3 on layer 1), "B3@1" or "W3@1"; the micro-batch
+// index travels in MicroBatch::targets. `live` counts the Saved states not yet released.
+class ScaleLayer final : public nn::Layer {
+ public:
+  ScaleLayer(int index, double w, bool last, Log& log, int& live) : index_(index), last_(last), log_(log), live_(live) {
+    weight_.name = fmt::format("layer{}.w", index);
+    weight_.value = at::full({}, w, at::kDouble);
+    weight_.grad = at::zeros({}, at::kDouble);
+  }
+  std::string name() const override { return weight_.name; }
+
+  at::Tensor forward(const at::Tensor& x, const nn::MicroBatch& mb, nn::Saved& saved) override {
+    State& s = saved.emplace<State>();
+    s.live = &++live_;
+    s.mb = mb.targets.item<int64_t>();
+    s.x = x.to(at::kDouble);  // the first layer gets the token ids
+    s.scale = mb.loss_scale;
+    log('F', s.mb);
+    const at::Tensor y = s.x * weight_.value;
+    return last_ ? y.sum() * s.scale : y;
+  }
+  at::Tensor backward_input(const at::Tensor& dy, nn::Saved& saved) override {
+    if (saved.empty()) {  // the executor called B without a (re)computed forward
+      ADD_FAILURE() << name() << ": backward_input with nothing saved";
+      return dy;
+    }
+    State& s = saved.get<State>();
+    log('B', s.mb);
+    EXPECT_EQ(dy.defined(), !last_) << name() << ": the last layer takes no dy, the others do";
+    s.dy = last_ ? at::full_like(s.x, s.scale) : dy;  // d(scale x sum y)/dy = scale
+    return s.dy * weight_.value;
+  }
+  void backward_weight(nn::Saved& saved) override {
+    if (saved.empty()) {
+      ADD_FAILURE() << name() << ": backward_weight with nothing saved";
+      return;
+    }
+    State& s = saved.get<State>();
+    log('W', s.mb);
+    weight_.grad += (s.dy * s.x).sum();
+    saved.clear();
+  }
+  std::vector<nn::Param*> params() override { return {&weight_}; }
+  nn::Cost cost(int64_t, int64_t, int64_t) const override { return {}; }
+
+ private:
+  struct State : nn::SavedState {
+    at::Tensor x, dy;
+    int64_t mb = -1;
+    double scale = 0;
+    int* live = nullptr;
+    ~State() override { --*live; }
+  };
+  void log(char op, int64_t mb) { log_.push_back(fmt::format("{}{}@{}", op, mb, index_)); }
+
+  int index_;
+  bool last_;
+  Log& log_;
+  int& live_;
+  nn::Param weight_;
+};
+
+constexpr double kWeights[] = {2, 3, 5};
+constexpr double kLossScale = 0.5;
+constexpr size_t kModelIndex = 10;  // layer l is model layer 10 + l: layer_done reports these
+
+// Micro-batch i: tokens [[i + 1, 2i + 3]], whose sum is S_i = 3i + 4.
+nn::MicroBatch microbatch(int64_t i) {
+  return {.tokens = at::tensor({i + 1, 2 * i + 3}, at::kLong).reshape({1, 2}),
+          .targets = at::full({1}, i, at::kLong),
+          .loss_scale = kLossScale};
+}
+
+// What one step of the executor did.
+struct StepLog {
+  Log log;                           // layer calls and "done@<model index>", in order
+  std::vector<std::string> actions;  // the executor's compute actions, from the trace hook
+  std::vector<int> held;             // Saved states held after each of them
+  std::vector<double> grads;         // per layer
+  double loss = 0;
+  int microbatch_calls = 0;
+  int live = 0;                      // Saved states not yet released
+};
+
+StepLog run(const Schedule& schedule, std::vector<bool> recompute = {false, false, false}) {
+  StepLog out;
+  std::vector<std::unique_ptr<ScaleLayer>> layers;
+  StageChunk chunk{.virtual_stage = 0, .recompute = std::move(recompute)};
+  for (int l = 0; l < 3; ++l) {
+    layers.push_back(std::make_unique<ScaleLayer>(l, kWeights[l], l == 2, out.log, out.live));
+    chunk.layers.push_back(layers.back().get());
+    chunk.model_index.push_back(kModelIndex + l);
+  }
+  dist::NullCommunicator pp("pp");
+  std::vector<StageChunk> chunks;
+  chunks.push_back(std::move(chunk));
+  PipelineExecutor executor(schedule, pp, std::move(chunks), {1, 2}, at::kDouble);
+  ExecutorHooks hooks;
+  hooks.microbatch = [&](int64_t i) { return ++out.microbatch_calls, microbatch(i); };
+  hooks.layer_done = [&](size_t index) { out.log.push_back(fmt::format("done@{}", index)); };
+  hooks.trace = [&](const std::string& name, const char* category, auto, auto) {
+    if (std::string_view(category) != "pipeline") return;
+    out.actions.push_back(name);
+    out.held.push_back(out.live);
+  };
+  out.loss = executor.run_step(hooks).loss;
+  for (auto& layer : layers) out.grads.push_back(layer->params()[0]->grad.item<double>());
+  return out;
+}
+
+// A one-rank schedule from its actions, through the CSV reader.
+Schedule one_rank(const std::vector<std::string>& actions) {
+  std::string csv = "step,rank0\n";
+  for (size_t i = 0; i < actions.size(); ++i) csv += fmt::format("{},{}\n", i, actions[i]);
+  return from_csv(csv, "test.csv");
+}
+
+// Every generator that runs at one stage, at several micro-batch counts, and hand-written lists:
+// B and W apart and out of order (the last W is micro-batch 0's), and R ahead of B mixed with BW.
+std::vector<Schedule> schedules() {
+  std::vector<Schedule> out;
+  for (const char* kind : {"gpipe", "1f1b", "zb-h1", "scp"})
+    for (int64_t m : {1, 3, 4}) out.push_back(make_schedule(kind, 1, m));
+  out.push_back(one_rank({"F0", "F1", "B1", "F2", "W1", "B0", "B2", "W2", "W0"}));
+  out.push_back(one_rank({"F0", "F1", "R1", "B1", "W1", "R0", "BW0", "F2", "BW2"}));
+  return out;
+}
+
+std::string describe(const Schedule& s) {
+  std::vector<std::string> texts;
+  for (const Action& a : s.ranks[0]) texts.push_back(a.text(false));
+  return fmt::format("{} m={}: {}", s.kind, s.microbatches, fmt::join(texts, " "));
+}
+
+// The layer calls each action stands for, written from the executor's contract: F runs the
+// layers in order; B and BW run them in reverse, a recomputing layer running its forward again
+// just before its B unless an R already re-ran every recomputing forward of that micro-batch;
+// BW is B then W layer by layer; W runs the layers in reverse.
+Log expected_calls(const Schedule& s, const std::vector<bool>& recompute) {
+  const int n = static_cast<int>(recompute.size());
+  Log out;
+  std::set<int64_t> ahead;  // micro-batches recomputed by an R
+  auto call = [&](char op, int64_t mb, int l) { out.push_back(fmt::format("{}{}@{}", op, mb, l)); };
+  for (const Action& a : s.ranks[0]) {
+    switch (a.op) {
+      case Op::F:
+        for (int l = 0; l < n; ++l) call('F', a.mb, l);
+        break;
+      case Op::R:
+        for (int l = 0; l < n; ++l)
+          if (recompute[l]) call('F', a.mb, l);
+        ahead.insert(a.mb);
+        break;
+      case Op::B:
+      case Op::BW:
+        for (int l = n - 1; l >= 0; --l) {
+          if (recompute[l] && !ahead.contains(a.mb)) call('F', a.mb, l);
+          call('B', a.mb, l);
+          if (a.op == Op::BW) call('W', a.mb, l);
+        }
+        break;
+      case Op::W:
+        for (int l = n - 1; l >= 0; --l) call('W', a.mb, l);
+        break;
+      default:
+        ADD_FAILURE() << "a message in a one-rank schedule";
+    }
+  }
+  return out;
+}
+
+// Saved states held after each action: a micro-batch holds its non-recomputing layers' from its
+// F, every layer's from its R or B (recomputed), and none after its W or BW.
+std::vector<int> expected_held(const Schedule& s, const std::vector<bool>& recompute) {
+  const int layers = static_cast<int>(recompute.size());
+  const int kept = layers - static_cast<int>(std::count(recompute.begin(), recompute.end(), true));
+  std::map<int64_t, int> held;  // per micro-batch
+  std::vector<int> out;
+  for (const Action& a : s.ranks[0]) {
+    held[a.mb] = a.op == Op::F ? kept : (a.op == Op::W || a.op == Op::BW) ? 0 : layers;
+    int total = 0;
+    for (auto [mb, n] : held) total += n;
+    out.push_back(total);
+  }
+  return out;
+}
+
+Log without_done(const Log& log) {
+  Log out;
+  for (const auto& entry : log)
+    if (!entry.starts_with("done@")) out.push_back(entry);
+  return out;
+}
+
+// A log as one line, so that a failure prints the two logs one above the other.
+std::string lines(const Log& log) { return fmt::format("{}", fmt::join(log, " ")); }
+
+TEST(Executor, RunsTheScheduleActionByAction) {
+  for (const Schedule& s : schedules()) {
+    SCOPED_TRACE(describe(s));
+    const StepLog r = run(s);
+    std::vector<std::string> texts;
+    for (const Action& a : s.ranks[0]) texts.push_back(a.text(false));
+    EXPECT_EQ(lines(r.actions), lines(texts)) << "the actions run (first) are not the schedule's (second)";
+    EXPECT_EQ(lines(without_done(r.log)), lines(expected_calls(s, {false, false, false})))
+        << "layer calls (first) against the schedule's actions expanded (second)";
+  }
+}
+
+// Per (micro-batch, layer): one forward, then one backward_input, then one backward_weight.
+TEST(Executor, EachMicroBatchRunsForwardThenInputThenWeightGradient) {
+  for (const Schedule& s : schedules()) {
+    SCOPED_TRACE(describe(s));
+    const Log log = run(s).log;
+    for (int64_t mb = 0; mb < s.microbatches; ++mb)
+      for (int l = 0; l < 3; ++l) {
+        auto where = [&](char op) {
+          std::vector<size_t> at;
+          for (size_t i = 0; i < log.size(); ++i)
+            if (log[i] == fmt::format("{}{}@{}", op, mb, l)) at.push_back(i);
+          return at;
+        };
+        const auto f = where('F'), b = where('B'), w = where('W');
+        ASSERT_TRUE(f.size() == 1 && b.size() == 1 && w.size() == 1)
+            << fmt::format("micro-batch {} layer {}: {} F, {} B, {} W in {}", mb, l, f.size(), b.size(), w.size(),
+                           lines(log));
+        EXPECT_TRUE(f[0] < b[0] && b[0] < w[0])
+            << fmt::format("micro-batch {} layer {}: F at {}, B at {}, W at {} in {}", mb, l, f[0], b[0], w[0],
+                           lines(log));
+      }
+  }
+}
+
+// With m micro-batches, S_i = 3i + 4 and weights (2, 3, 5), micro-batch i's loss is
+// 0.5 x 2 x 3 x 5 x S_i; the gradient of w_l is 0.5 x S_i x the product of the other two weights.
+// Every value is a small multiple of 0.5, so the sums are exact whatever their order.
+TEST(Executor, GradientsAndLossAreTheHandComputedSumsOverMicroBatches) {
+  for (const Schedule& s : schedules()) {
+    SCOPED_TRACE(describe(s));
+    double sum_s = 0;
+    for (int64_t i = 0; i < s.microbatches; ++i) sum_s += static_cast<double>(3 * i + 4);
+    const StepLog r = run(s);
+    EXPECT_EQ(r.loss, kLossScale * 30 * sum_s);
+    const std::vector<double> want = {kLossScale * 15 * sum_s, kLossScale * 10 * sum_s, kLossScale * 6 * sum_s};
+    EXPECT_EQ(r.grads, want) << "per-layer weight gradients";
+    EXPECT_EQ(r.microbatch_calls, s.microbatches) << "the micro-batch hook: once per forward";
+  }
+}
+
+// A layer's gradients are final after its backward for the schedule's last W or BW (micro-batch
+// 0 in the out-of-order list): layer_done names its model index once, right after that call, so
+// the reducers can start on it while earlier layers still compute.
+TEST(Executor, LayerDoneFiresOnceRightAfterEachLayersLastBackward) {
+  for (const Schedule& s : schedules()) {
+    SCOPED_TRACE(describe(s));
+    const Log log = run(s).log;
+    for (int l = 0; l < 3; ++l) {
+      const std::string done = fmt::format("done@{}", kModelIndex + l), mine = fmt::format("@{}", l);
+      const auto count = std::count(log.begin(), log.end(), done);
+      ASSERT_EQ(count, 1) << done << " in " << lines(log);
+      const size_t at = std::find(log.begin(), log.end(), done) - log.begin();
+      size_t last_call = 0;  // the layer's last call
+      for (size_t i = 0; i < log.size(); ++i)
+        if (log[i].ends_with(mine) && !log[i].starts_with("done")) last_call = i;
+      EXPECT_EQ(at, last_call + 1) << done << " in " << lines(log);
+      EXPECT_EQ(log[last_call][0], 'W') << "the layer's last call is not a weight gradient: " << lines(log);
+    }
+  }
+}
+
+// Recomputing layers 0 and 2 run forward again before B (inline, or all at once at an R): the
+// same gradients and loss, bit for bit. (What they keep in between: the next test.)
+TEST(Executor, RecomputeRunsForwardAgainBeforeBackwardWithIdenticalGradients) {
+  const std::vector<bool> recompute = {true, false, true};
+  for (const Schedule& s : schedules()) {
+    SCOPED_TRACE(describe(s));
+    const StepLog plain = run(s), again = run(s, recompute);
+    EXPECT_EQ(lines(without_done(again.log)), lines(expected_calls(s, recompute)))
+        << "layer calls (first) against the schedule's actions expanded with recomputation (second)";
+    EXPECT_EQ(again.grads, plain.grads);
+    EXPECT_EQ(again.loss, plain.loss);
+  }
+}
+
+// What memory planning counts on: activations live from F to the weight gradient, and a
+// recomputing layer keeps only its input in between.
+TEST(Executor, HoldsSavedStatesOnlyFromForwardToWeightGradient) {
+  for (const std::vector<bool>& recompute : {std::vector<bool>{false, false, false}, {true, false, true}})
+    for (const Schedule& s : schedules()) {
+      SCOPED_TRACE(describe(s) + (recompute[0] ? ", recomputing layers 0 and 2" : ""));
+      EXPECT_EQ(run(s, recompute).held, expected_held(s, recompute)) << "states held after each action";
+    }
+}
+
+// One chunk, as a one-stage schedule needs: only the stage count is wrong.
+TEST(Executor, RefusesAScheduleForAnotherNumberOfStages) {
+  dist::NullCommunicator pp("pp");
+  const Schedule two_stages = make_schedule("1f1b", 2, 2);
+  auto build = [&] { PipelineExecutor(two_stages, pp, std::vector<StageChunk>(1), {1, 2}, at::kDouble); };
+  using ::testing::HasSubstr, ::testing::ThrowsMessage;
+  EXPECT_THAT(build, ThrowsMessage<Error>(HasSubstr("a schedule of 2 stages on 1 pipeline ranks")));
+}
+
+}  // namespace
+}  // namespace loom::pipeline
