@@ -26,11 +26,8 @@ void write_clicks_file(const ConfigOptions& config, int64_t samples, const std::
   const Config c = config.load();
   LOOM_CHECK_INPUT(c.model.kind == "dlrm", "loom data clicks needs model.kind = \"dlrm\" (got \"{}\")", c.model.kind);
   LOOM_CHECK_INPUT(samples > 0, "--samples {} must be positive", samples);
-  std::vector<PathUse> inputs;
-  if (!config.path.empty()) inputs.push_back({config.path, "the config file"});
-  if (c.data.source.starts_with("clicks:")) inputs.push_back({c.data.source.substr(7), "data.source"});
   const PathUse target{out, "--out"};
-  check_output_paths(inputs, {target});
+  check_output_paths(config.inputs(c), {target});
   const int64_t record = data::click_record_bytes(c.model);
   int64_t bytes = 0;
   LOOM_CHECK_INPUT(!__builtin_mul_overflow(samples, record, &bytes),

@@ -1,5 +1,7 @@
 #include "config_options.h"
 
+#include "loom/data/token_sidecar.h"
+
 namespace loom::cli {
 
 void ConfigOptions::add_to(CLI::App& command) {
@@ -22,7 +24,7 @@ std::vector<PathUse> ConfigOptions::inputs(const Config& config) const {
   if (const size_t colon = source.find(':'); colon != std::string::npos) {
     const std::string data = source.substr(colon + 1);
     files.push_back({data, "the data file (data.source)"});
-    files.push_back({data + ".json", "the data file's sidecar"});
+    files.push_back({data::sidecar_path(data), "the data file's sidecar"});
   }
   if (config.parallel.schedule.starts_with("csv:"))
     files.push_back({config.parallel.schedule.substr(4), "the schedule (parallel.schedule)"});
