@@ -11,12 +11,10 @@
 #include <thread>
 
 #include "loom/core/error.h"
-#include "loom/core/units.h"
 #include "loom/data/sampler.h"
 #include "loom/dist/input_agreement.h"
 #include "loom/dist/runtime.h"
 #include "loom/memory/accounting_allocator.h"
-#include "loom/memory/host_memory.h"
 #include "loom/models/dlrm.h"
 #include "loom/models/gpt.h"
 #include "loom/optim/clip.h"
@@ -75,9 +73,14 @@ Trainer::Trainer(Config config, int world_size, int rank, int local_ranks)
 }
 
 void Trainer::check(const Config& config, int world_size, int local_ranks) {
+  Trainer checked(config, world_size, 0, local_ranks);  // everything, with stage 0's memory
   const auto& p = config.parallel;
-  for (int64_t pp_rank = 0; pp_rank < p.pp; ++pp_rank)  // the first rank of each stage
-    Trainer(config, world_size, static_cast<int>(pp_rank * p.sp * p.tp), local_ranks);
+  for (int64_t pp_rank = 1; pp_rank < p.pp; ++pp_rank) {  // the other stages' memory (data read once)
+    checked.world_rank_ = static_cast<int>(pp_rank * p.sp * p.tp);  // the first rank of the stage
+    checked.model_ = checked.build_model(*checked.sizing_tp_, {});
+    checked.take_stage_layers();
+    checked.check_memory(local_ranks);
+  }
 }
 
 // Parameters, optimizer state and the executor: the first allocations of the run.
@@ -178,53 +181,11 @@ void Trainer::check_input(int world_size, int local_ranks) {
                    "the {} MPI guarantees; hint: fewer, larger micro-batches",
                    schedule_.microbatches, schedule_.virtual_stages(), pipeline::message_tags(schedule_),
                    pipeline::kMaxTags);
-  const pipeline::Simulation sim = pipeline::simulate(schedule_);  // refuses a bad schedule, with its grid
-  peak_stashed_ = sim.peak_stashed[pp_rank_of(world_rank_)];
+  stage_stashed_ = pipeline::simulate(schedule_).peak_stashed;  // refuses a bad schedule, with its grid
   take_stage_layers();  // this rank's layers, for the memory check
   // Last: the layout's own errors (stages, schedule) say more than a rank count that does not fit.
   dist::check_mesh_shape(dist::mesh_shape(config_.parallel), world_size);
   check_memory(local_ranks);
-}
-
-// The estimate against memory.budget, or without one against this machine's memory shared by its
-// ranks: an impossible model is refused before anything is allocated.
-void Trainer::check_memory(int local_ranks) const {
-  const MemoryEstimate need = estimate();
-  const int64_t budget = config_.budget_bytes();
-  const std::string hint = is_dlrm() ? "shrink model.table_rows or spread the tables over more ranks (parallel.dp "
-                                       "with parallel.sparse = \"auto\")"
-                                     : "lower train.micro_batch, set memory.recompute = \"full\" or shrink the model";
-  if (budget > 0) {
-    const double in_use = static_cast<double>(memory::live_bytes());
-    LOOM_CHECK_INPUT(need.total() + in_use <= static_cast<double>(budget),
-                     "memory.budget = {} is too small: {}{}; hint: raise memory.budget, {}",
-                     format_bytes(static_cast<double>(budget)), memory_keys(need),
-                     in_use > 0 ? fmt::format(" besides {} already in use", format_bytes(in_use)) : "", hint);
-    return;
-  }
-  const double machine = static_cast<double>(memory::host_memory_bytes());
-  const double per_rank = machine / std::max(1, local_ranks);
-  LOOM_CHECK_INPUT(need.total() <= per_rank,
-                   "the run does not fit this machine: {}, but each of the {} rank{} here has {} ({} in all); "
-                   "hint: {}, or use more ranks",
-                   memory_keys(need), local_ranks, local_ranks == 1 ? "" : "s", format_bytes(per_rank),
-                   format_bytes(machine), hint);
-}
-
-std::string Trainer::memory_keys(const MemoryEstimate& need) const {
-  const auto& m = config_.model;
-  const std::string shape = is_dlrm() ? fmt::format("model.tables = {} x model.table_rows = {} x model.d_model = {}",
-                                                    m.tables, m.table_rows, m.d_model)
-                                      : fmt::format("model.n_layers = {}, model.d_model = {}, model.vocab = {}",
-                                                    m.n_layers, m.d_model, m.vocab);
-  std::string text = fmt::format(
-      "the run needs at least {} per rank: {} for parameters, gradients and AdamW moments ({}), {} for "
-      "activations ({} micro-batch{} of train.micro_batch = {}{})",
-      format_bytes(need.total()), format_bytes(need.weights), shape, format_bytes(need.activations), need.stashed,
-      need.stashed == 1 ? "" : "es", config_.train.micro_batch,
-      is_dlrm() ? "" : fmt::format(" x model.seq_len = {}", m.seq_len));
-  if (need.sparse > 0) text += fmt::format(", {} for sparse table rows", format_bytes(need.sparse));
-  return text;
 }
 
 Trainer::~Trainer() {
@@ -244,48 +205,6 @@ parallel::SpOptions Trainer::sp_options() const {
 
 parallel::TpOptions Trainer::tp_options() const {
   return {.overlap = config_.parallel.tp_overlap, .sequence = config_.parallel.tp_sequence};
-}
-
-MemoryEstimate Trainer::estimate() const {
-  const int64_t bytes = dtype_ == at::kDouble ? 8 : 4;
-  const auto& m = config_.model;
-  const nn::Cost cost = model_.cost(config_.train.micro_batch, local_seq(), bytes);
-  // Full recomputation keeps each layer's input: seq/tp tokens under tp_sequence. A pipeline
-  // stage holds its schedule's peak of stashed micro-batches.
-  const int64_t seq_shards = config_.parallel.tp_sequence ? config_.parallel.tp : 1;
-  const double per_microbatch = config_.memory.recompute == "full"
-                                    ? static_cast<double>(config_.train.micro_batch * local_seq() / seq_shards *
-                                                          m.d_model * bytes) *
-                                          static_cast<double>(model_.chain.size())
-                                    : cost.saved_bytes;
-  const double activations = per_microbatch * static_cast<double>(peak_stashed_);
-  // A table on the sparse path: its owner's share of the rows and their two moments, plus the
-  // rows this rank pulls in a step and their gradient (NOTE [Sparse exchange]); no dense gradient.
-  // A rank owns ceil(P / n) partitions of ceil(rows / P) rows at most (P a multiple of n when
-  // chosen automatically); as an owner it serves and receives about as many rows as it pulls.
-  double tables = 0, sparse = 0;
-  if (config_.parallel.sparse == "auto") {
-    const int64_t n = config_.parallel.dp * config_.parallel.sp;
-    for (const nn::Param* p : model_.params()) {
-      if (!p->embedding) continue;
-      const int64_t rows = p->numel() / p->full_shape[1], width = p->full_shape[1];
-      const int64_t parts = config_.parallel.sparse_partitions > 0 ? config_.parallel.sparse_partitions
-                                                                   : std::min(rows, n);
-      const int64_t owned = (parts + n - 1) / n * ((rows + parts - 1) / parts);
-      tables += static_cast<double>(p->numel() * bytes);
-      sparse += static_cast<double>((3 * std::min(owned, rows) + 4 * std::min(rows, lookups_per_step())) * width * bytes);
-    }
-  }
-  const double dense = cost.param_bytes - tables;
-  // ZeRO-1 keeps 1/dp of the two AdamW moments.
-  const double moments = 2 * dense / (config_.parallel.zero == 1 ? static_cast<double>(config_.parallel.dp) : 1);
-  return {.weights = 2 * dense + moments, .activations = activations, .sparse = sparse, .stashed = peak_stashed_};
-}
-
-int64_t Trainer::lookups_per_step() const {
-  const auto& t = config_.train;
-  const int64_t samples = t.global_batch / config_.parallel.dp;
-  return samples * (is_dlrm() ? config_.model.bag_size : local_seq());
 }
 
 nn::MicroBatch Trainer::microbatch(int64_t step, int64_t index) const {

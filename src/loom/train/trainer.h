@@ -155,7 +155,7 @@ class Trainer {
   std::unique_ptr<trace::ChromeTrace> trace_;              // set while a run records a trace
   pipeline::Schedule schedule_;
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
-  int64_t peak_stashed_ = 1;  // this rank's stashed micro-batches in the schedule (budget check)
+  std::vector<int64_t> stage_stashed_;  // each pipeline rank's peak of stashed micro-batches (memory check)
 };
 
 }  // namespace loom::train
