@@ -35,8 +35,8 @@ void check_one_output(const PathUse& out) {
                    "{} '{}' names a directory; hint: give a file name", out.role, out.path);
   struct stat st {};
   if (::stat(out.path.c_str(), &st) == 0) {
-    LOOM_CHECK_INPUT(!S_ISDIR(st.st_mode), "{} '{}' is a directory; hint: give a file name such as '{}/{}'",
-                     out.role, out.path, out.path, out.role == "--trace" ? "trace.json" : "out");
+    LOOM_CHECK_INPUT(!S_ISDIR(st.st_mode), "{} '{}' is a directory; hint: give the path of a file inside it",
+                     out.role, out.path);
     LOOM_CHECK_INPUT(S_ISREG(st.st_mode),
                      "{} '{}' is not a regular file (loom writes a new file and renames it into place); hint: "
                      "give a file name",

@@ -63,10 +63,9 @@ InterruptHandler::InterruptHandler() {
 }
 
 InterruptHandler::~InterruptHandler() {
-  if (watch_ != nullptr) {
+  if (watch_) {
     watch_->stop = true;
     watch_->thread.join();
-    delete watch_;
   }
   sigaction(SIGINT, &old_int_, nullptr);
   sigaction(SIGTERM, &old_term_, nullptr);
@@ -79,8 +78,8 @@ void InterruptHandler::acknowledge() { acknowledged_ = true; }
 void InterruptHandler::arm() { g_armed = 1; }
 
 void InterruptHandler::watch_local_peers(int my_rank, std::vector<LocalPeer> peers) {
-  if (peers.empty() || watch_ != nullptr) return;
-  watch_ = new Watch;
+  if (peers.empty() || watch_) return;
+  watch_ = std::make_unique<Watch>();
   watch_->thread = std::thread([this, my_rank, peers = std::move(peers)] {
     using namespace std::chrono_literals;
     while (!watch_->stop) {

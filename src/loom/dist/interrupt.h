@@ -15,6 +15,7 @@
 
 #include <atomic>
 #include <csignal>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -42,7 +43,7 @@ class InterruptHandler {
  private:
   struct sigaction old_int_ {}, old_term_ {};
   struct Watch;
-  Watch* watch_ = nullptr;
+  std::unique_ptr<Watch> watch_;
   std::atomic<bool> acknowledged_{false};
 };
 
