@@ -34,6 +34,18 @@ wait_lines() {
   for _ in $(seq 600); do [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0; sleep 0.1; done
   fail "$1 never reached $2 lines"
 }
+# Runs `loom ARGS...` in the background, waits until PARTIAL has LINES lines, sends each of SIGNALS
+# (comma-separated) and sets rc to the exit code.
+signalled() {  # signalled SIGNALS PARTIAL LINES ARGS...
+  local signals=$1 partial=$2 lines=$3 pid s
+  shift 3
+  "$loom" "$@" >out.txt 2>err.txt &
+  pid=$!
+  wait_lines "$partial" "$lines"
+  for s in ${signals//,/ }; do kill -"$s" $pid; done
+  wait $pid
+  rc=$?
+}
 long=(train "${small[@]}" "${data[@]}" --set train.steps=1000000)
 case $case in
   alias_data)
@@ -59,12 +71,7 @@ case $case in
     [ $(( $(date +%s) - start )) -lt 30 ] || fail "refused only after training"
     refused "--metrics 'adir/' names a directory" text.txt train "${small[@]}" --metrics adir/ ;;
   interrupt)  # SIGINT: one line, exit 130, every output closed; a second signal exits at once
-    "$loom" "${long[@]}" --quiet --metrics m.jsonl --trace t.json >out.txt 2>err.txt &
-    pid=$!
-    wait_lines .m.jsonl.loom-partial 3
-    kill -INT $pid
-    wait $pid
-    rc=$?
+    signalled INT .m.jsonl.loom-partial 3 "${long[@]}" --quiet --metrics m.jsonl --trace t.json
     [ $rc -eq 130 ] || fail "exit code $rc, want 130"
     grep -qE '^loom: interrupted at step [0-9]+ by SIGINT; metrics and trace flushed$' err.txt || fail "no message"
     steps=$(sed -E 's/.*at step ([0-9]+).*/\1/' err.txt)
@@ -72,21 +79,11 @@ case $case in
     python3 -c 'import json, sys; t = json.load(open("t.json")); assert isinstance(t, list) and len(t) > 10' ||
       fail "the trace does not parse"
     [ -z "$(ls -A | grep loom-partial)" ] || fail "a temporary was left"
-    "$loom" train -c "$tiny" --peak-flops 1e10 --set train.threads=1 --set train.steps=1000 --quiet \
-      --metrics m2.jsonl 2>err.txt &
-    pid=$!
-    wait_lines .m2.jsonl.loom-partial 1
-    kill -TERM $pid; kill -TERM $pid
-    wait $pid
-    rc=$?
+    signalled TERM,TERM .m2.jsonl.loom-partial 1 train -c "$tiny" --peak-flops 1e10 --set train.threads=1 \
+      --set train.steps=1000 --quiet --metrics m2.jsonl
     [ $rc -eq 143 ] || fail "exit code $rc after two SIGTERMs, want 143" ;;
   sigterm)
-    "$loom" "${long[@]}" --metrics m.jsonl >out.txt 2>err.txt &
-    pid=$!
-    wait_lines .m.jsonl.loom-partial 2
-    kill -TERM $pid
-    wait $pid
-    rc=$?
+    signalled TERM .m.jsonl.loom-partial 2 "${long[@]}" --metrics m.jsonl
     [ $rc -eq 143 ] || fail "exit code $rc, want 143"
     grep -qE '^loom: interrupted at step [0-9]+ by SIGTERM' err.txt || fail "no message"
     [ -s m.jsonl ] || fail "no metrics" ;;
