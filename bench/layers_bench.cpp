@@ -8,10 +8,10 @@
 
 #include "loom/dist/null_communicator.h"
 #include "loom/nn/attention.h"
-#include "loom/nn/attention_block.h"
-#include "loom/nn/embedding.h"
-#include "loom/nn/lm_head_loss.h"
-#include "loom/nn/mlp_block.h"
+#include "loom/blocks/attention_block.h"
+#include "loom/blocks/embedding.h"
+#include "loom/blocks/lm_head_loss.h"
+#include "loom/blocks/mlp_block.h"
 #include "loom/optim/adamw.h"
 
 namespace {
@@ -37,7 +37,7 @@ at::Tensor activations() { return at::randn({kBatch, kSeq, kModel}); }
 
 void BM_AttentionBlock(benchmark::State& state) {
   loom::dist::NullCommunicator tp;
-  loom::nn::AttentionBlock layer("attn", kModel, kHeads, state.range(0), 0.02, tp);
+  loom::blocks::AttentionBlock layer("attn", kModel, kHeads, state.range(0), 0.02, tp);
   run_layer(state, layer, activations(), {}, activations());
 }
 BENCHMARK(BM_AttentionBlock)->Arg(64)->Arg(128)->Arg(256)->Unit(benchmark::kMillisecond);
@@ -55,14 +55,14 @@ BENCHMARK(BM_AttentionKernel)->Arg(64)->Arg(128)->Arg(256)->Unit(benchmark::kMil
 
 void BM_MlpBlock(benchmark::State& state) {
   loom::dist::NullCommunicator tp;
-  loom::nn::MlpBlock layer("mlp", kModel, 4 * kModel, 0.02, tp);
+  loom::blocks::MlpBlock layer("mlp", kModel, 4 * kModel, 0.02, tp);
   run_layer(state, layer, activations(), {}, activations());
 }
 BENCHMARK(BM_MlpBlock)->Unit(benchmark::kMillisecond);
 
 void BM_LmHeadLoss(benchmark::State& state) {
   loom::dist::NullCommunicator tp;
-  loom::nn::LmHeadLoss layer(kModel, kVocab, tp);
+  loom::blocks::LmHeadLoss layer(kModel, kVocab, tp);
   loom::nn::MicroBatch mb;
   mb.targets = at::randint(0, kVocab, {kBatch, kSeq}, at::kLong);
   mb.loss_scale = 1.0 / (kBatch * kSeq);
@@ -72,7 +72,7 @@ BENCHMARK(BM_LmHeadLoss)->Unit(benchmark::kMillisecond);
 
 void BM_Embedding(benchmark::State& state) {
   loom::dist::NullCommunicator tp;
-  loom::nn::TokenPositionEmbedding layer(kVocab, kSeq, kModel, tp);
+  loom::blocks::TokenPositionEmbedding layer(kVocab, kSeq, kModel, tp);
   run_layer(state, layer, at::randint(0, kVocab, {kBatch, kSeq}, at::kLong), {}, activations());
 }
 BENCHMARK(BM_Embedding)->Unit(benchmark::kMillisecond);

@@ -7,6 +7,7 @@
 #include "layout_harness.h"
 #include "loom/data/clicks.h"
 #include "loom/data/sampler.h"
+#include "loom/parallel/sparse_table.h"
 #include "world.h"
 
 namespace loom::test {
@@ -151,7 +152,7 @@ TEST(SparseParallelComm, ExchangeMovesExactlyTheLookedUpRows) {
   // Every row lives on exactly one rank, and no rank holds more than its partitions' share.
   int64_t owned = 0;
   for (nn::Param* p : trainer.model().params())
-    if (p->sparse != nullptr) owned += p->sparse->owned_rows();
+    if (p->sparse != nullptr) owned += dynamic_cast<const parallel::SparseTable&>(*p->sparse).owned_rows();
   at::Tensor total = at::full({1}, owned, at::kLong);
   world().all_reduce(total, dist::ReduceOp::Sum);
   EXPECT_EQ(total.item<int64_t>(), tables * c.model.table_rows);

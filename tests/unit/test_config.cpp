@@ -9,6 +9,7 @@
 #include "loom/core/config.h"
 #include "loom/core/error.h"
 #include "loom/core/units.h"
+#include "loom/models/registry.h"
 
 namespace loom {
 namespace {
@@ -153,7 +154,8 @@ TEST(Config, FloatKeysMustBeFinite) {
       }
     }
   }
-  EXPECT_EQ(float_keys, 9u);  // bucket_mb, recompute_ratio, lr, min_lr_ratio, weight_decay, beta1, beta2, clip, zipf
+  // rope_theta, bucket_mb, recompute_ratio, lr, min_lr_ratio, weight_decay, beta1, beta2, clip, zipf
+  EXPECT_EQ(float_keys, 10u);
   EXPECT_THAT(input_error([] { parse_config("[train]\nlr = inf\n", "x.toml"); }),
               HasSubstr("x.toml: train.lr = inf must be a finite number; hint: the default is 0.001"));
   EXPECT_THAT(input_error([] { parse_config("[memory]\nrecompute_ratio = nan\n", "x.toml"); }),
@@ -182,9 +184,9 @@ TEST(Config, ValidationRefusesInconsistentValues) {
   auto refused = [](auto edit) {
     Config c;
     edit(c);
-    return input_error([&] { validate(c); });
+    return input_error([&] { models::validate_config(c); });
   };
-  EXPECT_NO_THROW(validate(Config{}));
+  EXPECT_NO_THROW(models::validate_config(Config{}));
   EXPECT_THAT(refused([](Config& c) { c.model.n_heads = 5; }),
               HasSubstr("model.d_model (256) must be divisible by model.n_heads (5)"));
   EXPECT_THAT(refused([](Config& c) { c.model.max_positions = 128; }),
@@ -214,7 +216,7 @@ TEST(Config, ValidationRefusesSizesWhoseProductsPass64Bits) {
   auto refused = [](auto edit) {
     Config c;
     edit(c);
-    return input_error([&] { validate(c); });
+    return input_error([&] { models::validate_config(c); });
   };
   EXPECT_THAT(refused([](Config& c) { c.model.vocab = int64_t{1} << 40, c.model.d_model = int64_t{1} << 30; }),
               HasSubstr("the token table (model.vocab 1099511627776 x model.d_model 1073741824) comes to more than "

@@ -105,7 +105,7 @@ struct StepLog {
   int live = 0;                      // Saved states not yet released
 };
 
-StepLog run(const Schedule& schedule, std::vector<bool> recompute = {false, false, false}) {
+StepLog run(const schedule::Schedule& schedule, std::vector<bool> recompute = {false, false, false}) {
   StepLog out;
   std::vector<std::unique_ptr<ScaleLayer>> layers;
   StageChunk chunk{.virtual_stage = 0, .recompute = std::move(recompute)};
@@ -132,26 +132,26 @@ StepLog run(const Schedule& schedule, std::vector<bool> recompute = {false, fals
 }
 
 // A one-rank schedule from its actions, through the CSV reader.
-Schedule one_rank(const std::vector<std::string>& actions) {
+schedule::Schedule one_rank(const std::vector<std::string>& actions) {
   std::string csv = "step,rank0\n";
   for (size_t i = 0; i < actions.size(); ++i) csv += fmt::format("{},{}\n", i, actions[i]);
-  return from_csv(csv, "test.csv");
+  return schedule::from_csv(csv, "test.csv");
 }
 
 // Every generator that runs at one stage, at several micro-batch counts, and hand-written lists:
 // B and W apart and out of order (the last W is micro-batch 0's), and R ahead of B mixed with BW.
-std::vector<Schedule> schedules() {
-  std::vector<Schedule> out;
+std::vector<schedule::Schedule> schedules() {
+  std::vector<schedule::Schedule> out;
   for (const char* kind : {"gpipe", "1f1b", "zb-h1", "scp"})
-    for (int64_t m : {1, 3, 4}) out.push_back(make_schedule(kind, 1, m));
+    for (int64_t m : {1, 3, 4}) out.push_back(schedule::make_schedule(kind, 1, m));
   out.push_back(one_rank({"F0", "F1", "B1", "F2", "W1", "B0", "B2", "W2", "W0"}));
   out.push_back(one_rank({"F0", "F1", "R1", "B1", "W1", "R0", "BW0", "F2", "BW2"}));
   return out;
 }
 
-std::string describe(const Schedule& s) {
+std::string describe(const schedule::Schedule& s) {
   std::vector<std::string> texts;
-  for (const Action& a : s.ranks[0]) texts.push_back(a.text(false));
+  for (const schedule::Action& a : s.ranks[0]) texts.push_back(a.text(false));
   return fmt::format("{} m={}: {}", s.kind, s.microbatches, fmt::join(texts, " "));
 }
 
@@ -159,30 +159,30 @@ std::string describe(const Schedule& s) {
 // layers in order; B and BW run them in reverse, a recomputing layer running its forward again
 // just before its B unless an R already re-ran every recomputing forward of that micro-batch;
 // BW is B then W layer by layer; W runs the layers in reverse.
-Log expected_calls(const Schedule& s, const std::vector<bool>& recompute) {
+Log expected_calls(const schedule::Schedule& s, const std::vector<bool>& recompute) {
   const int n = static_cast<int>(recompute.size());
   Log out;
   std::set<int64_t> ahead;  // micro-batches recomputed by an R
   auto call = [&](char op, int64_t mb, int l) { out.push_back(fmt::format("{}{}@{}", op, mb, l)); };
-  for (const Action& a : s.ranks[0]) {
+  for (const schedule::Action& a : s.ranks[0]) {
     switch (a.op) {
-      case Op::F:
+      case schedule::Op::F:
         for (int l = 0; l < n; ++l) call('F', a.mb, l);
         break;
-      case Op::R:
+      case schedule::Op::R:
         for (int l = 0; l < n; ++l)
           if (recompute[l]) call('F', a.mb, l);
         ahead.insert(a.mb);
         break;
-      case Op::B:
-      case Op::BW:
+      case schedule::Op::B:
+      case schedule::Op::BW:
         for (int l = n - 1; l >= 0; --l) {
           if (recompute[l] && !ahead.contains(a.mb)) call('F', a.mb, l);
           call('B', a.mb, l);
-          if (a.op == Op::BW) call('W', a.mb, l);
+          if (a.op == schedule::Op::BW) call('W', a.mb, l);
         }
         break;
-      case Op::W:
+      case schedule::Op::W:
         for (int l = n - 1; l >= 0; --l) call('W', a.mb, l);
         break;
       default:
@@ -194,13 +194,13 @@ Log expected_calls(const Schedule& s, const std::vector<bool>& recompute) {
 
 // Saved states held after each action: a micro-batch holds its non-recomputing layers' from its
 // F, every layer's from its R or B (recomputed), and none after its W or BW.
-std::vector<int> expected_held(const Schedule& s, const std::vector<bool>& recompute) {
+std::vector<int> expected_held(const schedule::Schedule& s, const std::vector<bool>& recompute) {
   const int layers = static_cast<int>(recompute.size());
   const int kept = layers - static_cast<int>(std::count(recompute.begin(), recompute.end(), true));
   std::map<int64_t, int> held;  // per micro-batch
   std::vector<int> out;
-  for (const Action& a : s.ranks[0]) {
-    held[a.mb] = a.op == Op::F ? kept : (a.op == Op::W || a.op == Op::BW) ? 0 : layers;
+  for (const schedule::Action& a : s.ranks[0]) {
+    held[a.mb] = a.op == schedule::Op::F ? kept : (a.op == schedule::Op::W || a.op == schedule::Op::BW) ? 0 : layers;
     int total = 0;
     for (auto [mb, n] : held) total += n;
     out.push_back(total);
@@ -219,11 +219,11 @@ Log without_done(const Log& log) {
 std::string lines(const Log& log) { return fmt::format("{}", fmt::join(log, " ")); }
 
 TEST(Executor, RunsTheScheduleActionByAction) {
-  for (const Schedule& s : schedules()) {
+  for (const schedule::Schedule& s : schedules()) {
     SCOPED_TRACE(describe(s));
     const StepLog r = run(s);
     std::vector<std::string> texts;
-    for (const Action& a : s.ranks[0]) texts.push_back(a.text(false));
+    for (const schedule::Action& a : s.ranks[0]) texts.push_back(a.text(false));
     EXPECT_EQ(lines(r.actions), lines(texts)) << "the actions run (first) are not the schedule's (second)";
     EXPECT_EQ(lines(without_done(r.log)), lines(expected_calls(s, {false, false, false})))
         << "layer calls (first) against the schedule's actions expanded (second)";
@@ -232,7 +232,7 @@ TEST(Executor, RunsTheScheduleActionByAction) {
 
 // Per (micro-batch, layer): one forward, then one backward_input, then one backward_weight.
 TEST(Executor, EachMicroBatchRunsForwardThenInputThenWeightGradient) {
-  for (const Schedule& s : schedules()) {
+  for (const schedule::Schedule& s : schedules()) {
     SCOPED_TRACE(describe(s));
     const Log log = run(s).log;
     for (int64_t mb = 0; mb < s.microbatches; ++mb)
@@ -258,7 +258,7 @@ TEST(Executor, EachMicroBatchRunsForwardThenInputThenWeightGradient) {
 // 0.5 x 2 x 3 x 5 x S_i; the gradient of w_l is 0.5 x S_i x the product of the other two weights.
 // Every value is a small multiple of 0.5, so the sums are exact whatever their order.
 TEST(Executor, GradientsAndLossAreTheHandComputedSumsOverMicroBatches) {
-  for (const Schedule& s : schedules()) {
+  for (const schedule::Schedule& s : schedules()) {
     SCOPED_TRACE(describe(s));
     double sum_s = 0;
     for (int64_t i = 0; i < s.microbatches; ++i) sum_s += static_cast<double>(3 * i + 4);
@@ -274,7 +274,7 @@ TEST(Executor, GradientsAndLossAreTheHandComputedSumsOverMicroBatches) {
 // 0 in the out-of-order list): layer_done names its model index once, right after that call, so
 // the reducers can start on it while earlier layers still compute.
 TEST(Executor, LayerDoneFiresOnceRightAfterEachLayersLastBackward) {
-  for (const Schedule& s : schedules()) {
+  for (const schedule::Schedule& s : schedules()) {
     SCOPED_TRACE(describe(s));
     const Log log = run(s).log;
     for (int l = 0; l < 3; ++l) {
@@ -295,7 +295,7 @@ TEST(Executor, LayerDoneFiresOnceRightAfterEachLayersLastBackward) {
 // same gradients and loss, bit for bit. (What they keep in between: the next test.)
 TEST(Executor, RecomputeRunsForwardAgainBeforeBackwardWithIdenticalGradients) {
   const std::vector<bool> recompute = {true, false, true};
-  for (const Schedule& s : schedules()) {
+  for (const schedule::Schedule& s : schedules()) {
     SCOPED_TRACE(describe(s));
     const StepLog plain = run(s), again = run(s, recompute);
     EXPECT_EQ(lines(without_done(again.log)), lines(expected_calls(s, recompute)))
@@ -309,7 +309,7 @@ TEST(Executor, RecomputeRunsForwardAgainBeforeBackwardWithIdenticalGradients) {
 // recomputing layer keeps only its input in between.
 TEST(Executor, HoldsSavedStatesOnlyFromForwardToWeightGradient) {
   for (const std::vector<bool>& recompute : {std::vector<bool>{false, false, false}, {true, false, true}})
-    for (const Schedule& s : schedules()) {
+    for (const schedule::Schedule& s : schedules()) {
       SCOPED_TRACE(describe(s) + (recompute[0] ? ", recomputing layers 0 and 2" : ""));
       EXPECT_EQ(run(s, recompute).held, expected_held(s, recompute)) << "states held after each action";
     }
@@ -318,7 +318,7 @@ TEST(Executor, HoldsSavedStatesOnlyFromForwardToWeightGradient) {
 // One chunk, as a one-stage schedule needs: only the stage count is wrong.
 TEST(Executor, RefusesAScheduleForAnotherNumberOfStages) {
   dist::NullCommunicator pp("pp");
-  const Schedule two_stages = make_schedule("1f1b", 2, 2);
+  const schedule::Schedule two_stages = schedule::make_schedule("1f1b", 2, 2);
   auto build = [&] { PipelineExecutor(two_stages, pp, std::vector<StageChunk>(1), {1, 2}, at::kDouble); };
   using ::testing::HasSubstr, ::testing::ThrowsMessage;
   EXPECT_THAT(build, ThrowsMessage<Error>(HasSubstr("a schedule of 2 stages on 1 pipeline ranks")));

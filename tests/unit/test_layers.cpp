@@ -4,11 +4,11 @@
 
 #include "loom/dist/null_communicator.h"
 #include "loom/nn/attention.h"
-#include "loom/nn/attention_block.h"
-#include "loom/nn/embedding.h"
-#include "loom/nn/final_norm.h"
-#include "loom/nn/lm_head_loss.h"
-#include "loom/nn/mlp_block.h"
+#include "loom/blocks/attention_block.h"
+#include "loom/blocks/embedding.h"
+#include "loom/blocks/final_norm.h"
+#include "loom/blocks/lm_head_loss.h"
+#include "loom/blocks/mlp_block.h"
 #include "unit/layer_check.h"
 
 namespace loom::test {
@@ -43,7 +43,7 @@ class LayerGradients : public ::testing::TestWithParam<at::ScalarType> {
 
 TEST_P(LayerGradients, AttentionBlockMatchesAutograd) {
   dist::NullCommunicator tp;
-  nn::AttentionBlock layer("blocks.0.attn", kModel, kHeads, kTile, 0.02, tp);
+  blocks::AttentionBlock layer("blocks.0.attn", kModel, kHeads, kTile, 0.02, tp);
   randomise(layer, dtype());
   const int64_t hd = kModel / kHeads;
   auto reference = [&](const torch::Tensor& x, const std::vector<torch::Tensor>& p) {
@@ -59,7 +59,7 @@ TEST_P(LayerGradients, AttentionBlockMatchesAutograd) {
 
 TEST_P(LayerGradients, MlpBlockMatchesAutograd) {
   dist::NullCommunicator tp;
-  nn::MlpBlock layer("blocks.0.mlp", kModel, 4 * kModel, 0.02, tp);
+  blocks::MlpBlock layer("blocks.0.mlp", kModel, 4 * kModel, 0.02, tp);
   randomise(layer, dtype());
   auto reference = [&](const torch::Tensor& x, const std::vector<torch::Tensor>& p) {
     auto h = F::layer_norm(x, F::LayerNormFuncOptions({kModel}).weight(p[0]).bias(p[1]).eps(1e-5));
@@ -71,7 +71,7 @@ TEST_P(LayerGradients, MlpBlockMatchesAutograd) {
 
 TEST_P(LayerGradients, EmbeddingMatchesAutogradWithRepeatedTokens) {
   dist::NullCommunicator tp;
-  nn::TokenPositionEmbedding layer(kVocab, kSeq + 5, kModel, tp);
+  blocks::TokenPositionEmbedding layer(kVocab, kSeq + 5, kModel, tp);
   randomise(layer, dtype());
   // Few distinct ids, so rows repeat and their gradients must add up.
   const at::Tensor tokens = at::randint(0, 6, {kBatch, kSeq}, at::TensorOptions().dtype(at::kLong));
@@ -82,7 +82,7 @@ TEST_P(LayerGradients, EmbeddingMatchesAutogradWithRepeatedTokens) {
 }
 
 TEST_P(LayerGradients, FinalNormMatchesAutograd) {
-  nn::FinalNorm layer(kModel);
+  blocks::FinalNorm layer(kModel);
   randomise(layer, dtype());
   auto reference = [&](const torch::Tensor& x, const std::vector<torch::Tensor>& p) {
     return F::layer_norm(x, F::LayerNormFuncOptions({kModel}).weight(p[0]).bias(p[1]).eps(1e-5));
@@ -92,7 +92,7 @@ TEST_P(LayerGradients, FinalNormMatchesAutograd) {
 
 TEST_P(LayerGradients, LmHeadLossMatchesAutogradCrossEntropy) {
   dist::NullCommunicator tp;
-  nn::LmHeadLoss layer(kModel, kVocab, tp);
+  blocks::LmHeadLoss layer(kModel, kVocab, tp);
   randomise(layer, dtype());
   nn::MicroBatch mb;
   mb.targets = at::randint(0, kVocab, {kBatch, kSeq}, at::TensorOptions().dtype(at::kLong));

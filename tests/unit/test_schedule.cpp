@@ -7,9 +7,9 @@
 #include <map>
 
 #include "loom/core/error.h"
-#include "loom/pipeline/simulator.h"
+#include "loom/schedule/simulator.h"
 
-namespace loom::pipeline {
+namespace loom::schedule {
 namespace {
 
 struct Shape {
@@ -214,4 +214,4 @@ TEST(Schedules, IncompleteOrMalformedSchedulesAreRefused) {
 }
 
 }  // namespace
-}  // namespace loom::pipeline
+}  // namespace loom::schedule

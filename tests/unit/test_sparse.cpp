@@ -11,7 +11,7 @@
 #include "loom/core/error.h"
 #include "loom/data/clicks.h"
 #include "loom/dist/null_communicator.h"
-#include "loom/nn/dlrm_layers.h"
+#include "loom/blocks/dlrm_layers.h"
 #include "loom/optim/adamw.h"
 #include "loom/parallel/sparse_table.h"
 #include "unit/layer_check.h"
@@ -143,7 +143,7 @@ class DlrmLayers : public ::testing::TestWithParam<at::ScalarType> {
 };
 
 TEST_P(DlrmLayers, DenseMatchesAutograd) {
-  nn::Dense layer("top.0", 6, 5, false);
+  blocks::Dense layer("top.0", 6, 5, false);
   randomise(layer);
   auto reference = [](const torch::Tensor& x, const std::vector<torch::Tensor>& p) {
     return torch::relu(F::linear(x, p[0], p[1]));
@@ -153,7 +153,7 @@ TEST_P(DlrmLayers, DenseMatchesAutograd) {
 
 TEST_P(DlrmLayers, EmbeddingBagsMatchAutogradWithRepeatedIds) {
   constexpr int64_t kTables = 3, kRows = 11, kWidth = 4, kBag = 2, kBatch = 6;
-  nn::EmbeddingBags layer(kTables, kRows, kWidth, kBag);
+  blocks::EmbeddingBags layer(kTables, kRows, kWidth, kBag);
   randomise(layer);
   nn::MicroBatch mb;
   mb.tokens = at::randint(0, 4, {kBatch, kTables * kBag}, kLong);  // few distinct rows: repeats
@@ -169,7 +169,7 @@ TEST_P(DlrmLayers, EmbeddingBagsMatchAutogradWithRepeatedIds) {
 }
 
 TEST_P(DlrmLayers, ClickLossMatchesAutogradBinaryCrossEntropy) {
-  nn::ClickLoss layer(6);
+  blocks::ClickLoss layer(6);
   randomise(layer);
   nn::MicroBatch mb;
   mb.targets = at::randint(0, 2, {9}, kLong);
@@ -191,7 +191,7 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, DlrmLayers, ::testing::Values(at::kDouble, at::
 // the dense gradient's non-zero rows.
 TEST(DlrmLayers, SparsePathMatchesTheDensePath) {
   constexpr int64_t kTables = 2, kRows = 9, kWidth = 3, kBag = 3, kBatch = 5;
-  nn::EmbeddingBags dense(kTables, kRows, kWidth, kBag), sparse(kTables, kRows, kWidth, kBag);
+  blocks::EmbeddingBags dense(kTables, kRows, kWidth, kBag), sparse(kTables, kRows, kWidth, kBag);
   dist::NullCommunicator alone;
   std::vector<std::unique_ptr<parallel::SparseTable>> tables;
   for (int64_t f = 0; f < kTables; ++f) {

@@ -1,8 +1,11 @@
+#include <nlohmann/json.hpp>
+
 #include <iostream>
 
 #include "commands.h"
 #include "config_options.h"
 #include "loom/core/error.h"
+#include "loom/plan/run_plan.h"
 #include "loom/train/trainer.h"
 
 namespace loom::cli {
@@ -11,25 +14,31 @@ Action add_config(CLI::App& app) {
   auto* cmd = app.add_subcommand("config", "check a config as `loom train` would, and print the effective one");
   auto config = std::make_shared<ConfigOptions>();
   auto print = std::make_shared<bool>(false);
+  auto json = std::make_shared<bool>(false);
   auto ranks = std::make_shared<int>(0);
   config->add_to(*cmd);
   cmd->add_flag("--check")->description("run every check `loom train` runs (data, layout, schedule, memory) and exit 2 on the "
                            "first failure; `loom config` always does");
-  cmd->add_flag("--print", *print, "print the effective config as TOML (every key), after the checks");
+  cmd->add_flag("--print", *print, "print the effective config as TOML (every key) and the run plan derived from "
+                                   "it (per stage: layers, memory by category; per axis: bytes per step), after "
+                                   "the checks");
+  cmd->add_flag("--json", *json, "print the run plan as JSON (after the checks)");
   cmd->add_option("--ranks", *ranks, "check the layout against this many ranks on this machine (default: the "
                                      "product of the config's degrees)");
-  return [cmd, config, print, ranks](dist::Runtime&) {
+  return [cmd, config, print, json, ranks](dist::Runtime&) {
     if (!*cmd) return;
     const Config effective = config->load();
     const auto& p = effective.parallel;
     const int64_t layout = p.dp * p.tp * p.pp * p.sp;
     LOOM_CHECK_INPUT(*ranks >= 0, "--ranks {} must be positive", *ranks);
     const int world = *ranks > 0 ? *ranks : static_cast<int>(layout);  // validate() keeps it within an int
-    train::Trainer::check(effective, world, world);
+    const plan::RunPlan plan = train::Trainer::check(effective, world, world);
     for (const std::string& warning : config_warnings(effective)) std::cerr << "loom: warning: " << warning << '\n';
-    if (*print)
-      std::cout << to_toml(effective);
-    else
+    if (*json) {
+      std::cout << plan.to_json().dump(2) << '\n';
+    } else if (*print) {
+      std::cout << to_toml(effective) << '\n' << plan.describe();
+    } else
       std::cout << fmt::format("loom: config ok for {} rank{}\n", world, world == 1 ? "" : "s");
   };
 }

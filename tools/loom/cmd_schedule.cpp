@@ -9,7 +9,7 @@
 
 #include "commands.h"
 #include "loom/core/error.h"
-#include "loom/pipeline/simulator.h"
+#include "loom/schedule/simulator.h"
 
 namespace loom::cli {
 
@@ -42,24 +42,24 @@ Action add_schedule(CLI::App& app) {
     LOOM_CHECK_INPUT(o->stages <= 1024 && o->microbatches <= 4096 && o->chunks <= 64,
                      "--stages {} / --microbatches {} / --chunks {}: at most 1024 / 4096 / 64 here", o->stages,
                      o->microbatches, o->chunks);
-    pipeline::Schedule schedule;
+    schedule::Schedule schedule;
     if (!o->from.empty()) {
-      schedule = pipeline::read_csv(o->from);
+      schedule = schedule::read_csv(o->from);
     } else {
-      schedule = pipeline::make_schedule(o->kind, o->stages, o->microbatches, o->chunks);
+      schedule = schedule::make_schedule(o->kind, o->stages, o->microbatches, o->chunks);
     }
-    pipeline::Costs costs{.p2p = o->p2p};
+    schedule::Costs costs{.p2p = o->p2p};
     for (int64_t v = 0; v < schedule.virtual_stages(); ++v)
       costs.stages.push_back({o->f, o->b, o->w, v + 1 < schedule.virtual_stages() ? o->recompute : 0.0});
-    const pipeline::Simulation sim = pipeline::simulate(schedule, costs);
+    const schedule::Simulation sim = schedule::simulate(schedule, costs);
     if (!o->csv.empty()) {
       std::ofstream out(o->csv);
       LOOM_CHECK_INPUT(out.good(), "--csv {}: cannot write the file", o->csv);
-      out << pipeline::to_csv(schedule);
+      out << schedule::to_csv(schedule);
     }
     std::cout << fmt::format("schedule {}: {} stages, {} micro-batches, {} chunk(s)\n", schedule.kind, schedule.stages,
                              schedule.microbatches, schedule.chunks)
-              << pipeline::format_grid(schedule, sim);
+              << schedule::format_grid(schedule, sim);
     std::string peaks, path;
     for (int64_t n : sim.peak_stashed) peaks += fmt::format(" {}", n);
     for (const auto& t : sim.critical_path) path += fmt::format(" {}@r{}", t.action.text(schedule.chunks > 1), t.rank);

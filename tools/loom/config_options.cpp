@@ -1,6 +1,7 @@
 #include "config_options.h"
 
 #include "loom/data/token_sidecar.h"
+#include "loom/models/registry.h"
 
 namespace loom::cli {
 
@@ -13,7 +14,7 @@ void ConfigOptions::add_to(CLI::App& command) {
 Config ConfigOptions::load() const {
   Config config = path.empty() ? Config{} : load_config_file(path);
   for (const auto& assignment : overrides) apply_override(config, assignment);
-  validate(config);
+  models::validate_config(config);
   return config;
 }
 

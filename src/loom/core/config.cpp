@@ -38,6 +38,8 @@ const std::vector<KeySpec>& key_specs() {
       LOOM_KEY(model, n_heads),        LOOM_KEY(model, seq_len),
       LOOM_KEY(model, max_positions),  LOOM_KEY(model, ffn_mult),
       LOOM_KEY(model, attn_tile),      LOOM_KEY(model, dtype),
+      LOOM_KEY(model, n_kv_heads),     LOOM_KEY(model, tie_embeddings),
+      LOOM_KEY(model, rope_theta),     LOOM_KEY(model, ffn_multiple_of),
       LOOM_KEY(model, tables),         LOOM_KEY(model, table_rows),
       LOOM_KEY(model, bag_size),       LOOM_KEY(model, dense_features),
       LOOM_KEY(model, bottom_mlp),     LOOM_KEY(model, top_mlp),

@@ -21,6 +21,13 @@ struct ModelConfig {
   int64_t ffn_mult = 4;
   int64_t attn_tile = 128;    // query/key tile of the attention kernel (memory is O(seq * tile))
   std::string dtype = "float32";
+  // Llama (kind = "llama"): grouped-query attention with n_kv_heads key/value heads (0 = n_heads),
+  // the token table reused as the LM head, the rotary base, and the SwiGLU hidden width's rounding
+  // (hidden = ffn_multiple_of x ceil(2/3 x ffn_mult x d_model / ffn_multiple_of)).
+  int64_t n_kv_heads = 0;
+  bool tie_embeddings = false;
+  double rope_theta = 10000.0;
+  int64_t ffn_multiple_of = 256;
   // DLRM (kind = "dlrm"): `tables` categorical features, each an embedding bag (sum of `bag_size`
   // rows) of a table_rows x d_model table; a bottom MLP over `dense_features` inputs with hidden
   // sizes bottom_mlp, ending in d_model; their concatenation into a top MLP (hidden sizes top_mlp)

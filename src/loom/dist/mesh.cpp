@@ -15,13 +15,19 @@ void check_mesh_shape(const MeshShape& s, int world_size) {
                    s.dp, s.pp, s.sp, s.tp, s.ranks(), world_size, s.ranks());
 }
 
+MeshCoords mesh_coords(const MeshShape& shape, int rank) {
+  MeshCoords c;
+  c.tp = rank % shape.tp, rank /= shape.tp;
+  c.sp = rank % shape.sp, rank /= shape.sp;
+  c.pp = rank % shape.pp, rank /= shape.pp;
+  c.dp = rank;
+  return c;
+}
+
 Mesh::Mesh(Communicator& world, MeshShape shape) : world_(world), shape_(shape) {
   check_mesh_shape(shape, world.size());
-  int r = world.rank();
-  tp_rank_ = r % shape.tp, r /= shape.tp;
-  sp_rank_ = r % shape.sp, r /= shape.sp;
-  pp_rank_ = r % shape.pp, r /= shape.pp;
-  dp_rank_ = r;
+  const MeshCoords c = mesh_coords(shape, world.rank());
+  dp_rank_ = c.dp, pp_rank_ = c.pp, sp_rank_ = c.sp, tp_rank_ = c.tp;
   const int dp = dp_rank_, pp = pp_rank_, sp = sp_rank_, tp = tp_rank_;
   const MeshShape& s = shape;
   // color: the coordinates on the other axes; key: the coordinate along the axis.

@@ -20,6 +20,12 @@ struct MeshShape {
 
 MeshShape mesh_shape(const ParallelConfig& parallel);
 
+// A rank's coordinates on the four axes: the one place the rank order above is computed.
+struct MeshCoords {
+  int dp = 0, pp = 0, sp = 0, tp = 0;
+};
+MeshCoords mesh_coords(const MeshShape& shape, int rank);
+
 // Throws InputError naming every degree when the shape does not fit `world_size` ranks.
 void check_mesh_shape(const MeshShape& shape, int world_size);
 

@@ -4,11 +4,13 @@
 
 #include <cmath>
 
-#include "loom/nn/attention_block.h"
-#include "loom/nn/embedding.h"
-#include "loom/nn/final_norm.h"
-#include "loom/nn/lm_head_loss.h"
-#include "loom/nn/mlp_block.h"
+#include "loom/blocks/attention_block.h"
+#include "loom/core/error.h"
+#include "loom/models/transformer_config.h"
+#include "loom/blocks/embedding.h"
+#include "loom/blocks/final_norm.h"
+#include "loom/blocks/lm_head_loss.h"
+#include "loom/blocks/mlp_block.h"
 
 namespace loom::models {
 
@@ -17,20 +19,69 @@ Model build_gpt(const ModelConfig& m, dist::Communicator& tp, parallel::TpOption
   const int64_t positions = m.max_positions > 0 ? m.max_positions : m.seq_len;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
   Model model;
-  model.chain.push_back(std::make_unique<nn::TokenPositionEmbedding>(m.vocab, positions, m.d_model, tp, sequence,
+  model.chain.push_back(std::make_unique<blocks::TokenPositionEmbedding>(m.vocab, positions, m.d_model, tp, sequence,
                                                                         parallel::sequence_chunks(sp)));
   for (int64_t i = 0; i < m.n_layers; ++i) {
     const std::string prefix = fmt::format("blocks.{}", i);
     model.chain.push_back(
-        std::make_unique<nn::AttentionBlock>(prefix + ".attn", m.d_model, m.n_heads, m.attn_tile, residual_std, tp,
+        std::make_unique<blocks::AttentionBlock>(prefix + ".attn", m.d_model, m.n_heads, m.attn_tile, residual_std, tp,
                                              options, sp));
     model.chain.push_back(
-        std::make_unique<nn::MlpBlock>(prefix + ".mlp", m.d_model, m.ffn_mult * m.d_model, residual_std, tp,
+        std::make_unique<blocks::MlpBlock>(prefix + ".mlp", m.d_model, m.ffn_mult * m.d_model, residual_std, tp,
                                        options));
   }
-  model.chain.push_back(std::make_unique<nn::FinalNorm>(m.d_model, sequence ? tp.size() : 1));
-  model.chain.push_back(std::make_unique<nn::LmHeadLoss>(m.d_model, m.vocab, tp, sequence));
+  model.chain.push_back(std::make_unique<blocks::FinalNorm>(m.d_model, sequence ? tp.size() : 1));
+  model.chain.push_back(std::make_unique<blocks::LmHeadLoss>(m.d_model, m.vocab, tp, sequence));
   return model;
+}
+
+namespace {
+
+// The Llama keys have no meaning for a GPT: only their neutral values are accepted.
+void refuse_llama_keys(const ModelConfig& m) {
+  const ModelConfig neutral;
+  for (auto [key, set] : {std::pair{"model.n_kv_heads", m.n_kv_heads != neutral.n_kv_heads},
+                          {"model.tie_embeddings", m.tie_embeddings != neutral.tie_embeddings},
+                          {"model.rope_theta", m.rope_theta != neutral.rope_theta},
+                          {"model.ffn_multiple_of", m.ffn_multiple_of != neutral.ffn_multiple_of}})
+    LOOM_CHECK_INPUT(!set, "{} applies to model.kind = \"llama\"; a \"gpt\" leaves it at its default", key);
+}
+
+class GptKind final : public ModelKind {
+ public:
+  std::string_view name() const override { return "gpt"; }
+  void validate(const Config& config) const override {
+    const ModelConfig& m = config.model;
+    refuse_llama_keys(m);
+    validate_transformer(config, {.mlp_hidden = m.ffn_mult * m.d_model,
+                                  .hidden_keys = {{"model.ffn_mult", m.ffn_mult}, {"model.d_model", m.d_model}},
+                                  .kv_heads = m.n_heads,
+                                  .learned_positions = true});
+  }
+  Model build(const ModelConfig& config, const Parallelism& p) const override {
+    return build_gpt(config, p.tp, p.tp_options, p.sp);
+  }
+  std::unique_ptr<data::Batches> open_data(const Config& config) const override {
+    return data::token_batches(config);
+  }
+  Throughput throughput(const ModelConfig& config) const override { return {"tokens", "tok", config.seq_len}; }
+  int64_t lookups_per_sample(const ModelConfig&, int64_t tokens) const override { return tokens; }
+  std::string weight_keys(const ModelConfig& m) const override {
+    return fmt::format("model.n_layers = {}, model.d_model = {}, model.vocab = {}", m.n_layers, m.d_model, m.vocab);
+  }
+  std::string activation_keys(const ModelConfig& m) const override {
+    return fmt::format(" x model.seq_len = {}", m.seq_len);
+  }
+  std::string_view memory_hint() const override {
+    return "lower train.micro_batch, set memory.recompute = \"full\" or shrink the model";
+  }
+};
+
+}  // namespace
+
+const ModelKind& gpt_kind() {
+  static const GptKind kind;
+  return kind;
 }
 
 }  // namespace loom::models

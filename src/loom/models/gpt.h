@@ -4,6 +4,7 @@
 #include "loom/core/config.h"
 #include "loom/dist/communicator.h"
 #include "loom/models/model.h"
+#include "loom/models/registry.h"
 #include "loom/parallel/sequence_parallel.h"
 #include "loom/parallel/tp_region.h"
 
@@ -20,5 +21,8 @@ namespace loom::models {
 // segment of each sequence.
 Model build_gpt(const ModelConfig& config, dist::Communicator& tp, parallel::TpOptions options = {},
                 parallel::SpOptions sp = {});
+
+// model.kind = "gpt" (registry.h).
+const ModelKind& gpt_kind();
 
 }  // namespace loom::models

@@ -8,11 +8,23 @@
 
 #include "loom/core/rng.h"
 
-namespace loom::parallel {
-class SparseTable;
-}
-
 namespace loom::nn {
+
+// A table whose rows live on their owner ranks (the sparse path, NOTE [Sparse exchange]): what a
+// layer asks of it. parallel::SparseTable implements it; the layers never see the exchange.
+class SparseRows {
+ public:
+  virtual ~SparseRows() = default;
+  // Collective over the table's replicas: the rows of `ids` (this rank's lookups this step, any
+  // shape, repeats allowed, -1 = not this tp rank's row), fetched from their owners.
+  virtual void pull(const at::Tensor& ids) = 0;
+  // Rows of `ids` (pulled before), [ids.numel(), d]; zeros for -1.
+  virtual at::Tensor lookup(const at::Tensor& ids) const = 0;
+  // Adds `grads` [ids.numel(), d] to the rows of `ids`.
+  virtual void accumulate(const at::Tensor& ids, const at::Tensor& grads) = 0;
+  // Collective: every rank gets the whole table (this tp shard), for inspection and tests.
+  virtual at::Tensor gather_full() const = 0;
+};
 
 enum class Init { Zeros, Ones, Normal };
 
@@ -31,7 +43,7 @@ struct Param {
   bool embedding = false;
   // Set on that path: the table's rows live on their owners (NOTE [Sparse exchange]); `value`
   // and `grad` stay undefined, and the layer reads and accumulates rows through the table.
-  parallel::SparseTable* sparse = nullptr;
+  SparseRows* sparse = nullptr;
   at::Tensor value;
   at::Tensor grad;                  // same shape as value; zeroed by zero_grad
 

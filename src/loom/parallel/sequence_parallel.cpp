@@ -19,6 +19,20 @@ std::vector<int64_t> sequence_chunks(const SpOptions& sp) {
   return {r};
 }
 
+nn::MicroBatch local_segments(const nn::MicroBatch& mb, const SpOptions& sp) {
+  if (!sp.active()) return mb;
+  const std::vector<int64_t> chunks = sequence_chunks(sp);
+  const int64_t length = mb.tokens.size(1) / (sp.sp->size() * static_cast<int64_t>(chunks.size()));
+  auto mine = [&](const at::Tensor& t) {
+    std::vector<at::Tensor> parts;
+    for (int64_t c : chunks) parts.push_back(t.narrow(1, c * length, length));
+    return at::cat(parts, 1);
+  };
+  nn::MicroBatch out = mb;
+  out.tokens = mine(mb.tokens), out.targets = mine(mb.targets);
+  return out;
+}
+
 namespace {
 
 constexpr int kRingForwardTag = 1001, kRingBackwardTag = 1002, kRingGradientTag = 1003;

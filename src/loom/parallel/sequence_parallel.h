@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "loom/dist/communicator.h"
+#include "loom/nn/layer.h"
 
 namespace loom::parallel {
 
@@ -40,6 +41,10 @@ struct SpOptions {
 // The chunks of the sequence this rank holds, in order, of equal length: {0} without sequence
 // parallelism, {r} for segment r, {r, 2 sp - 1 - r} for the balanced ring.
 std::vector<int64_t> sequence_chunks(const SpOptions& sp);
+
+// A micro-batch of whole sequences -> this rank's chunks of each (tokens and targets, in
+// sequence_chunks order): what the rank's layers see under sequence parallelism.
+nn::MicroBatch local_segments(const nn::MicroBatch& mb, const SpOptions& sp);
 
 // kv [2, B, H, Ts, hd] of this segment -> [2, B, H, (r+1) Ts, hd]: the keys and values of
 // segments 0..r (those this rank's causal queries can see), in one all-gather.

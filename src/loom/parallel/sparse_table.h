@@ -38,7 +38,7 @@ struct RowPartition {
 // `partitions` near-equal contiguous row ranges of a `rows`-row table; partition k on rank k % ranks.
 std::vector<RowPartition> partition_rows(int64_t rows, int64_t partitions, int ranks);
 
-class SparseTable {
+class SparseTable final : public nn::SparseRows {
  public:
   // `param`: the table (its full shape, and its shard under tensor parallelism); `group`: the
   // replicas that share its gradient; `partitions` >= 1 and <= the rows.
@@ -49,13 +49,10 @@ class SparseTable {
   // Owned rows of zeros (for partition trials: a scratch table with the real one's traffic).
   void initialise_zeros(at::ScalarType dtype);
 
-  // Collective over the group. `ids`: local row ids of every lookup this rank's micro-batches make
-  // this step (any shape, repeats allowed, -1 = not this rank's row).
-  void pull(const at::Tensor& ids);
-  // Rows of `ids` (pulled before), [ids.numel(), d]; zeros for -1.
-  at::Tensor lookup(const at::Tensor& ids) const;
-  // Adds `grads` [ids.numel(), d] to the rows of `ids`.
-  void accumulate(const at::Tensor& ids, const at::Tensor& grads);
+  // nn::SparseRows: pull is a collective over the group.
+  void pull(const at::Tensor& ids) override;
+  at::Tensor lookup(const at::Tensor& ids) const override;
+  void accumulate(const at::Tensor& ids, const at::Tensor& grads) override;
   // Collective: the summed row gradients go to their owners.
   void push();
 
@@ -65,8 +62,7 @@ class SparseTable {
   // Lazy AdamW over the rows touched this step.
   void step(double lr);
 
-  // Collective: every rank gets the whole table (this tp shard), for inspection and tests.
-  at::Tensor gather_full() const;
+  at::Tensor gather_full() const override;
 
   nn::Param& param() { return param_; }
   int64_t partitions() const { return static_cast<int64_t>(partitions_.size()); }

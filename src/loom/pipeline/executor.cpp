@@ -116,7 +116,7 @@ struct PipelineExecutor::Flight {
   bool weights_done = false;       // after BW or W: gone once its gradient is sent
 };
 
-PipelineExecutor::PipelineExecutor(const Schedule& schedule, dist::Communicator& pp, std::vector<StageChunk> chunks,
+PipelineExecutor::PipelineExecutor(const schedule::Schedule& schedule, dist::Communicator& pp, std::vector<StageChunk> chunks,
                                    std::vector<int64_t> boundary_shape, at::ScalarType dtype)
     : schedule_(schedule), pp_(pp), chunks_(std::move(chunks)), boundary_shape_(std::move(boundary_shape)),
       dtype_(dtype) {
@@ -124,9 +124,9 @@ PipelineExecutor::PipelineExecutor(const Schedule& schedule, dist::Communicator&
              pp.size());
   LOOM_CHECK(static_cast<int64_t>(chunks_.size()) == schedule.chunks, "[pp] {} chunks built, the schedule has {}",
              chunks_.size(), schedule.chunks);
-  actions_ = lower(schedule)[pp.rank()];
-  for (const Action& a : schedule.ranks[pp.rank()])
-    if (a.op == Op::W || a.op == Op::BW) last_backward_[a.chunk] = a.mb;
+  actions_ = schedule::lower(schedule)[pp.rank()];
+  for (const schedule::Action& a : schedule.ranks[pp.rank()])
+    if (a.op == schedule::Op::W || a.op == schedule::Op::BW) last_backward_[a.chunk] = a.mb;
   LOOM_CHECK(schedule.virtual_stages() == 1 || message_tags(schedule) <= kMaxTags,
              "[pp] {} micro-batches x {} virtual stages exceed the message tags", schedule.microbatches,
              schedule.virtual_stages());
@@ -154,7 +154,7 @@ StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
   SendProgress sends(pp_.concurrent_progress());  // NOTE [Message progress]
   const int64_t last = schedule_.virtual_stages() - 1;
   const bool with_chunk = schedule_.chunks > 1;
-  auto flight = [&](const Action& a) -> Flight& { return flights[{a.mb, a.chunk}]; };
+  auto flight = [&](const schedule::Action& a) -> Flight& { return flights[{a.mb, a.chunk}]; };
   // The receiver allocates exactly this; a message of another size would not be caught by MPI.
   auto check_boundary = [&](const at::Tensor& t, const char* what) {
     LOOM_CHECK(t.sizes().vec() == boundary_shape_ && t.scalar_type() == dtype_,
@@ -164,31 +164,31 @@ StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
   // Per chunk: seconds and counts of F, B (or BW), W, R.
   std::vector<std::array<double, 4>> seconds(chunks_.size(), {0, 0, 0, 0}), counts = seconds;
 
-  for (const Action& a : actions_) {
+  for (const schedule::Action& a : actions_) {
     const StageChunk& chunk = chunks_[a.chunk];
     const int64_t v = chunk.virtual_stage;
     const auto start = Clock::now();
     Flight& f = flight(a);
     switch (a.op) {
-      case Op::RecvF:
+      case schedule::Op::RecvF:
         f.input = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_));
         pp_.recv(f.input, peer_of(v - 1), tag_of(a.mb, v - 1, false));
         break;
-      case Op::RecvB:
+      case schedule::Op::RecvB:
         f.dy = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_));
         pp_.recv(f.dy, peer_of(v + 1), tag_of(a.mb, v + 1, true));
         break;
-      case Op::SendF:
+      case schedule::Op::SendF:
         check_boundary(f.output, "activation");
         sends.add(pp_.send_async(f.output, peer_of(v + 1), tag_of(a.mb, v, false)));
         f.output.reset();  // the Work keeps it until sent
         break;
-      case Op::SendB:
+      case schedule::Op::SendB:
         check_boundary(f.dx, "gradient");
         sends.add(pp_.send_async(f.dx, peer_of(v - 1), tag_of(a.mb, v, true)));
         f.dx.reset();
         break;
-      case Op::F: {
+      case schedule::Op::F: {
         f.mb = hooks.microbatch(a.mb);
         const size_t n = chunk.layers.size();
         f.saved.resize(n);
@@ -204,15 +204,15 @@ StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
         else f.output = x.contiguous();
         break;
       }
-      case Op::R:  // ahead of B: every recomputing layer of the chunk at once (NOTE [Shifted critical path])
+      case schedule::Op::R:  // ahead of B: every recomputing layer of the chunk at once (NOTE [Shifted critical path])
         for (size_t l = 0; l < chunk.layers.size(); ++l)
           if (chunk.recompute[l]) recompute(chunk, f, l, hooks);
         f.recomputed = true;
         break;
-      case Op::B:
-      case Op::BW: {
+      case schedule::Op::B:
+      case schedule::Op::BW: {
         at::Tensor dy = v == last ? at::Tensor() : std::move(f.dy);
-        const bool weights = a.op == Op::BW, final_pass = weights && last_backward_[a.chunk] == a.mb;
+        const bool weights = a.op == schedule::Op::BW, final_pass = weights && last_backward_[a.chunk] == a.mb;
         for (size_t l = chunk.layers.size(); l-- > 0;) {
           nn::Layer& layer = *chunk.layers[l];
           // Not recomputed ahead: each layer just before its backward, so one layer's activations
@@ -229,7 +229,7 @@ StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
         f.weights_done = weights;
         break;
       }
-      case Op::W: {
+      case schedule::Op::W: {
         const bool final_pass = last_backward_[a.chunk] == a.mb;
         for (size_t l = chunk.layers.size(); l-- > 0;) {
           nn::Layer& layer = *chunk.layers[l];
@@ -244,7 +244,7 @@ StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
     if (!a.is_message()) {
       const double took = std::chrono::duration<double>(end - start).count();
       result.busy_s += took;
-      const int kind = a.op == Op::F ? 0 : a.op == Op::W ? 2 : a.op == Op::R ? 3 : 1;
+      const int kind = a.op == schedule::Op::F ? 0 : a.op == schedule::Op::W ? 2 : a.op == schedule::Op::R ? 3 : 1;
       seconds[a.chunk][kind] += took;
       counts[a.chunk][kind] += 1;
     }

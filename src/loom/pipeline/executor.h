@@ -12,8 +12,8 @@
 
 #include "loom/dist/communicator.h"
 #include "loom/nn/layer.h"
-#include "loom/pipeline/schedule.h"
-#include "loom/pipeline/simulator.h"
+#include "loom/schedule/schedule.h"
+#include "loom/schedule/simulator.h"
 
 namespace loom::pipeline {
 
@@ -41,19 +41,19 @@ struct StepResult {
   // Per chunk, the mean measured seconds of its actions, as simulator costs: f, b (a BW's whole
   // time when the backward is not split, w = 0 then), w, r (an explicit R; recomputation inside
   // B is part of b).
-  std::vector<StageCosts> measured;
+  std::vector<schedule::StageCosts> measured;
 };
 
 // Messages are tagged by (micro-batch, virtual stage, direction): the tags a schedule needs, and
 // the most every MPI guarantees (MPI_TAG_UB >= 32767).
-inline int64_t message_tags(const Schedule& s) { return s.microbatches * s.virtual_stages() * 2; }
+inline int64_t message_tags(const schedule::Schedule& s) { return s.microbatches * s.virtual_stages() * 2; }
 inline constexpr int64_t kMaxTags = 32768;
 
 class PipelineExecutor {
  public:
   // `boundary_shape`: the activation passed between stages ([micro_batch, tokens per rank,
   // d_model]); `pp`: the pipeline communicator, rank i runs schedule.ranks[i].
-  PipelineExecutor(const Schedule& schedule, dist::Communicator& pp, std::vector<StageChunk> chunks,
+  PipelineExecutor(const schedule::Schedule& schedule, dist::Communicator& pp, std::vector<StageChunk> chunks,
                    std::vector<int64_t> boundary_shape, at::ScalarType dtype);
 
   StepResult run_step(const ExecutorHooks& hooks);
@@ -64,10 +64,10 @@ class PipelineExecutor {
   int tag_of(int64_t mb, int64_t virtual_stage, bool gradient) const;
   void recompute(const StageChunk& chunk, Flight& f, size_t layer, const ExecutorHooks& hooks);
 
-  Schedule schedule_;
+  schedule::Schedule schedule_;
   dist::Communicator& pp_;
   std::vector<StageChunk> chunks_;
-  std::vector<Action> actions_;           // this rank's lowered list
+  std::vector<schedule::Action> actions_;           // this rank's lowered list
   std::map<int64_t, int64_t> last_backward_;  // chunk -> the micro-batch whose W (or BW) ends it
   std::vector<int64_t> boundary_shape_;
   at::ScalarType dtype_;

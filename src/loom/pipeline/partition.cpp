@@ -16,17 +16,16 @@ void check_stage_count(int64_t layers, int64_t parts) {
 }
 
 std::vector<StageChunk> take_stages(models::Model& model, const std::vector<int64_t>& cuts, int64_t pp,
-                                    int64_t pp_rank, int64_t chunks, double recompute_ratio) {
+                                    int64_t pp_rank, int64_t chunks, const std::vector<nn::MemoryPolicy>& policy) {
   std::vector<StageChunk> out;
   models::Model mine;
   for (int64_t c = 0; c < chunks; ++c) {
     StageChunk chunk{.virtual_stage = c * pp + pp_rank};
     const int64_t begin = cuts[chunk.virtual_stage], end = cuts[chunk.virtual_stage + 1];
-    const auto recomputed = static_cast<int64_t>(std::lround(recompute_ratio * static_cast<double>(end - begin)));
     for (int64_t i = begin; i < end; ++i) {
       chunk.layers.push_back(model.chain[i].get());
       chunk.model_index.push_back(mine.chain.size());
-      chunk.recompute.push_back(i - begin < recomputed);
+      chunk.recompute.push_back(policy[i] == nn::MemoryPolicy::Recompute);
       mine.chain.push_back(std::move(model.chain[i]));
     }
     out.push_back(std::move(chunk));

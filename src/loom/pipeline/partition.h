@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "loom/models/model.h"
+#include "loom/nn/memory_policy.h"
 #include "loom/pipeline/executor.h"
 
 namespace loom::pipeline {
@@ -25,9 +26,8 @@ std::vector<int64_t> explicit_cuts(const std::vector<int64_t>& pp_cuts, int64_t 
 double stage_recompute_ratio(double first_stage_ratio, int64_t stage, int64_t stages);
 
 // Moves the layers of this rank's virtual stages (chunk c is stage c x pp + pp_rank) out of
-// `model`, which keeps only them, in chunk order; each chunk recomputes the first
-// round(recompute_ratio x its layers).
+// `model`, which keeps only them, in chunk order; `policy` holds every chain layer's memory policy.
 std::vector<StageChunk> take_stages(models::Model& model, const std::vector<int64_t>& cuts, int64_t pp,
-                                    int64_t pp_rank, int64_t chunks, double recompute_ratio);
+                                    int64_t pp_rank, int64_t chunks, const std::vector<nn::MemoryPolicy>& policy);
 
 }  // namespace loom::pipeline

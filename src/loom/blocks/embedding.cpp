@@ -1,0 +1,111 @@
+#include "loom/blocks/embedding.h"
+
+#include "loom/parallel/tp_region.h"
+
+namespace loom::blocks {
+namespace {
+struct State : nn::SavedState {
+  at::Tensor tokens, dy;  // dy of every token
+  at::Tensor dy_local;    // dy of this rank's tokens (tp_sequence)
+  at::Tensor mine;  // [batch * seq] bool: ids in this rank's rows (tp > 1)
+};
+}  // namespace
+
+int64_t padded_vocab(int64_t vocab, int tp) { return (vocab + tp - 1) / tp * tp; }
+
+TokenPositionEmbedding::TokenPositionEmbedding(int64_t vocab, int64_t positions, int64_t d_model,
+                                               dist::Communicator& tp, bool sequence_sharded, std::vector<int64_t> chunks)
+    : tp_(tp), sequence_(tp.size() > 1 && sequence_sharded), chunks_(std::move(chunks)), d_model_(d_model) {
+  const int64_t padded = padded_vocab(vocab, tp.size());
+  rows_ = padded / tp.size();
+  first_row_ = rows_ * tp.rank();
+  token_table = nn::Param{.name = "embedding.wte", .full_shape = {padded, d_model}, .shard = {0, first_row_, rows_},
+                      .init = nn::Init::Normal, .init_std = 0.02, .weight_decay = true, .embedding = true};
+  position_table = nn::Param{.name = "embedding.wpe", .full_shape = {positions, d_model}, .init = nn::Init::Normal,
+                         .init_std = 0.01, .weight_decay = true, .tp_partial = sequence_};
+}
+
+at::Tensor TokenPositionEmbedding::positions(int64_t seq, int64_t first, int64_t local) const {
+  const auto n = static_cast<int64_t>(chunks_.size());
+  const int64_t length = seq / n;
+  std::vector<at::Tensor> parts;
+  for (int64_t c : chunks_) parts.push_back(at::arange(c * length, (c + 1) * length, at::kLong));
+  return (n == 1 ? parts[0] : at::cat(parts)).narrow(0, first, local);
+}
+
+at::Tensor TokenPositionEmbedding::position_rows(int64_t seq, int64_t first, int64_t local) const {
+  if (chunks_.size() == 1) return position_table.value.narrow(0, chunks_[0] * seq + first, local);
+  return position_table.value.index_select(0, positions(seq, first, local));
+}
+
+at::Tensor TokenPositionEmbedding::local_rows(const at::Tensor& ids) const {
+  if (tp_.size() == 1) return ids;
+  const at::Tensor mine = (ids >= first_row_).logical_and_(ids < first_row_ + rows_);
+  return at::where(mine, ids - first_row_, at::full({}, -1, at::kLong));
+}
+
+void TokenPositionEmbedding::pull_rows(const std::vector<nn::MicroBatch>& microbatches) {
+  if (token_table.sparse == nullptr) return;
+  std::vector<at::Tensor> ids;
+  for (const nn::MicroBatch& mb : microbatches) ids.push_back(local_rows(mb.tokens.reshape({-1})));
+  token_table.sparse->pull(ids.empty() ? at::empty({0}, at::kLong) : at::cat(ids));
+}
+
+at::Tensor TokenPositionEmbedding::forward(const at::Tensor& tokens, const nn::MicroBatch&, nn::Saved& saved) {
+  const int64_t batch = tokens.size(0), seq = tokens.size(1);
+  auto& s = saved.emplace<State>();
+  s.tokens = tokens;
+  at::Tensor ids = tokens.reshape({-1});
+  at::Tensor rows;
+  if (token_table.sparse != nullptr) {
+    rows = token_table.sparse->lookup(local_rows(ids));  // zeros for other tp ranks' ids
+  } else {
+    if (tp_.size() > 1) {
+      s.mine = (ids >= first_row_).logical_and_(ids < first_row_ + rows_);
+      ids = (ids - first_row_).mul_(s.mine);  // ids of other ranks read row 0, then are zeroed
+    }
+    rows = token_table.value.index_select(0, ids);
+    if (tp_.size() > 1) rows.mul_(s.mine.unsqueeze(1));
+  }
+  if (tp_.size() == 1) return rows.view({batch, seq, d_model_}) + position_rows(seq, 0, seq);
+  if (!sequence_) {
+    tp_.all_reduce(rows, dist::ReduceOp::Sum);
+    return rows.view({batch, seq, d_model_}) + position_rows(seq, 0, seq);
+  }
+  const at::Tensor mine = parallel::reduce_scatter_sequence(tp_, rows.view({batch, seq, d_model_}));
+  const int64_t local = mine.size(1);
+  return mine + position_rows(seq, tp_.rank() * local, local);
+}
+
+at::Tensor TokenPositionEmbedding::backward_input(const at::Tensor& dy, nn::Saved& saved) {
+  auto& s = saved.get<State>();
+  s.dy_local = dy;
+  s.dy = sequence_ ? parallel::gather_sequence(tp_, dy) : dy;
+  return {};
+}
+
+void TokenPositionEmbedding::backward_weight(nn::Saved& saved) {
+  auto& s = saved.get<State>();
+  const at::Tensor dy = s.dy.reshape({-1, d_model_});
+  if (token_table.sparse != nullptr) {
+    token_table.sparse->accumulate(local_rows(s.tokens.reshape({-1})), dy);
+  } else if (tp_.size() > 1) {
+    const at::Tensor ids = (s.tokens.reshape({-1}) - first_row_).mul_(s.mine);
+    token_table.grad.index_add_(0, ids, dy * s.mine.unsqueeze(1));
+  } else {
+    token_table.grad.index_add_(0, s.tokens.reshape({-1}), dy);
+  }
+  const int64_t local = s.dy_local.size(1);
+  position_table.grad.index_add_(0, positions(s.tokens.size(1), sequence_ ? tp_.rank() * local : 0, local),
+                                 s.dy_local.sum(0));
+  saved.clear();
+}
+
+nn::Cost TokenPositionEmbedding::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
+  nn::Cost c;
+  c.saved_bytes = static_cast<double>(batch * seq) * 8;
+  c.param_bytes = static_cast<double>((rows_ + position_table.full_shape[0]) * d_model_ * dtype_bytes);
+  return c;
+}
+
+}  // namespace loom::blocks

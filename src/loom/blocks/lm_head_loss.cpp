@@ -1,0 +1,101 @@
+#include "loom/blocks/lm_head_loss.h"
+
+#include <limits>
+
+#include "loom/blocks/embedding.h"
+#include "loom/parallel/tp_region.h"
+
+namespace loom::blocks {
+namespace {
+struct State : nn::SavedState {
+  at::Tensor x;        // [rows, d_model], every token
+  std::vector<int64_t> shape;  // [batch, seq, d_model] of every token
+  at::Tensor dlogits;  // [rows, vocab]: softmax - onehot, without the loss scale
+  double scale = 1.0;
+};
+}  // namespace
+
+LmHeadLoss::LmHeadLoss(int64_t d_model, int64_t vocab, dist::Communicator& tp, bool sequence_sharded)
+    : tp_(tp), sequence_(tp.size() > 1 && sequence_sharded), d_model_(d_model), vocab_(vocab) {
+  const int64_t padded = padded_vocab(vocab, tp.size());
+  rows_ = padded / tp.size();
+  first_row_ = rows_ * tp.rank();
+  weight = nn::Param{.name = "head.weight", .full_shape = {padded, d_model}, .shard = {0, first_row_, rows_},
+                 .init = nn::Init::Normal, .init_std = 0.02, .weight_decay = true};
+}
+
+// loss_i = lse_i - z_i[t_i] with lse over every rank's slice; dlogits = softmax - onehot.
+at::Tensor LmHeadLoss::distributed_forward(const at::Tensor& x, const at::Tensor& targets, double scale,
+                                           at::Tensor& dlogits) {
+  at::Tensor z = at::mm(x, weight.value.t());  // [rows, vocab / tp]
+  const int64_t real = std::clamp<int64_t>(vocab_ - first_row_, 0, rows_);  // this slice's non-padding columns
+  if (real < rows_) z.narrow(1, real, rows_ - real).fill_(-std::numeric_limits<double>::infinity());
+  at::Tensor row_max = z.amax(1, /*keepdim=*/true);
+  tp_.all_reduce(row_max, dist::ReduceOp::Max);
+  const at::Tensor local = targets - first_row_;
+  const at::Tensor mine = (local >= 0).logical_and_(local < rows_);
+  const at::Tensor index = local.clamp(0, rows_ - 1).unsqueeze(1);
+  // [2, rows]: this slice's exp-sum and, where the target is in this slice, z_t - max (else 0).
+  at::Tensor stats = at::empty({2, z.size(0)}, z.options());
+  at::Tensor exp_sum = stats[0], target = stats[1];
+  at::where_out(target, mine, (z.gather(1, index) - row_max).squeeze(1), at::zeros({}, z.options()));
+  z.sub_(row_max).exp_();
+  at::sum_out(exp_sum, z, 1);
+  tp_.all_reduce(stats, dist::ReduceOp::Sum);
+  const at::Tensor log_sum = stats[0].log();
+  const at::Tensor loss = (log_sum - stats[1]).sum().mul_(scale);
+  z.div_(stats[0].unsqueeze(1));  // softmax over the full vocabulary
+  z.scatter_add_(1, index, (-mine.to(z.scalar_type())).unsqueeze(1));
+  dlogits = z;
+  return loss;
+}
+
+at::Tensor LmHeadLoss::forward(const at::Tensor& x, const nn::MicroBatch& mb, nn::Saved& saved) {
+  auto& s = saved.emplace<State>();
+  const at::Tensor full = sequence_ ? parallel::gather_sequence(tp_, x) : x;
+  s.x = full.reshape({-1, d_model_});
+  s.shape = full.sizes().vec();
+  const at::Tensor targets = mb.targets.reshape({-1, 1});
+  // One fused pass for log-softmax, one for its exponent: fewer passes over the [rows, vocab]
+  // logits than logsumexp + exp, and the loss scale is applied in the backward GEMMs instead of
+  // another pass.
+  if (tp_.size() > 1) {
+    s.scale = mb.loss_scale;
+    return distributed_forward(s.x, mb.targets.reshape({-1}), mb.loss_scale, s.dlogits);
+  }
+  at::Tensor logp = at::_log_softmax(at::mm(s.x, weight.value.t()), 1, /*half_to_float=*/false);
+  const at::Tensor loss = logp.gather(1, targets).sum().mul_(-mb.loss_scale);
+  logp.exp_().scatter_add_(1, targets, at::full({targets.size(0), 1}, -1.0, logp.options()));
+  s.dlogits = logp;
+  s.scale = mb.loss_scale;
+  return loss;
+}
+
+at::Tensor LmHeadLoss::backward_input(const at::Tensor&, nn::Saved& saved) {
+  auto& s = saved.get<State>();
+  // dx = scale * dlogits W, summed over the vocabulary slices
+  at::Tensor dx = at::mm(s.dlogits, weight.value).mul_(s.scale).view(s.shape);
+  if (sequence_) return parallel::reduce_scatter_sequence(tp_, dx);
+  tp_.all_reduce(dx, dist::ReduceOp::Sum);
+  return dx;
+}
+
+void LmHeadLoss::backward_weight(nn::Saved& saved) {
+  auto& s = saved.get<State>();
+  weight.grad.addmm_(s.dlogits.t(), s.x, /*beta=*/1, /*alpha=*/s.scale);
+  saved.clear();
+}
+
+nn::Cost LmHeadLoss::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
+  const int64_t rows = batch * seq;
+  nn::Cost c;
+  const double gemm = 2.0 * static_cast<double>(rows * rows_ * d_model_);
+  c.forward_flops = gemm;
+  c.backward_input_flops = gemm;
+  c.backward_weight_flops = gemm;
+  c.saved_bytes = static_cast<double>(rows * (rows_ + d_model_) * dtype_bytes);
+  c.param_bytes = static_cast<double>(rows_ * d_model_ * dtype_bytes);
+  return c;
+}
+
+}  // namespace loom::blocks

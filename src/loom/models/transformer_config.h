@@ -1,0 +1,19 @@
+#pragma once
+// The config checks every decoder-only transformer kind shares (gpt, llama): its keys, the sizes
+// of its tensors (NOTE [Sizes that fit]), the layouts its blocks support (tp, sp, pipeline
+// chunks) and its data sources. Each kind adds its own on top.
+#include "loom/core/checks.h"
+#include "loom/core/config.h"
+
+namespace loom::models {
+
+struct TransformerShape {
+  int64_t mlp_hidden = 0;          // the MLP's hidden width (tp shards it)
+  std::vector<Factor> hidden_keys; // the keys whose product it is, for size errors
+  int64_t kv_heads = 0;            // key/value heads (tp shards them; = n_heads without GQA)
+  bool learned_positions = false;  // a position table of model.max_positions rows
+};
+
+void validate_transformer(const Config& config, const TransformerShape& shape);
+
+}  // namespace loom::models

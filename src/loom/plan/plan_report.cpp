@@ -1,0 +1,122 @@
+// The run plan in words and as JSON, and the memory check on it.
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+
+#include "loom/core/error.h"
+#include "loom/core/units.h"
+#include "loom/memory/host_memory.h"
+#include "loom/models/registry.h"
+#include "loom/plan/run_plan.h"
+
+namespace loom::plan {
+
+std::string memory_text(const RunPlan& plan, const MemoryEstimate& need) {
+  const Config& c = plan.config;
+  const models::ModelKind& kind = models::model_kind(c.model.kind);
+  std::string text = fmt::format(
+      "the run needs at least {} per rank: {} for parameters, gradients and AdamW moments ({}), {} for "
+      "activations ({} micro-batch{} of train.micro_batch = {}{})",
+      format_bytes(need.total()), format_bytes(need.weights), kind.weight_keys(c.model),
+      format_bytes(need.activations), need.stashed, need.stashed == 1 ? "" : "es", c.train.micro_batch,
+      kind.activation_keys(c.model));
+  if (need.sparse > 0) text += fmt::format(", {} for sparse table rows", format_bytes(need.sparse));
+  return text;
+}
+
+namespace {
+
+// The stage that needs the most: the one the check names.
+const MemoryEstimate& largest(const RunPlan& plan) {
+  return std::max_element(plan.stages.begin(), plan.stages.end(),
+                          [](const StagePlan& a, const StagePlan& b) { return a.memory.total() < b.memory.total(); })
+      ->memory;
+}
+
+std::string stage_words(const RunPlan& plan, const MemoryEstimate& need) {
+  if (plan.stages.size() == 1) return "";
+  for (size_t s = 0; s < plan.stages.size(); ++s)
+    if (&plan.stages[s].memory == &need) return fmt::format(" (pipeline stage {}, the largest)", s);
+  return "";
+}
+
+}  // namespace
+
+// The estimate against memory.budget, or without one against this machine's memory shared by its
+// ranks: an impossible model is refused before anything is allocated.
+void check_memory(const RunPlan& plan, int local_ranks, double in_use) {
+  const MemoryEstimate& need = largest(plan);
+  const int64_t budget = plan.config.budget_bytes();
+  const std::string_view hint = models::model_kind(plan.config.model.kind).memory_hint();
+  if (budget > 0) {
+    LOOM_CHECK_INPUT(need.total() + in_use <= static_cast<double>(budget),
+                     "memory.budget = {} is too small: {}{}{}; hint: raise memory.budget, {}",
+                     format_bytes(static_cast<double>(budget)), memory_text(plan, need), stage_words(plan, need),
+                     in_use > 0 ? fmt::format(" besides {} already in use", format_bytes(in_use)) : "", hint);
+    return;
+  }
+  const double machine = static_cast<double>(memory::host_memory_bytes());
+  const double per_rank = machine / std::max(1, local_ranks);
+  LOOM_CHECK_INPUT(need.total() <= per_rank,
+                   "the run does not fit this machine: {}{}, but each of the {} rank{} here has {} ({} in all); "
+                   "hint: {}, or use more ranks",
+                   memory_text(plan, need), stage_words(plan, need), local_ranks, local_ranks == 1 ? "" : "s",
+                   format_bytes(per_rank), format_bytes(machine), hint);
+}
+
+std::string RunPlan::describe() const {
+  const auto& p = config.parallel;
+  std::string text = fmt::format(
+      "# plan: {} ranks = dp {} x pp {} x sp {} x tp {}; {} chain layers; schedule {} ({} micro-batches per "
+      "dp rank{})\n",
+      world_size, mesh.dp, mesh.pp, mesh.sp, mesh.tp, chain.size(), schedule.kind, schedule.microbatches,
+      p.chunks > 1 ? fmt::format(", {} chunks per rank", p.chunks) : "");
+  for (size_t s = 0; s < stages.size(); ++s) {
+    const StagePlan& stage = stages[s];
+    int64_t recomputed = 0;
+    for (int64_t i : stage.layers) recomputed += chain[i].policy == nn::MemoryPolicy::Recompute;
+    const MemoryEstimate& m = stage.memory;
+    text += fmt::format(
+        "# stage {}: {} layers ({} .. {}), {} recomputed; memory per rank {}: weights+grads+moments {}, "
+        "activations {} ({} micro-batch{} held), sparse rows {}\n",
+        s, stage.layers.size(), chain[stage.layers.front()].name, chain[stage.layers.back()].name, recomputed,
+        format_bytes(m.total()), format_bytes(m.weights), format_bytes(m.activations), m.stashed,
+        m.stashed == 1 ? "" : "es", format_bytes(m.sparse));
+    for (const auto& [axis, bytes] : stage.comm_bytes)
+      text += fmt::format("#   comm {}: {} per rank per step\n", axis, format_bytes(bytes));
+  }
+  return text;
+}
+
+nlohmann::json RunPlan::to_json() const {
+  nlohmann::json stages_json = nlohmann::json::array();
+  for (const StagePlan& stage : stages) {
+    nlohmann::json layers = nlohmann::json::array();
+    for (int64_t i : stage.layers) {
+      const LayerPlan& l = chain[i];
+      layers.push_back({{"index", i}, {"name", l.name}, {"policy", nn::name_of(l.policy)},
+                        {"forward_flops", l.cost.forward_flops},
+                        {"backward_flops", l.cost.backward_input_flops + l.cost.backward_weight_flops},
+                        {"param_bytes", l.cost.param_bytes}, {"saved_bytes", l.cost.saved_bytes}});
+    }
+    const MemoryEstimate& m = stage.memory;
+    stages_json.push_back({{"virtual_stages", stage.virtual_stages}, {"layers", layers},
+                           {"memory", {{"weights", m.weights}, {"activations", m.activations}, {"sparse", m.sparse},
+                                       {"stashed_microbatches", m.stashed}, {"total", m.total()}}},
+                           {"comm_bytes_per_step", stage.comm_bytes}});
+  }
+  nlohmann::json ranks = nlohmann::json::array();
+  for (int r = 0; r < world_size; ++r) {
+    const dist::MeshCoords c = coords(r);
+    ranks.push_back({{"rank", r}, {"dp", c.dp}, {"pp", c.pp}, {"sp", c.sp}, {"tp", c.tp}});
+  }
+  return {{"world_size", world_size},
+          {"mesh", {{"dp", mesh.dp}, {"pp", mesh.pp}, {"sp", mesh.sp}, {"tp", mesh.tp}}},
+          {"ranks", ranks},
+          {"schedule", {{"kind", schedule.kind}, {"microbatches", schedule.microbatches}, {"chunks", schedule.chunks}}},
+          {"cuts", cuts},
+          {"stages", stages_json}};
+}
+
+}  // namespace loom::plan

@@ -1,0 +1,164 @@
+#include "loom/plan/run_plan.h"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+
+#include "loom/core/error.h"
+#include "loom/dist/null_communicator.h"
+#include "loom/models/registry.h"
+#include "loom/pipeline/executor.h"
+#include "loom/pipeline/partition.h"
+#include "loom/schedule/simulator.h"
+
+namespace loom::plan {
+namespace {
+
+int64_t dtype_bytes(const ModelConfig& m) { return m.dtype == "float64" ? 8 : 4; }
+
+// The chain as tp rank 0 holds it (every tp rank's shard has the same shape), costed for one
+// micro-batch of this rank's tokens; layers only, nothing allocated.
+std::vector<LayerPlan> describe_chain(const Config& c, int64_t local_tokens) {
+  dist::SizingCommunicator tp(0, static_cast<int>(c.parallel.tp), "tp");
+  const models::Model model = models::model_kind(c.model.kind)
+                                  .build(c.model, {.tp = tp,
+                                                   .tp_options = {.overlap = c.parallel.tp_overlap,
+                                                                  .sequence = c.parallel.tp_sequence}});
+  std::vector<LayerPlan> chain;
+  for (const auto& layer : model.chain) {
+    LayerPlan plan{.name = layer->name(), .cost = layer->cost(c.train.micro_batch, local_tokens, dtype_bytes(c.model))};
+    for (const nn::Param* p : layer->params())
+      plan.params.push_back({.numel = p->numel(),
+                             .row_width = p->full_shape.size() > 1 ? p->full_shape[1] : 1,
+                             .table = p->embedding && c.parallel.sparse == "auto"});
+    chain.push_back(std::move(plan));
+  }
+  return chain;
+}
+
+std::vector<int64_t> stage_cuts(const Config& c, const std::vector<LayerPlan>& chain) {
+  const auto& p = c.parallel;
+  const int64_t parts = p.pp * p.chunks, n = static_cast<int64_t>(chain.size());
+  if (!p.pp_cuts.empty()) return pipeline::explicit_cuts(p.pp_cuts, n, parts);
+  std::vector<double> flops;
+  for (const LayerPlan& layer : chain)
+    flops.push_back(layer.cost.forward_flops + layer.cost.backward_input_flops + layer.cost.backward_weight_flops);
+  return pipeline::balanced_cuts(flops, parts);
+}
+
+// memory.recompute as a policy per layer. "stage-aware" (Merak): pipeline rank k recomputes the
+// first round(r_k x its layers) of each of its slices, earlier ranks more (they stash more).
+void decide_policies(RunPlan& plan) {
+  const auto& p = plan.config.parallel;
+  const std::string& mode = plan.config.memory.recompute;
+  for (int64_t v = 0; v < p.pp * p.chunks; ++v) {
+    double ratio = mode == "full" ? 1.0 : 0.0;
+    if (mode == "stage-aware")
+      ratio = pipeline::stage_recompute_ratio(plan.config.memory.recompute_ratio, v % p.pp, p.pp);
+    const int64_t begin = plan.cuts[v], end = plan.cuts[v + 1];
+    const auto recomputed = static_cast<int64_t>(std::lround(ratio * static_cast<double>(end - begin)));
+    for (int64_t i = begin; i < end; ++i)
+      plan.chain[i].policy = i - begin < recomputed ? nn::MemoryPolicy::Recompute : nn::MemoryPolicy::Keep;
+  }
+}
+
+// A table on the sparse path: its owner's share of the rows and their two moments, plus the rows
+// this rank pulls in a step and their gradient (NOTE [Sparse exchange]). A rank owns ceil(P / n)
+// partitions of ceil(rows / P) rows at most (P a multiple of n when chosen automatically); as an
+// owner it serves and receives about as many rows as it pulls.
+double sparse_bytes(const RunPlan& plan, const ParamInfo& table) {
+  const Config& c = plan.config;
+  const int64_t n = c.parallel.dp * c.parallel.sp, bytes = dtype_bytes(c.model);
+  const int64_t rows = table.numel / table.row_width;
+  const int64_t parts = c.parallel.sparse_partitions > 0 ? c.parallel.sparse_partitions : std::min(rows, n);
+  const int64_t owned = (parts + n - 1) / n * ((rows + parts - 1) / parts);
+  const int64_t samples = c.train.global_batch / c.parallel.dp;
+  const int64_t lookups = samples * models::model_kind(c.model.kind).lookups_per_sample(c.model, plan.local_tokens);
+  return static_cast<double>((3 * std::min(owned, rows) + 4 * std::min(rows, lookups)) * table.row_width * bytes);
+}
+
+MemoryEstimate estimate_stage(const RunPlan& plan, const std::vector<int64_t>& layers, int64_t stashed) {
+  const Config& c = plan.config;
+  const int64_t bytes = dtype_bytes(c.model);
+  // A recomputing layer keeps its input: seq/tp tokens of d_model under tp_sequence.
+  const int64_t shards = c.parallel.tp_sequence ? c.parallel.tp : 1;
+  const auto input = static_cast<double>(c.train.micro_batch * plan.local_tokens / shards * c.model.d_model * bytes);
+  double params = 0, tables = 0, per_microbatch = 0, sparse = 0;
+  for (int64_t i : layers) {
+    const LayerPlan& layer = plan.chain[i];
+    params += layer.cost.param_bytes;
+    per_microbatch += layer.policy == nn::MemoryPolicy::Recompute ? input : layer.cost.saved_bytes;
+    for (const ParamInfo& p : layer.params)
+      if (p.table) tables += static_cast<double>(p.numel * bytes), sparse += sparse_bytes(plan, p);
+  }
+  const double dense = params - tables;
+  // ZeRO-1 keeps 1/dp of the two AdamW moments.
+  const double moments = 2 * dense / (c.parallel.zero == 1 ? static_cast<double>(c.parallel.dp) : 1);
+  return {.weights = 2 * dense + moments,
+          .activations = per_microbatch * static_cast<double>(stashed),
+          .sparse = sparse,
+          .stashed = stashed};
+}
+
+std::map<std::string, double> comm_volume(const RunPlan& plan, int64_t pp_rank, const std::vector<int64_t>& layers) {
+  const Config& c = plan.config;
+  const auto& p = c.parallel;
+  const int64_t bytes = dtype_bytes(c.model), replicas = p.dp * p.sp;
+  std::map<std::string, double> comm;
+  if (replicas > 1) {
+    int64_t dense = 0;
+    for (int64_t i : layers)
+      for (const ParamInfo& param : plan.chain[i].params)
+        if (!param.table) dense += param.numel;
+    const int64_t padded = (dense + replicas - 1) / replicas * replicas;  // FlatParams pads to the group
+    comm[p.sp > 1 ? "dp_sp" : "dp"] =
+        static_cast<double>((padded + (p.zero == 1 ? padded / replicas : 0)) * bytes);
+  }
+  if (p.pp > 1) {  // per micro-batch, each slice sends its output forward and its input gradient back
+    const int64_t shards = p.tp_sequence ? p.tp : 1;
+    const int64_t boundary = c.train.micro_batch * plan.local_tokens / shards * c.model.d_model * bytes;
+    int64_t sends = 0;
+    for (int64_t chunk = 0; chunk < p.chunks; ++chunk) {
+      const int64_t v = chunk * p.pp + pp_rank, last = p.pp * p.chunks - 1;
+      sends += (v < last) + (v > 0);
+    }
+    comm["pp"] = static_cast<double>(sends * plan.schedule.microbatches * boundary);
+  }
+  return comm;
+}
+
+}  // namespace
+
+RunPlan make_plan(const Config& config, int world_size) {
+  RunPlan plan{.config = config, .world_size = world_size, .mesh = dist::mesh_shape(config.parallel)};
+  const auto& p = config.parallel;
+  plan.local_tokens = config.model.seq_len / p.sp;
+  plan.chain = describe_chain(config, plan.local_tokens);
+  // Stages against the chain first: a huge parallel.pp must be refused, not simulated.
+  pipeline::check_stage_count(static_cast<int64_t>(plan.chain.size()), p.pp * p.chunks);
+  plan.schedule = schedule::schedule_for(p.schedule, p.pp, config.microbatch_count() / p.dp, p.chunks);
+  LOOM_CHECK_INPUT(p.pp == 1 || pipeline::message_tags(plan.schedule) <= pipeline::kMaxTags,
+                   "{} micro-batches per data-parallel rank x {} virtual stages need {} message tags, more than "
+                   "the {} MPI guarantees; hint: fewer, larger micro-batches",
+                   plan.schedule.microbatches, plan.schedule.virtual_stages(), pipeline::message_tags(plan.schedule),
+                   pipeline::kMaxTags);
+  const std::vector<int64_t> stashed = schedule::simulate(plan.schedule).peak_stashed;  // refuses a bad schedule
+  plan.cuts = stage_cuts(config, plan.chain);
+  decide_policies(plan);
+  for (int64_t rank = 0; rank < p.pp; ++rank) {
+    StagePlan stage;
+    for (int64_t c = 0; c < p.chunks; ++c) {
+      const int64_t v = c * p.pp + rank;
+      stage.virtual_stages.push_back(v);
+      for (int64_t i = plan.cuts[v]; i < plan.cuts[v + 1]; ++i) stage.layers.push_back(i);
+    }
+    stage.memory = estimate_stage(plan, stage.layers, stashed[static_cast<size_t>(rank)]);
+    stage.comm_bytes = comm_volume(plan, rank, stage.layers);
+    plan.stages.push_back(std::move(stage));
+  }
+  // Last: the layout's own errors (stages, schedule) say more than a rank count that does not fit.
+  dist::check_mesh_shape(plan.mesh, world_size);
+  return plan;
+}
+
+}  // namespace loom::plan

@@ -1,0 +1,90 @@
+#pragma once
+// NOTE [Run plan]
+// Everything a run decides before it allocates, as one value computed from the config and the
+// world size alone: no MPI, no parameter allocated (the layers are built against a sizing
+// communicator for their shapes and costs). The trainer executes a plan; the input checks run on
+// it; `loom config --print --ranks N` prints it; a planner can enumerate plans and compare them.
+//   ranks     every rank's mesh coordinates (dist::mesh_coords)
+//   chain     each layer of the model: name, analytic cost of one micro-batch on one rank (its tp
+//             shard and sp segment), its parameters, and its memory policy
+//   cuts      the chain's slices, one per virtual stage (pp x chunks)
+//   schedule  every pipeline rank's actions
+//   stages    per pipeline rank: its slices, the micro-batches it holds at once (simulated), and
+//             its memory estimate by category
+//   comm      bytes a rank hands to the collectives of each mesh axis in one step
+#include <map>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "loom/core/config.h"
+#include "loom/dist/mesh.h"
+#include "loom/nn/layer.h"
+#include "loom/nn/memory_policy.h"
+#include "loom/schedule/schedule.h"
+
+namespace loom::plan {
+
+struct ParamInfo {
+  int64_t numel = 0;      // this rank's part
+  int64_t row_width = 0;  // for a table: its row width
+  bool table = false;     // on the sparse path (parallel.sparse = "auto" and an embedding)
+};
+
+struct LayerPlan {
+  std::string name;
+  nn::Cost cost;  // one micro-batch on one rank
+  std::vector<ParamInfo> params;
+  nn::MemoryPolicy policy = nn::MemoryPolicy::Keep;
+};
+
+// Bytes per rank. `weights`: parameters, their gradients and AdamW moments (dense); `activations`:
+// the saved activations of the micro-batches a stage holds at once; `sparse`: a table's owned
+// rows, their moments and the rows pulled in a step.
+struct MemoryEstimate {
+  double weights = 0, activations = 0, sparse = 0;
+  int64_t stashed = 1;  // micro-batches held at once (the schedule's peak)
+  double total() const { return weights + activations + sparse; }
+};
+
+struct StagePlan {
+  std::vector<int64_t> virtual_stages;  // chunk c of this pipeline rank is virtual stage c x pp + rank
+  std::vector<int64_t> layers;          // its chain indices, in chunk order
+  MemoryEstimate memory;
+  // Bytes a rank of this stage hands to collectives and sends per step, by mesh axis: the
+  // replicas' gradient reduction ("dp", or "dp_sp" with sp > 1; ZeRO-1 adds the parameter
+  // all-gather) and the stage boundaries ("pp"). Scalars (loss, norms) and the sparse path's
+  // row exchange, which depends on the data, are not counted; tp and sp traffic comes next.
+  std::map<std::string, double> comm_bytes;
+};
+
+struct RunPlan {
+  Config config;
+  int world_size = 1;
+  dist::MeshShape mesh;
+  std::vector<LayerPlan> chain;
+  std::vector<int64_t> cuts;  // pp x chunks + 1 boundaries: virtual stage v is [cuts[v], cuts[v + 1])
+  schedule::Schedule schedule;
+  std::vector<StagePlan> stages;                 // per pipeline rank
+  int64_t local_tokens = 0;                      // tokens of each sequence a rank's layers see
+
+  dist::MeshCoords coords(int rank) const { return dist::mesh_coords(mesh, rank); }
+  const StagePlan& stage_of(int rank) const { return stages[static_cast<size_t>(coords(rank).pp)]; }
+  std::string describe() const;  // the text `loom config --print --ranks N` prints
+  nlohmann::json to_json() const;
+};
+
+// Throws InputError (naming the keys) for a config that passed models::validate_config but whose
+// layout cannot run on `world_size` ranks: stages against the chain, the schedule, message tags,
+// explicit cuts, the mesh against the world.
+RunPlan make_plan(const Config& config, int world_size);
+
+// Every stage's estimate against memory.budget (besides `in_use` bytes already allocated), or
+// without a budget against this machine's memory shared by `local_ranks`. InputError otherwise.
+void check_memory(const RunPlan& plan, int local_ranks, double in_use);
+
+// The estimate's parts and the keys that size them, for messages.
+std::string memory_text(const RunPlan& plan, const MemoryEstimate& need);
+
+}  // namespace loom::plan

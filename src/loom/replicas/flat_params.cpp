@@ -1,0 +1,31 @@
+#include "loom/replicas/flat_params.h"
+
+#include "loom/core/error.h"
+
+namespace loom::replicas {
+
+FlatParams::FlatParams(models::Model& model, int64_t pad_multiple) {
+  for (size_t layer = model.chain.size(); layer-- > 0;) {
+    for (nn::Param* p : model.chain[layer]->params()) {
+      if (p->sparse != nullptr) continue;  // its rows live on their owners (NOTE [Sparse exchange])
+      slots.push_back({p, layer, numel, p->numel()});
+      numel += p->numel();
+    }
+  }
+  const int64_t padded = (numel + pad_multiple - 1) / pad_multiple * pad_multiple;
+  LOOM_CHECK(!slots.empty(), "[flat] the model has no dense parameters");
+  const auto options = slots.front().param->value.options();
+  // Release the per-parameter gradients first and each value as soon as it is copied, so the
+  // move never holds more than twice the parameters (what the budget check assumes).
+  for (const FlatSlot& s : slots) s.param->grad.reset();
+  values = at::zeros({padded}, options);
+  for (const FlatSlot& s : slots) {
+    const auto shape = s.param->value.sizes().vec();
+    values.narrow(0, s.offset, s.numel).copy_(s.param->value.reshape({-1}));
+    s.param->value = values.narrow(0, s.offset, s.numel).view(shape);
+  }
+  grads = at::zeros({padded}, options);
+  for (const FlatSlot& s : slots) s.param->grad = grads.narrow(0, s.offset, s.numel).view(s.param->value.sizes());
+}
+
+}  // namespace loom::replicas

@@ -1,0 +1,31 @@
+#pragma once
+// Every parameter's value and gradient as views into two flat buffers, in the reverse of chain
+// order: backward finishes the last layer first, so gradient buckets (contiguous ranges of the
+// flat gradient) become complete front to back. The buffers are padded to a multiple of
+// `pad_multiple` elements so that ZeRO can cut them into equal shards. Tables on the sparse path
+// (Param::sparse) are not in them.
+#include <vector>
+
+#include "loom/models/model.h"
+
+namespace loom::replicas {
+
+struct FlatSlot {
+  nn::Param* param;
+  size_t layer;    // index in the chain
+  int64_t offset;  // first element in the flat buffers
+  int64_t numel;
+};
+
+class FlatParams {
+ public:
+  // Moves the (initialised) parameters of `model` into the flat buffers.
+  FlatParams(models::Model& model, int64_t pad_multiple);
+
+  at::Tensor values;  // [padded]
+  at::Tensor grads;   // [padded]
+  std::vector<FlatSlot> slots;  // in buffer order
+  int64_t numel = 0;            // without padding
+};
+
+}  // namespace loom::replicas

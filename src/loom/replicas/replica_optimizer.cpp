@@ -1,0 +1,60 @@
+#include "loom/replicas/replica_optimizer.h"
+
+#include "loom/optim/clip.h"
+
+namespace loom::replicas {
+
+ReplicaOptimizer::ReplicaOptimizer(models::Model& model, dist::Communicator& replicas, dist::Communicator& tp,
+                                   dist::Communicator& pp, const ReplicaOptions& options, SparseTables* sparse)
+    : tp_(tp), pp_(pp), options_(options), sparse_(sparse) {
+  for (nn::Param* p : model.params())
+    if (p->sparse == nullptr) dense_.push_back(p);
+  flat_ = std::make_unique<FlatParams>(model, replicas.size());
+  if (options.zero) {
+    sharded_ = std::make_unique<ShardedAdamW>(*flat_, replicas, tp, pp, options.adamw);
+  } else {
+    reducer_ = std::make_unique<GradientReducer>(*flat_, replicas, options.bucket_mb);
+    adamw_ = std::make_unique<optim::AdamW>(dense_, options.adamw);
+  }
+}
+
+template <class Fn>
+auto ReplicaOptimizer::timed(const Timeline& timeline, const char* name, const char* category, Fn&& fn) {
+  if (!timeline) return fn();
+  const auto start = std::chrono::steady_clock::now();
+  auto result = fn();
+  timeline(name, category, start, std::chrono::steady_clock::now());
+  return result;
+}
+
+double ReplicaOptimizer::step(double lr, const std::function<void(double)>& before_update,
+                              const Timeline& timeline) {
+  const double clip = options_.clip;
+  // Sparse tables: row gradients to their owners, and their part of the global norm.
+  const std::pair<double, double> sparse = timed(timeline, "sparse_push", "communication", [&] {
+    return sparse_ ? sparse_->push() : std::pair<double, double>{0, 0};
+  });
+  double norm = 0;
+  if (sharded_) {
+    norm = timed(timeline, "zero_step", "optimizer", [&] { return sharded_->step(lr, clip, sparse, before_update); });
+  } else {
+    timed(timeline, "all_reduce_wait", "communication", [&] {
+      reducer_->finish();
+      return 0;
+    });
+    norm = timed(timeline, "clip", "optimizer",
+                 [&] { return optim::clip_grad_norm(dense_, clip, tp_, &pp_, sparse); });
+    before_update(norm);
+    timed(timeline, "adamw", "optimizer", [&] {
+      adamw_->step(lr);
+      return 0;
+    });
+  }
+  timed(timeline, "sparse_adamw", "optimizer", [&] {  // lazy: the touched rows only
+    if (sparse_) sparse_->step(lr, optim::clip_factor(norm, clip));
+    return 0;
+  });
+  return norm;
+}
+
+}  // namespace loom::replicas

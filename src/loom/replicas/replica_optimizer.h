@@ -1,0 +1,63 @@
+#pragma once
+// One rank's optimizer step over parameters replicated on `replicas` (the dp group, or dp x sp:
+// NOTE [Sequence parallelism]): the dense gradients summed over the replicas (a bucketed
+// all-reduce that overlaps backward, or ZeRO-1's reduce-scatter and all-gather), the global
+// gradient norm over every group and clipping, AdamW; the sparse tables' row gradients pushed to
+// their owners and their touched rows updated lazily (NOTE [Sparse exchange]).
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "loom/models/model.h"
+#include "loom/optim/adamw.h"
+#include "loom/replicas/flat_params.h"
+#include "loom/replicas/gradient_reducer.h"
+#include "loom/replicas/sharded_adamw.h"
+#include "loom/replicas/sparse_tables.h"
+
+namespace loom::replicas {
+
+struct ReplicaOptions {
+  bool zero = false;       // parallel.zero = 1: ZeRO-1
+  double bucket_mb = 25;   // the all-reduce's bucket size
+  double clip = 0;         // global-norm limit; 0 = off
+  optim::AdamWOptions adamw;
+};
+
+// An interval of the step for the trace: (name, category, begin, end); may be empty.
+using Timeline = std::function<void(const char*, const char*, std::chrono::steady_clock::time_point,
+                                    std::chrono::steady_clock::time_point)>;
+
+class ReplicaOptimizer {
+ public:
+  // `model`: this rank's layers, initialised; `sparse`: its tables on the sparse path, or null.
+  // `tp`, `pp`: the other groups the gradient norm spans.
+  ReplicaOptimizer(models::Model& model, dist::Communicator& replicas, dist::Communicator& tp,
+                   dist::Communicator& pp, const ReplicaOptions& options, SparseTables* sparse);
+
+  void zero_grad() { flat_->grads.zero_(); }
+  // Every micro-batch has passed layer `layer` (its index in the model): its bucket may go.
+  void layer_done(size_t layer) {
+    if (reducer_) reducer_->layer_done(layer);
+  }
+  // Returns the global gradient norm; `before_update(norm)` runs once it is known and before any
+  // weight changes (it may throw to stop the step: NOTE [Non-finite guard]).
+  double step(double lr, const std::function<void(double)>& before_update, const Timeline& timeline);
+
+ private:
+  template <class Fn>
+  auto timed(const Timeline& timeline, const char* name, const char* category, Fn&& fn);
+
+  dist::Communicator& tp_;
+  dist::Communicator& pp_;
+  ReplicaOptions options_;
+  SparseTables* sparse_;
+  std::vector<nn::Param*> dense_;  // every parameter not on the sparse path
+  std::unique_ptr<FlatParams> flat_;
+  std::unique_ptr<GradientReducer> reducer_;  // replicated AdamW
+  std::unique_ptr<optim::AdamW> adamw_;
+  std::unique_ptr<ShardedAdamW> sharded_;     // ZeRO-1
+};
+
+}  // namespace loom::replicas

@@ -1,0 +1,56 @@
+#include "loom/replicas/sharded_adamw.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "loom/core/error.h"
+#include "loom/optim/clip.h"
+
+namespace loom::replicas {
+
+ShardedAdamW::ShardedAdamW(FlatParams& flat, dist::Communicator& dp, dist::Communicator& tp,
+                           dist::Communicator& pp, optim::AdamWOptions options)
+    : flat_(flat), dp_(dp), tp_(tp), pp_(pp) {
+  LOOM_CHECK(flat.values.numel() % dp.size() == 0, "[zero] flat buffer of {} is not padded to {} shards",
+             flat.values.numel(), dp.size());
+  shard_numel_ = flat.values.numel() / dp.size();
+  shard_offset_ = shard_numel_ * dp.rank();
+  shard_grad_ = at::zeros({shard_numel_}, flat.grads.options());
+  const int64_t end = shard_offset_ + shard_numel_;
+  for (const FlatSlot& s : flat.slots) {
+    const int64_t lo = std::max(s.offset, shard_offset_), hi = std::min(s.offset + s.numel, end);
+    if (lo >= hi) continue;
+    nn::Param part{.name = fmt::format("{}[{}:{}]", s.param->name, lo - s.offset, hi - s.offset),
+                   .full_shape = {hi - lo}, .weight_decay = s.param->weight_decay};
+    part.shard.dim = s.param->shard.dim;  // only whether it is tp-sharded matters here (clipping)
+    part.value = flat.values.narrow(0, lo, hi - lo);
+    part.grad = shard_grad_.narrow(0, lo - shard_offset_, hi - lo);
+    shard_params_.push_back(std::move(part));
+  }
+  std::vector<nn::Param*> pointers;
+  for (nn::Param& p : shard_params_) pointers.push_back(&p);
+  adamw_ = std::make_unique<optim::AdamW>(std::move(pointers), options);
+}
+
+double ShardedAdamW::step(double lr, double clip, std::pair<double, double> extra,
+                          const std::function<void(double)>& before_update) {
+  dp_.reduce_scatter(flat_.grads, shard_grad_, dist::ReduceOp::Sum);
+  // Squared norms of this dp shard: [replicated, tp-sharded] parameters; summed over dp, and the
+  // tp-sharded part also over tp.
+  std::vector<nn::Param*> parts;
+  for (nn::Param& p : shard_params_) parts.push_back(&p);
+  auto [replicated, sharded] = optim::grad_norm_squares(parts);
+  at::Tensor sums = at::tensor({replicated, sharded}, at::TensorOptions().dtype(at::kDouble));
+  dp_.all_reduce(sums, dist::ReduceOp::Sum);
+  const double norm = optim::combine_norm_squares(sums[0].item<double>() + extra.first,
+                                                  sums[1].item<double>() + extra.second, tp_, &pp_);
+  if (before_update) before_update(norm);
+  const double factor = optim::clip_factor(norm, clip);
+  if (factor != 1.0) shard_grad_.mul_(factor);
+  adamw_->step(lr);
+  const at::Tensor mine = flat_.values.narrow(0, shard_offset_, shard_numel_).clone();
+  dp_.all_gather(mine, flat_.values);
+  return norm;
+}
+
+}  // namespace loom::replicas

@@ -1,0 +1,69 @@
+#pragma once
+// NOTE [Pipeline schedules are data]. A schedule is, for each pipeline rank, the ordered list of
+// what it computes: F (forward), B (input gradient), W (weight gradient), BW (both at once) and R
+// (recompute the forward from the saved input, ahead of B) for a (micro-batch, chunk). Chunk c of
+// rank r is virtual stage v = c * stages + r of the model's chain (interleaved schedules give a
+// rank several chunks). Generators write these lists; the simulator replays any list with unit or
+// given costs to prove it complete and deadlock-free and to measure it; the executor runs the
+// same lists with real layers, inserting the point-to-point messages that `lower` makes explicit.
+//
+// Text form: `F3`, `B3`, `W3`, `BW3`, `R3` for micro-batch 3; with several chunks the chunk is a
+// prefix, `1F3`. Lowered messages: `sendF3` (F3's output to the next stage), `recvF3` (its input
+// from the previous one), `sendB3`, `recvB3` for gradients.
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace loom::schedule {
+
+enum class Op : uint8_t { F, B, W, BW, R, SendF, RecvF, SendB, RecvB };
+
+struct Action {
+  Op op = Op::F;
+  int64_t mb = 0;
+  int64_t chunk = 0;
+  bool operator==(const Action&) const = default;
+  bool is_message() const { return op >= Op::SendF; }
+  std::string text(bool with_chunk) const;
+};
+
+// Parses the text form; throws InputError naming `where` on anything else.
+Action parse_action(std::string_view text, const std::string& where);
+
+struct Schedule {
+  std::string kind;  // the generator's name, or "csv"
+  int64_t stages = 1, microbatches = 1, chunks = 1;
+  std::vector<std::vector<Action>> ranks;  // per pipeline rank, in execution order
+
+  int64_t virtual_stages() const { return stages * chunks; }
+  int64_t virtual_stage(int64_t rank, int64_t chunk) const { return chunk * stages + rank; }
+};
+
+// The schedule kinds of parallel.schedule.
+inline constexpr std::string_view kScheduleKinds[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "scp"};
+
+// Builds a schedule. gpipe: every forward, then every backward. 1f1b: stage r runs stages-1-r
+// forwards, then alternates one forward and one backward. interleaved: 1F1B over `chunks` virtual
+// stages per rank (micro-batches in groups of `stages`). zb-h1: backward split into B and W, the W
+// deferred into what would be bubbles, at 1F1B's memory. scp (Merak's shifted critical path): 1F1B
+// where every stage but the last recomputes, each recomputation issued before the wait for its
+// gradient. Throws InputError on counts a kind cannot use.
+Schedule make_schedule(std::string_view kind, int64_t stages, int64_t microbatches, int64_t chunks = 1);
+
+// One row per position in the lists, one column per rank ("step,rank0,rank1,..."); cells past a
+// rank's list are empty. Reading skips empty cells, so a timed grid reads back too.
+std::string to_csv(const Schedule& schedule);
+Schedule from_csv(const std::string& text, const std::string& where);
+// from_csv of a file; InputError if it cannot be read.
+Schedule read_csv(const std::string& path);
+// parallel.schedule: a generator's name, or "csv:PATH" whose shape must be (stages, microbatches,
+// chunks). Throws InputError naming both shapes otherwise.
+Schedule schedule_for(const std::string& spec, int64_t stages, int64_t microbatches, int64_t chunks);
+
+// The lists with the point-to-point messages the executor performs: recvF before an F (not on the
+// first virtual stage), sendF after it (not on the last), recvB before a B or BW (not on the
+// last), sendB after it (not on the first).
+std::vector<std::vector<Action>> lower(const Schedule& schedule);
+
+}  // namespace loom::schedule

@@ -1,0 +1,246 @@
+#include "loom/schedule/simulator.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <tuple>
+
+#include "loom/core/error.h"
+
+namespace loom::schedule {
+namespace {
+
+// Where each compute action sits: (op, mb, virtual stage) -> (rank, index).
+using Key = std::tuple<Op, int64_t, int64_t>;
+struct Slot {
+  int64_t rank, index;
+};
+
+std::string describe(const Schedule& s, const Action& a, int64_t rank) {
+  return fmt::format("{} on rank {}", a.text(s.chunks > 1), rank);
+}
+
+// Every rank holds, for each micro-batch and each of its chunks, one F and one BW or one B and one
+// W, at most one R, in the order F, R, B, W; everything in range.
+std::map<Key, Slot> check_complete(const Schedule& s) {
+  LOOM_CHECK_INPUT(static_cast<int64_t>(s.ranks.size()) == s.stages, "schedule {}: {} rank lists for {} stages",
+                   s.kind, s.ranks.size(), s.stages);
+  std::map<Key, Slot> where;
+  for (int64_t r = 0; r < s.stages; ++r) {
+    const auto& list = s.ranks[r];
+    for (int64_t i = 0; i < static_cast<int64_t>(list.size()); ++i) {
+      const Action& a = list[i];
+      LOOM_CHECK_INPUT(!a.is_message(), "schedule {}: {} is a message; schedules list compute actions only", s.kind,
+                       describe(s, a, r));
+      LOOM_CHECK_INPUT(a.mb < s.microbatches && a.chunk < s.chunks,
+                       "schedule {}: {} is out of range ({} micro-batches, {} chunks)", s.kind, describe(s, a, r),
+                       s.microbatches, s.chunks);
+      const Key key{a.op, a.mb, s.virtual_stage(r, a.chunk)};
+      LOOM_CHECK_INPUT(where.emplace(key, Slot{r, i}).second, "schedule {}: {} appears twice", s.kind,
+                       describe(s, a, r));
+    }
+  }
+  for (int64_t r = 0; r < s.stages; ++r) {
+    for (int64_t c = 0; c < s.chunks; ++c) {
+      const int64_t v = s.virtual_stage(r, c);
+      for (int64_t mb = 0; mb < s.microbatches; ++mb) {
+        auto find = [&](Op op) {
+          auto it = where.find({op, mb, v});
+          return it == where.end() ? int64_t{-1} : it->second.index;
+        };
+        const Action f{Op::F, mb, c};
+        const int64_t fi = find(Op::F), ri = find(Op::R), bi = find(Op::B), wi = find(Op::W), bwi = find(Op::BW);
+        LOOM_CHECK_INPUT(fi >= 0, "schedule {}: {} is missing", s.kind, describe(s, f, r));
+        const bool split = bi >= 0 || wi >= 0;
+        LOOM_CHECK_INPUT(split != (bwi >= 0) && (!split || (bi >= 0 && wi >= 0)),
+                         "schedule {}: micro-batch {} of virtual stage {} (rank {}) needs one BW or one B and one W",
+                         s.kind, mb, v, r);
+        const int64_t backward = split ? bi : bwi;
+        LOOM_CHECK_INPUT(fi < backward && (ri < 0 || (fi < ri && ri < backward)) && (!split || bi < wi),
+                         "schedule {}: rank {} runs micro-batch {}'s actions out of order (F, then R, B, W)", s.kind, r,
+                         mb);
+      }
+    }
+  }
+  return where;
+}
+
+// Critical-path bookkeeping: what an action waited for last.
+struct Timed {
+  double start = 0, end = 0;
+  Slot cause{-1, -1};
+};
+
+}  // namespace
+
+StageCosts Costs::at(int64_t virtual_stage) const {
+  if (stages.empty()) return {};
+  LOOM_CHECK(virtual_stage < static_cast<int64_t>(stages.size()), "costs for {} stages, asked for stage {}",
+             stages.size(), virtual_stage);
+  return stages[virtual_stage];
+}
+
+Simulation simulate(const Schedule& s, const Costs& costs) {
+  const std::map<Key, Slot> where = check_complete(s);
+  const int64_t p = s.stages, last = s.virtual_stages() - 1;
+  std::vector<std::vector<Timed>> times(p);
+  for (int64_t r = 0; r < p; ++r) times[r].resize(s.ranks[r].size());
+  std::vector<int64_t> next(p, 0);
+  auto has = [&](Op op, int64_t mb, int64_t v) { return where.count({op, mb, v}) > 0; };
+
+  // The dependencies of rank r's action a (not counting the previous action on the rank).
+  auto deps = [&](int64_t r, const Action& a) {
+    std::vector<Slot> d;
+    const int64_t v = s.virtual_stage(r, a.chunk);
+    auto add = [&](Op op, int64_t stage) {
+      if (auto it = where.find({op, a.mb, stage}); it != where.end()) d.push_back(it->second);
+    };
+    switch (a.op) {
+      case Op::F:
+        if (v > 0) add(Op::F, v - 1);
+        break;
+      case Op::R:
+        add(Op::F, v);
+        break;
+      case Op::B:
+      case Op::BW:
+        add(Op::F, v);
+        add(Op::R, v);
+        if (v < last) add(Op::B, v + 1), add(Op::BW, v + 1);
+        break;
+      case Op::W:
+        add(Op::B, v);
+        break;
+      default:
+        break;
+    }
+    return d;
+  };
+  auto duration = [&](int64_t r, const Action& a) {
+    const int64_t v = s.virtual_stage(r, a.chunk);
+    const StageCosts c = costs.at(v);
+    const double recompute = has(Op::R, a.mb, v) ? 0.0 : c.r;  // not recomputed ahead: B pays it
+    switch (a.op) {
+      case Op::F: return c.f;
+      case Op::R: return c.r;
+      case Op::B: return c.b + recompute;
+      case Op::W: return c.w;
+      case Op::BW: return c.b + c.w + recompute;
+      default: return 0.0;
+    }
+  };
+
+  for (bool progress = true; progress;) {
+    progress = false;
+    for (int64_t r = 0; r < p; ++r) {
+      while (next[r] < static_cast<int64_t>(s.ranks[r].size())) {
+        const Action& a = s.ranks[r][next[r]];
+        Timed t;
+        if (next[r] > 0) t.start = times[r][next[r] - 1].end, t.cause = {r, next[r] - 1};
+        bool ready = true;
+        for (const Slot& d : deps(r, a)) {
+          if (d.index >= next[d.rank]) {
+            ready = false;
+            break;
+          }
+          const double at = times[d.rank][d.index].end + (d.rank != r ? costs.p2p : 0.0);
+          if (at >= t.start) t.start = at, t.cause = d;
+        }
+        if (!ready) break;
+        t.end = t.start + duration(r, a);
+        times[r][next[r]++] = t;
+        progress = true;
+      }
+    }
+  }
+
+  Simulation sim;
+  sim.ranks.resize(p);
+  double busy = 0;
+  for (int64_t r = 0; r < p; ++r) {
+    for (int64_t i = 0; i < next[r]; ++i) {
+      sim.ranks[r].push_back({s.ranks[r][i], r, times[r][i].start, times[r][i].end});
+      sim.makespan = std::max(sim.makespan, times[r][i].end);
+      busy += times[r][i].end - times[r][i].start;
+    }
+  }
+  for (int64_t r = 0; r < p; ++r) {
+    if (next[r] == static_cast<int64_t>(s.ranks[r].size())) continue;
+    // Deadlock: name what every stuck rank waits for, under the grid of what did run.
+    std::string stuck;
+    for (int64_t q = 0; q < p; ++q) {
+      if (next[q] == static_cast<int64_t>(s.ranks[q].size())) continue;
+      const Action& a = s.ranks[q][next[q]];
+      std::string waits;
+      for (const Slot& d : deps(q, a))
+        if (d.index >= next[d.rank]) waits += (waits.empty() ? "" : ", ") + describe(s, s.ranks[d.rank][d.index], d.rank);
+      stuck += fmt::format("\n  >> rank {} step {}: {} waits for {}", q, next[q], a.text(s.chunks > 1), waits);
+    }
+    throw InputError(fmt::format("schedule {} deadlocks: no rank can go on after time {}{}\n{}", s.kind, sim.makespan,
+                                 stuck, format_grid(s, sim)));
+  }
+  sim.bubble_fraction = sim.makespan > 0 ? 1.0 - busy / (static_cast<double>(p) * sim.makespan) : 0.0;
+
+  // Stashed micro-batches: from the start of F to the end of W or BW, per rank.
+  sim.peak_stashed.assign(p, 0);
+  for (int64_t r = 0; r < p; ++r) {
+    std::vector<std::pair<double, int>> events;  // (time, +1 / -1); ends sort before starts
+    for (const TimedAction& t : sim.ranks[r]) {
+      if (t.action.op == Op::F) events.emplace_back(t.start, +1);
+      if (t.action.op == Op::W || t.action.op == Op::BW) events.emplace_back(t.end, -1);
+    }
+    std::sort(events.begin(), events.end());
+    int64_t live = 0;
+    for (auto [time, delta] : events) {
+      live += delta;
+      LOOM_CHECK(live >= 0, "rank {} releases more micro-batches than it stashed", r);
+      sim.peak_stashed[r] = std::max(sim.peak_stashed[r], live);
+    }
+    LOOM_CHECK(live == 0, "rank {} ends with {} stashed micro-batches", r, live);
+  }
+
+  // The critical path: back from the action that ends last, through what each waited for.
+  Slot at{-1, -1};
+  for (int64_t r = 0; r < p; ++r)
+    if (!times[r].empty() && (at.rank < 0 || times[r].back().end > times[at.rank][at.index].end))
+      at = {r, static_cast<int64_t>(times[r].size()) - 1};
+  while (at.rank >= 0) {
+    const Timed& t = times[at.rank][at.index];
+    sim.critical_path.push_back({s.ranks[at.rank][at.index], at.rank, t.start, t.end});
+    at = t.cause;
+  }
+  std::reverse(sim.critical_path.begin(), sim.critical_path.end());
+  return sim;
+}
+
+std::string format_grid(const Schedule& s, const Simulation& sim) {
+  const int64_t p = s.stages;
+  size_t width = 4;
+  for (const auto& list : sim.ranks)
+    for (const TimedAction& t : list) width = std::max(width, t.action.text(s.chunks > 1).size() + 1);
+  const auto rows = static_cast<int64_t>(std::ceil(std::min(sim.makespan, 1e9) - 1e-9));
+  constexpr int64_t kMaxRows = 2000;
+  if (rows > kMaxRows)
+    return fmt::format("(grid of {} time units not shown; at most {})\n", rows, kMaxRows);
+  std::string out = fmt::format("{:>5} ", "time");
+  for (int64_t r = 0; r < p; ++r) out += fmt::format("{:<{}}", fmt::format("r{}", r), width);
+  out += '\n';
+  for (int64_t row = 0; row < rows; ++row) {
+    out += fmt::format("{:>5} ", row);
+    for (int64_t r = 0; r < p; ++r) {
+      std::string cell = ".";
+      for (const TimedAction& t : sim.ranks[r]) {
+        if (t.end - t.start <= 0 || t.start >= static_cast<double>(row + 1) - 1e-9 || t.end <= static_cast<double>(row) + 1e-9)
+          continue;
+        cell = t.start >= static_cast<double>(row) - 1e-9 ? t.action.text(s.chunks > 1) : "|";
+      }
+      out += fmt::format("{:<{}}", cell, width);
+    }
+    out += '\n';
+  }
+  return out;
+}
+
+}  // namespace loom::schedule

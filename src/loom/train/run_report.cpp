@@ -1,0 +1,64 @@
+#include "loom/train/run_report.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <ostream>
+#include <utility>
+
+namespace loom::train {
+
+RunReport::RunReport(const ReportOptions& options, bool rank0, int world_size)
+    : options_(options),
+      metrics_(rank0 ? options.metrics_path : ""),
+      progress_(rank0 ? options.console : nullptr, options.steps, options.unit.rate.data()) {
+  if (!rank0) options_.console = nullptr;
+  if (rank0 && !options.trace_path.empty()) trace_ = std::make_unique<trace::TraceFile>(options.trace_path, world_size);
+}
+
+RunReport::~RunReport() {
+  try {
+    close();
+  } catch (...) {  // already failing: the first error is the one to report
+  }
+}
+
+void RunReport::header(const std::string& lines) {
+  if (options_.console != nullptr) *options_.console << lines << std::flush;  // a pipe sees it before step 1
+}
+
+void RunReport::step(StepRecord& r, double flops_per_step, double peak_flops) {
+  const double seconds = r.step_ms / 1e3;
+  r.tokens_per_s = static_cast<double>(options_.samples_per_step * options_.unit.per_sample) / seconds;
+  r.mfu = flops_per_step / seconds / peak_flops;
+  metrics_.write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+                  {fmt::format("{}_per_s", options_.unit.items), r.tokens_per_s}, {"step_ms", r.step_ms},
+                  {"mfu", r.mfu}, {"sparse_partitions", r.sparse_partitions}, {"peak_bytes", r.peak_bytes},
+                  {"comm_bytes_per_step", r.comm_bytes}, {"bubble_fraction", r.bubble_fraction},
+                  {"predicted_bubble_fraction", r.predicted_bubble_fraction},
+                  {"peak_bytes_by_stage", r.peak_bytes_by_stage}});
+  if ((r.step - 1) % options_.log_every == 0 || r.step == options_.steps) progress_.print(r);
+}
+
+void RunReport::close() {
+  if (std::exchange(closed_, true)) return;
+  metrics_.close();
+  if (trace_) trace_->close();
+}
+
+// One line at the end: what was trained, how fast, the final loss, where the outputs went.
+void RunReport::summary(const std::vector<StepRecord>& records, double seconds) {
+  if (options_.console == nullptr) return;
+  const models::Throughput& unit = options_.unit;
+  const auto done = static_cast<double>(static_cast<int64_t>(records.size()) * options_.samples_per_step *
+                                        unit.per_sample);
+  std::string where;
+  if (!options_.metrics_path.empty()) where += fmt::format("; metrics: {}", options_.metrics_path);
+  if (!options_.trace_path.empty()) where += fmt::format("; trace: {}", options_.trace_path);
+  *options_.console << fmt::format("loom: done: {} steps, {:.0f} {} in {:.2f} s ({:.0f} {}/s), final loss {:.4f}{}\n",
+                                   records.size(), done, unit.items, seconds, done / seconds, unit.rate,
+                                   records.empty() ? 0.0 : records.back().loss, where)
+                    << std::flush;
+}
+
+}  // namespace loom::train

@@ -1,0 +1,63 @@
+#pragma once
+// What a run tells its user, apart from the training itself: the header lines, the progress line,
+// the metrics file (JSON Lines, one record per step), the trace file and the summary line. World
+// rank 0 writes them; every other rank holds an inert report. The files are closed, and so renamed
+// into place (NOTE [Output files]), however the run ends: a run that fails leaves every finished
+// step readable.
+#include <iosfwd>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "loom/models/registry.h"
+#include "loom/trace/chrome_trace.h"
+#include "loom/trace/metrics_writer.h"
+#include "loom/train/progress.h"
+
+namespace loom::train {
+
+struct StepRecord {
+  int64_t step = 0;  // the step completed, counted from 1 (as the progress line and metrics say)
+  double loss = 0, lr = 0, grad_norm = 0;
+  double tokens_per_s = 0, step_ms = 0, mfu = 0;  // tokens_per_s: the model kind's items per second
+  int64_t peak_bytes = 0;                       // largest over ranks
+  double bubble_fraction = 0;                   // pp > 1: 1 - compute time / pipeline time, mean over ranks
+  double predicted_bubble_fraction = 0;         // pp > 1: the simulator's, for the measured action times
+  std::vector<int64_t> peak_bytes_by_stage;     // pp > 1: each pipeline stage's peak (this dp/tp slice)
+  std::map<std::string, int64_t> comm_bytes;    // this rank's bytes by mesh axis
+  int64_t sparse_partitions = 0;                // the sparse path's partition count (0: off)
+};
+
+struct ReportOptions {
+  std::string metrics_path;          // "" = none
+  std::string trace_path;            // "" = none
+  std::ostream* console = nullptr;   // nullptr = quiet
+  int64_t steps = 0;                 // the run's length, for the progress line's ETA
+  int64_t log_every = 1;             // a progress line every this many steps (and the last)
+  int64_t samples_per_step = 0;      // train.global_batch
+  models::Throughput unit;
+};
+
+class RunReport {
+ public:
+  // `rank0`: this rank writes; `world_size`: the trace's tracks.
+  RunReport(const ReportOptions& options, bool rank0, int world_size);
+  ~RunReport();
+
+  void header(const std::string& lines);
+  // Fills the record's throughput (from its step_ms), writes it, and prints it when due.
+  void step(StepRecord& record, double flops_per_step, double peak_flops);
+  trace::TraceFile* trace_file() { return trace_.get(); }
+  void close();
+  void summary(const std::vector<StepRecord>& records, double seconds);
+
+ private:
+  ReportOptions options_;
+  trace::MetricsWriter metrics_;
+  std::unique_ptr<trace::TraceFile> trace_;
+  ProgressPrinter progress_;
+  bool closed_ = false;
+};
+
+}  // namespace loom::train
