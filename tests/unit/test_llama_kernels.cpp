@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "loom/nn/rms_norm.h"
+#include "loom/nn/rotary.h"
 #include "unit/layer_check.h"
 
 namespace loom::test {
@@ -14,6 +15,25 @@ namespace {
 constexpr int64_t kBatch = 2, kSeq = 16, kModel = 24, kHeads = 6, kKvHeads = 2, kHeadDim = 8, kTile = 4;
 constexpr double kTheta = 10000.0;
 
+at::Tensor positions(std::initializer_list<std::pair<int64_t, int64_t>> ranges) {
+  std::vector<at::Tensor> parts;
+  for (auto [begin, end] : ranges) parts.push_back(at::arange(begin, end, at::TensorOptions().dtype(at::kLong)));
+  return at::cat(parts);
+}
+
+// Rotary written independently with torch ops: full-width cos / sin over [freqs | freqs] and the
+// rotate-half as a concatenation, angles in float64.
+torch::Tensor rotary_reference(const torch::Tensor& x, const at::Tensor& pos) {
+  const int64_t hd = x.size(-1);
+  auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  auto inv_freq = 1.0 / torch::pow(kTheta, torch::arange(0, hd, 2, f64) / static_cast<double>(hd));
+  auto freqs = torch::outer(pos.to(torch::kDouble), inv_freq);
+  auto emb = torch::cat({freqs, freqs}, -1);
+  auto cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
+  auto rotated_half = torch::cat({-x.narrow(-1, hd / 2, hd / 2), x.narrow(-1, 0, hd / 2)}, -1);
+  return x * cos + rotated_half * sin;
+}
+
 class LlamaKernels : public ::testing::TestWithParam<at::ScalarType> {
  protected:
   void SetUp() override { torch::manual_seed(17); }
@@ -21,6 +41,16 @@ class LlamaKernels : public ::testing::TestWithParam<at::ScalarType> {
   double tol() const { return tolerance(dtype()); }
   at::Tensor randn(at::IntArrayRef shape) const { return at::randn(shape, at::TensorOptions().dtype(dtype())); }
 
+  // apply_rotary and its backward against autograd through rotary_reference.
+  void check_rotary(const at::Tensor& pos) {
+    const at::Tensor x = randn({kBatch, kHeads, pos.size(0), kHeadDim}), dy = randn(x.sizes());
+    const at::Tensor y = nn::apply_rotary(x, pos, kTheta), dx = nn::apply_rotary_backward(dy, pos, kTheta);
+    auto x_ref = x.clone().requires_grad_(true);
+    auto y_ref = rotary_reference(x_ref, pos);
+    y_ref.backward(dy);
+    EXPECT_TENSOR_NEAR(y, y_ref.detach(), tol());
+    EXPECT_TENSOR_NEAR(dx, x_ref.grad(), tol());
+  }
 };
 
 TEST_P(LlamaKernels, RmsNormMatchesAutograd) {
@@ -54,6 +84,70 @@ TEST(RmsNorm, GainStartsAtOneAndIsTpPartialOnlyWhenSequenceSharded) {
   EXPECT_FALSE(plain.gain.tp_partial);
   EXPECT_TRUE(sharded.gain.tp_partial);
   EXPECT_FALSE(plain.gain.weight_decay) << "norm gains are not decayed";
+}
+
+TEST_P(LlamaKernels, RotaryMatchesAutogradWithOffsetPositions) { check_rotary(positions({{5, 5 + kSeq}})); }
+
+TEST_P(LlamaKernels, RotaryMatchesAutogradWithRingChunkPositions) { check_rotary(positions({{0, 4}, {12, 16}})); }
+
+TEST_P(LlamaKernels, RotaryMatchesAutogradAtLargePositions) { check_rotary(positions({{100000, 100000 + kSeq}})); }
+
+TEST_P(LlamaKernels, RotaryBackwardIsTheInverseRotation) {
+  const at::Tensor pos = positions({{3, 3 + kSeq}}), x = randn({kBatch, kHeads, kSeq, kHeadDim});
+  const at::Tensor round_trip = nn::apply_rotary_backward(nn::apply_rotary(x, pos), pos);
+  EXPECT_TENSOR_NEAR(round_trip, x, tol());
+}
+
+// What sequence parallelism relies on: rotating a rank's tokens with their global positions gives
+// exactly (bit for bit) the slice of the whole sequence's result, for contiguous segments and for
+// the ring's balanced layout (rank r of sp holds chunks r and 2 sp - 1 - r of 2 sp).
+TEST_P(LlamaKernels, RotaryOfASegmentIsTheSliceOfTheWholeSequence) {
+  const int64_t sp = 4, segment = kSeq / sp, chunk = segment / 2;
+  const at::Tensor x = randn({kBatch, kHeads, kSeq, kHeadDim});
+  const at::Tensor whole = nn::apply_rotary(x, positions({{0, kSeq}}));
+  const at::Tensor whole_back = nn::apply_rotary_backward(x, positions({{0, kSeq}}));
+  for (int64_t r = 0; r < sp; ++r) {
+    SCOPED_TRACE("segment " + std::to_string(r));
+    const at::Tensor pos = positions({{r * segment, (r + 1) * segment}});
+    const at::Tensor local = x.narrow(2, r * segment, segment);
+    EXPECT_TRUE(at::equal(nn::apply_rotary(local, pos), whole.narrow(2, r * segment, segment)));
+    EXPECT_TRUE(at::equal(nn::apply_rotary_backward(local, pos), whole_back.narrow(2, r * segment, segment)));
+    const int64_t late = 2 * sp - 1 - r;  // the ring's second chunk of rank r
+    const at::Tensor ring_pos = positions({{r * chunk, (r + 1) * chunk}, {late * chunk, (late + 1) * chunk}});
+    const at::Tensor ring_x = at::cat({x.narrow(2, r * chunk, chunk), x.narrow(2, late * chunk, chunk)}, 2);
+    const at::Tensor ring_want = at::cat({whole.narrow(2, r * chunk, chunk), whole.narrow(2, late * chunk, chunk)}, 2);
+    EXPECT_TRUE(at::equal(nn::apply_rotary(ring_x, ring_pos), ring_want));
+  }
+}
+
+// The relative-position property: with the same content at every position, q_m . k_n after
+// rotary depends only on m - n, so the score matrix is Toeplitz and shifting every position by the
+// same amount leaves it unchanged, while the scores do change with m - n.
+TEST_P(LlamaKernels, RotaryScoresDependOnlyOnPositionDifference) {
+  const at::Tensor q = randn({1, 1, 1, kHeadDim}).expand({1, 1, kSeq, kHeadDim});
+  const at::Tensor k = randn({1, 1, 1, kHeadDim}).expand({1, 1, kSeq, kHeadDim});
+  auto scores = [&](int64_t first) {
+    const at::Tensor pos = positions({{first, first + kSeq}});
+    return at::matmul(nn::apply_rotary(q, pos), nn::apply_rotary(k, pos).transpose(2, 3))[0][0];
+  };
+  const at::Tensor s = scores(0);
+  EXPECT_TENSOR_NEAR(s.narrow(0, 1, kSeq - 1).narrow(1, 1, kSeq - 1), s.narrow(0, 0, kSeq - 1).narrow(1, 0, kSeq - 1),
+                     tol());
+  EXPECT_TENSOR_NEAR(scores(7), s, tol());
+  EXPECT_TENSOR_NEAR(scores(1000), s, 10 * tol());  // float32 tables at large angles round a little more
+  // ... and they are not all alike: the scores along a row (m fixed, n varying) must differ.
+  EXPECT_GT(relative_error(s[0].narrow(0, 1, kSeq - 1), s[0].narrow(0, 0, kSeq - 1)), 0.05);
+}
+
+TEST_P(LlamaKernels, RotaryTablesOfTheSamePositionsAreBitIdentical) {
+  const auto options = at::TensorOptions().dtype(dtype());
+  const auto whole = nn::RotaryTable::build(positions({{0, 64}}), kHeadDim, kTheta, options);
+  const auto some = nn::RotaryTable::build(positions({{5, 8}, {40, 47}}), kHeadDim, kTheta, options);
+  const at::Tensor rows = positions({{5, 8}, {40, 47}});
+  EXPECT_TRUE(at::equal(some.cos, whole.cos.index_select(0, rows)));
+  EXPECT_TRUE(at::equal(some.sin, whole.sin.index_select(0, rows)));
+  EXPECT_EQ(some.cos.sizes(), (at::IntArrayRef{10, kHeadDim / 2}));
+  EXPECT_EQ(some.cos.scalar_type(), dtype());
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, LlamaKernels, ::testing::Values(at::kDouble, at::kFloat),
