@@ -5,8 +5,10 @@
 // position differences).
 #include <cmath>
 
+#include "loom/core/error.h"
 #include "loom/nn/rms_norm.h"
 #include "loom/nn/rotary.h"
+#include "loom/nn/swiglu.h"
 #include "unit/layer_check.h"
 
 namespace loom::test {
@@ -148,6 +150,28 @@ TEST_P(LlamaKernels, RotaryTablesOfTheSamePositionsAreBitIdentical) {
   EXPECT_TRUE(at::equal(some.sin, whole.sin.index_select(0, rows)));
   EXPECT_EQ(some.cos.sizes(), (at::IntArrayRef{10, kHeadDim / 2}));
   EXPECT_EQ(some.cos.scalar_type(), dtype());
+}
+
+TEST_P(LlamaKernels, SwiGluMatchesAutograd) {
+  const int64_t hidden = 20;
+  const at::Tensor gate_up = randn({kBatch, kSeq, 2 * hidden}) * 2.0, dy = randn({kBatch, kSeq, hidden});
+  const at::Tensor y = nn::swiglu_forward(gate_up), dgate_up = nn::swiglu_backward(dy, gate_up);
+  auto ref_in = gate_up.clone().requires_grad_(true);
+  auto y_ref = torch::silu(ref_in.narrow(-1, 0, hidden)) * ref_in.narrow(-1, hidden, hidden);
+  y_ref.backward(dy);
+  EXPECT_TENSOR_NEAR(y, y_ref.detach(), tol());
+  EXPECT_TENSOR_NEAR(dgate_up, ref_in.grad(), tol());
+}
+
+TEST(SwiGlu, HiddenFollowsTheLlamaRule) {
+  EXPECT_EQ(nn::swiglu_hidden(4096, 4, 256), 11008);  // Llama 2 7B
+  EXPECT_EQ(nn::swiglu_hidden(5120, 4, 256), 13824);  // Llama 2 13B
+  EXPECT_EQ(nn::swiglu_hidden(64, 4, 32), 192);       // 2/3 * 256 = 170.7 -> 192
+  EXPECT_EQ(nn::swiglu_hidden(24, 4, 8), 64);         // exactly 64 already
+  EXPECT_EQ(nn::swiglu_hidden(24, 4, 1), 64);
+  // The two-thirds step truncates before rounding up: 2 * 4 * 5 / 3 = 13.3 -> 13, a multiple of 13.
+  EXPECT_EQ(nn::swiglu_hidden(5, 4, 13), 13);
+  EXPECT_THROW(nn::swiglu_hidden(64, 4, 0), Error);
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, LlamaKernels, ::testing::Values(at::kDouble, at::kFloat),
