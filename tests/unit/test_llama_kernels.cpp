@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "loom/core/error.h"
+#include "loom/nn/attention.h"
+#include "loom/nn/grouped_heads.h"
 #include "loom/nn/rms_norm.h"
 #include "loom/nn/rotary.h"
 #include "loom/nn/swiglu.h"
@@ -172,6 +174,53 @@ TEST(SwiGlu, HiddenFollowsTheLlamaRule) {
   // The two-thirds step truncates before rounding up: 2 * 4 * 5 / 3 = 13.3 -> 13, a multiple of 13.
   EXPECT_EQ(nn::swiglu_hidden(5, 4, 13), 13);
   EXPECT_THROW(nn::swiglu_hidden(64, 4, 0), Error);
+}
+
+TEST_P(LlamaKernels, GroupedHeadsExpandConsecutivelyAndReduceIsItsBackward) {
+  const int64_t groups = kHeads / kKvHeads;
+  const at::Tensor kv = randn({kBatch, kKvHeads, kSeq, kHeadDim}), dy = randn({kBatch, kHeads, kSeq, kHeadDim});
+  const at::Tensor expanded = nn::expand_kv_heads(kv, groups);
+  ASSERT_EQ(expanded.sizes(), (at::IntArrayRef{kBatch, kHeads, kSeq, kHeadDim}));
+  for (int64_t h = 0; h < kHeads; ++h) EXPECT_TRUE(at::equal(expanded.select(1, h), kv.select(1, h / groups)));
+  auto kv_ref = kv.clone().requires_grad_(true);
+  auto expanded_ref = torch::repeat_interleave(kv_ref, groups, /*dim=*/1);
+  expanded_ref.backward(dy);
+  EXPECT_TRUE(at::equal(expanded, expanded_ref.detach()));
+  EXPECT_TENSOR_NEAR(nn::reduce_kv_heads(dy, groups), kv_ref.grad(), tol());
+  EXPECT_TRUE(at::equal(nn::expand_kv_heads(kv, 1), kv));
+  EXPECT_TRUE(at::equal(nn::reduce_kv_heads(dy, 1), dy));
+  EXPECT_THROW(nn::reduce_kv_heads(dy, 4), Error);  // 6 heads are not groups of 4
+}
+
+// The kernels composed as a Llama attention core on a sequence-parallel rank's segment: rotary q
+// and k at global positions, k and v shared by groups of query heads, the tiled causal kernel
+// with q_offset, and each backward in reverse order, against autograd through the whole.
+TEST_P(LlamaKernels, GroupedRotaryAttentionCoreMatchesAutograd) {
+  const int64_t groups = kHeads / kKvHeads, offset = 6, tq = kSeq - offset;
+  const at::Tensor q = randn({kBatch, kHeads, tq, kHeadDim}), k = randn({kBatch, kKvHeads, kSeq, kHeadDim}),
+                   v = randn({kBatch, kKvHeads, kSeq, kHeadDim}), dout = randn({kBatch, kHeads, tq, kHeadDim});
+  const at::Tensor q_pos = positions({{offset, kSeq}}), k_pos = positions({{0, kSeq}});
+  const at::Tensor qr = nn::apply_rotary(q, q_pos), kr = nn::expand_kv_heads(nn::apply_rotary(k, k_pos), groups);
+  const at::Tensor ve = nn::expand_kv_heads(v, groups);
+  const auto fwd = nn::causal_attention_forward(qr, kr, ve, kTile, offset);
+  const auto g = nn::causal_attention_backward(dout, qr, kr, ve, fwd.out, fwd.lse, kTile, offset);
+  const at::Tensor dq = nn::apply_rotary_backward(g.dq, q_pos);
+  const at::Tensor dk = nn::apply_rotary_backward(nn::reduce_kv_heads(g.dk, groups), k_pos);
+  const at::Tensor dv = nn::reduce_kv_heads(g.dv, groups);
+
+  auto q_ref = q.clone().requires_grad_(true), k_ref = k.clone().requires_grad_(true),
+       v_ref = v.clone().requires_grad_(true);
+  auto keys = torch::repeat_interleave(rotary_reference(k_ref, k_pos), groups, 1);
+  auto values = torch::repeat_interleave(v_ref, groups, 1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(kHeadDim));
+  auto scores = torch::matmul(rotary_reference(q_ref, q_pos), keys.transpose(2, 3)) * scale;
+  auto future = torch::arange(kSeq).unsqueeze(0) > (torch::arange(tq).unsqueeze(1) + offset);
+  auto out = torch::matmul(scores.masked_fill(future, -INFINITY).softmax(-1), values);
+  out.backward(dout);
+  EXPECT_TENSOR_NEAR(fwd.out, out.detach(), tol());
+  EXPECT_TENSOR_NEAR(dq, q_ref.grad(), tol());
+  EXPECT_TENSOR_NEAR(dk, k_ref.grad(), tol());
+  EXPECT_TENSOR_NEAR(dv, v_ref.grad(), tol());
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, LlamaKernels, ::testing::Values(at::kDouble, at::kFloat),
