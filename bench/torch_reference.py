@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""PyTorch eager reference of loom's GPT, for tokens/s comparisons in the same run.
+"""PyTorch eager reference of loom's GPT (or Llama), for tokens/s comparisons in the same run.
 
 With RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT in the environment (bench/run.py sets them
 for each process) it trains with DistributedDataParallel over gloo: the micro-batches of a step
@@ -9,6 +9,13 @@ prints the JSON line.
 Same shapes and FLOPs as loom: pre-LayerNorm blocks, fused QKV with bias, GELU(tanh) MLP,
 learned token and position embeddings, final LayerNorm, untied bias-free LM head, mean
 cross-entropy. AdamW with gradient clipping and gradient accumulation over micro-batches.
+
+--model llama builds a Llama of the same d_model / layers / heads / seq instead: pre-RMSNorm
+blocks (eps 1e-5), no biases anywhere, rotary embeddings on q and k (rotate-half pairing
+(i, i + hd/2), theta --rope-theta) and no learned positions, optional grouped kv heads
+(--kv-heads), a SwiGLU MLP of width multiple_of * ceil(trunc(2/3 * ffn_mult * d_model) /
+multiple_of) (--multiple-of), final RMSNorm, and an LM head that is either its own matrix or
+the token table (--tie-embeddings).
 Prints exactly one JSON line on stdout. Needs only the standard library and torch (CPU).
 """
 import argparse
@@ -86,7 +93,93 @@ class GPT(nn.Module):
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
-def main():
+def swiglu_hidden(d, ffn_mult, multiple_of):
+    """Llama's MLP width: two thirds of ffn_mult * d (truncated), rounded up to multiple_of."""
+    hidden = 2 * ffn_mult * d // 3
+    return multiple_of * ((hidden + multiple_of - 1) // multiple_of)
+
+
+class RMSNorm(nn.Module):
+    def __init__(self, d, eps=1e-5):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+
+
+def rotary_tables(seq, hd, theta):
+    """cos and sin [seq, hd/2] of each (position, pair) angle, computed in float64."""
+    inv_freq = theta ** (-torch.arange(0, hd, 2, dtype=torch.float64) / hd)
+    angles = torch.outer(torch.arange(seq, dtype=torch.float64), inv_freq)
+    return angles.cos(), angles.sin()
+
+
+def rotate(x, cos, sin):
+    """Rotates each pair (i, i + hd/2) of x [b, h, t, hd] by its position's angle."""
+    half = x.shape[-1] // 2
+    lo, hi = x[..., :half], x[..., half:]
+    return torch.cat((lo * cos - hi * sin, hi * cos + lo * sin), dim=-1)
+
+
+class LlamaBlock(nn.Module):
+    def __init__(self, d, heads, kv_heads, hidden):
+        super().__init__()
+        self.heads, self.kv_heads, self.hd = heads, kv_heads, d // heads
+        self.norm1 = RMSNorm(d)
+        self.qkv = nn.Linear(d, (heads + 2 * kv_heads) * self.hd, bias=False)  # [q | k | v]
+        self.proj = nn.Linear(d, d, bias=False)
+        self.norm2 = RMSNorm(d)
+        self.gate_up = nn.Linear(d, 2 * hidden, bias=False)  # [gate | up]
+        self.down = nn.Linear(hidden, d, bias=False)
+
+    def attn(self, x, cos, sin, masked):
+        b, t, d = x.shape
+        q, k, v = self.qkv(x).split([d, self.kv_heads * self.hd, self.kv_heads * self.hd], dim=-1)
+        q = q.view(b, t, self.heads, self.hd).transpose(1, 2)
+        k, v = (z.view(b, t, self.kv_heads, self.hd).transpose(1, 2) for z in (k, v))
+        q, k = rotate(q, cos, sin), rotate(k, cos, sin)
+        groups = self.heads // self.kv_heads  # each kv head serves `groups` consecutive q heads
+        k, v = (z.repeat_interleave(groups, dim=1) for z in (k, v))
+        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.hd)
+        y = torch.softmax(scores.masked_fill(masked, float("-inf")), dim=-1) @ v
+        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+
+    def forward(self, x, cos, sin, masked):
+        x = x + self.attn(self.norm1(x), cos, sin, masked)
+        gate, up = self.gate_up(self.norm2(x)).chunk(2, dim=-1)
+        return x + self.down(F.silu(gate) * up)
+
+
+class Llama(nn.Module):
+    def __init__(self, vocab, d, layers, heads, kv_heads, seq, hidden, theta, tied):
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.blocks = nn.ModuleList(LlamaBlock(d, heads, kv_heads, hidden) for _ in range(layers))
+        self.norm = RMSNorm(d)
+        self.head = None if tied else nn.Linear(d, vocab, bias=False)
+        # Plain attributes, not buffers: DDP would broadcast buffers every step (and over gloo
+        # cannot broadcast bool ones); forward casts the tables to the activations' dtype.
+        self.cos, self.sin = rotary_tables(seq, d // heads, theta)
+        self.masked = ~torch.ones(seq, seq, dtype=torch.bool).tril()
+        self.apply(GPT._init)
+        for blk in self.blocks:  # residual output projections
+            nn.init.normal_(blk.proj.weight, 0.0, 0.02 / math.sqrt(2 * layers))
+            nn.init.normal_(blk.down.weight, 0.0, 0.02 / math.sqrt(2 * layers))
+
+    def forward(self, idx, targets):
+        t = idx.shape[1]
+        x = self.tok(idx)
+        cos, sin = self.cos[:t].to(x.dtype), self.sin[:t].to(x.dtype)
+        for blk in self.blocks:
+            x = blk(x, cos, sin, self.masked[:t, :t])
+        x = self.norm(x)
+        logits = x @ self.tok.weight.t() if self.head is None else self.head(x)
+        return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+def parse_args():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--vocab", type=int, default=4096)
     p.add_argument("--d-model", type=int, default=256)
@@ -102,12 +195,56 @@ def main():
     p.add_argument("--threads", type=int, default=0, help="0 keeps torch's default")
     p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--model", choices=["gpt", "llama"], default="gpt")
+    llama = p.add_argument_group("llama", "only with --model llama")
+    llama.add_argument("--kv-heads", "--n-kv-heads", dest="kv_heads", type=int, default=None,
+                       help="key / value heads, each shared by heads / kv-heads query heads "
+                            "(default: --heads)")
+    llama.add_argument("--multiple-of", type=int, default=None,
+                       help="the SwiGLU width is rounded up to a multiple of this (default: 256)")
+    llama.add_argument("--rope-theta", type=float, default=None, help="rotary base (default: 10000)")
+    llama.add_argument("--tie-embeddings", action="store_true", help="the token table is also the LM head")
     a = p.parse_args()
     if a.d_model % a.heads:
         p.error("--d-model must be divisible by --heads")
     if a.steps < 1 or a.warmup_steps < 0:
         p.error("--steps must be >= 1 and --warmup-steps >= 0")
+    if a.micro_batches % int(os.environ.get("WORLD_SIZE", "1")):
+        p.error("--micro-batches must divide over WORLD_SIZE ranks")
+    check_llama_args(p, a)
+    return a
 
+
+def check_llama_args(p, a):
+    """Refuses Llama options on the GPT path, fills in their defaults and checks their shapes."""
+    given = [f for f, v in (("--kv-heads", a.kv_heads), ("--multiple-of", a.multiple_of),
+                            ("--rope-theta", a.rope_theta), ("--tie-embeddings", a.tie_embeddings or None))
+             if v is not None]
+    if a.model != "llama":
+        if given:
+            p.error(f"{', '.join(given)} only apply to --model llama")
+        return
+    a.kv_heads = a.heads if a.kv_heads is None else a.kv_heads
+    a.multiple_of = 256 if a.multiple_of is None else a.multiple_of
+    a.rope_theta = 10000.0 if a.rope_theta is None else a.rope_theta
+    if a.kv_heads < 1 or a.heads % a.kv_heads:
+        p.error(f"--kv-heads ({a.kv_heads}) must divide --heads ({a.heads})")
+    if (a.d_model // a.heads) % 2:
+        p.error(f"rotary embeddings need an even head dim; d_model / heads = {a.d_model // a.heads}")
+    if a.multiple_of < 1 or not a.rope_theta > 0:
+        p.error("--multiple-of must be >= 1 and --rope-theta > 0")
+
+
+def build_model(a):
+    if a.model == "gpt":
+        return GPT(a.vocab, a.d_model, a.layers, a.heads, a.seq, a.ffn_mult)
+    hidden = swiglu_hidden(a.d_model, a.ffn_mult, a.multiple_of)
+    return Llama(a.vocab, a.d_model, a.layers, a.heads, a.kv_heads, a.seq, hidden, a.rope_theta,
+                 a.tie_embeddings)
+
+
+def main():
+    a = parse_args()
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     try:
@@ -119,9 +256,7 @@ def main():
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
-    if a.micro_batches % world:
-        p.error("--micro-batches must divide over WORLD_SIZE ranks")
-    model = GPT(a.vocab, a.d_model, a.layers, a.heads, a.seq, a.ffn_mult).to(dtype)
+    model = build_model(a).to(dtype)
     params = [q for q in model.parameters() if q.requires_grad]
     if world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -164,6 +299,10 @@ def main():
         if rank != 0:
             return
     median = statistics.median(times)
+    extra = {}  # the GPT line stays as it was; a Llama line says what it ran
+    if a.model == "llama":
+        hidden = swiglu_hidden(a.d_model, a.ffn_mult, a.multiple_of)
+        extra = {"model": "llama", "kv_heads": a.kv_heads, "hidden": hidden, "tied": a.tie_embeddings}
     tokens = a.micro_batch * a.micro_batches * a.seq
     print(json.dumps({
         "impl": "pytorch-ddp-gloo" if world > 1 else "pytorch-eager",
@@ -178,6 +317,7 @@ def main():
         "loss_first": losses[0],
         "loss_last": losses[-1],
         "params": sum(q.numel() for q in model.parameters()),
+        **extra,
     }))
 
 
