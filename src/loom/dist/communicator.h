@@ -43,6 +43,10 @@ class Communicator {
   // operations (MPI: only under MPI_THREAD_MULTIPLE). A Work is never thread-safe itself: one
   // thread at a time drives it.
   virtual bool concurrent_progress() const { return true; }
+  // Ranks of this job on this machine (MPI: the shared-memory split of the world, the same on
+  // every communicator split from it; 1 without MPI): the default thread count per rank is the
+  // cores divided by it, and this machine's memory is shared by as many.
+  virtual int local_ranks() const { return 1; }
 
   virtual WorkPtr all_reduce_async(at::Tensor& tensor, ReduceOp op) = 0;
   virtual WorkPtr reduce_scatter_async(const at::Tensor& input, at::Tensor& output, ReduceOp op) = 0;

@@ -14,7 +14,10 @@
 namespace loom::dist {
 namespace {
 
-// The one piece of state a signal handler may touch; owned by the InterruptHandler (the Runtime's).
+// The only process-wide state in dist, and it has to be: a signal handler receives nothing but the
+// signal number, so it cannot reach the Runtime or any object, and the one thing it may safely
+// write is a volatile sig_atomic_t at namespace scope. Reset and installed by the
+// InterruptHandler (the Runtime's), which is the only reader.
 volatile std::sig_atomic_t g_signal = 0;
 volatile std::sig_atomic_t g_armed = 0;
 

@@ -16,6 +16,7 @@
 #include <climits>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <thread>
 
 #include "loom/core/error.h"
@@ -25,9 +26,6 @@
 
 namespace loom::dist {
 namespace {
-
-// Set once by the Runtime: whether MPI granted MPI_THREAD_MULTIPLE.
-bool g_thread_multiple = false;
 
 std::string mpi_error(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -42,10 +40,6 @@ std::string mpi_error(int code) {
     LOOM_CHECK(loom_mpi_rc == MPI_SUCCESS, "[dist] {} failed: {}", what, mpi_error(loom_mpi_rc)); \
   } while (false)
 
-// bfloat16 travels as two bytes with user-defined reductions.
-MPI_Datatype g_bf16 = MPI_DATATYPE_NULL;
-MPI_Op g_bf16_sum = MPI_OP_NULL, g_bf16_max = MPI_OP_NULL;
-
 void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   auto* a = static_cast<const c10::BFloat16*>(in);
   auto* b = static_cast<c10::BFloat16*>(inout);
@@ -57,20 +51,52 @@ void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
   for (int i = 0; i < *len; ++i) b[i] = static_cast<float>(a[i]) > static_cast<float>(b[i]) ? a[i] : b[i];
 }
 
-MPI_Datatype mpi_type(const at::Tensor& t) {
-  switch (t.scalar_type()) {
-    case at::kFloat: return MPI_FLOAT;
-    case at::kDouble: return MPI_DOUBLE;
-    case at::kLong: return MPI_INT64_T;
-    default: return g_bf16;
-  }
-}
+}  // namespace
 
-MPI_Op mpi_op(const at::Tensor& t, ReduceOp op) {
-  const bool bf16 = t.scalar_type() == at::kBFloat16;
-  if (op == ReduceOp::Max) return bf16 ? g_bf16_max : MPI_MAX;
-  return bf16 ? g_bf16_sum : MPI_SUM;
-}
+// Owned by the Runtime, created after MPI_Init and released before MPI_Finalize; the world and
+// every communicator split from it hold a pointer, so nothing here is process-wide.
+struct MpiShared {
+  MpiShared(double timeout_s, int rank, int node_ranks, bool multiple)
+      : thread_multiple(multiple),
+        local_ranks(node_ranks),
+        watchdog(std::make_unique<detail::Watchdog>(timeout_s, rank, multiple)) {
+    MPI_Type_contiguous(2, MPI_BYTE, &bf16);
+    MPI_Type_commit(&bf16);
+    MPI_Op_create(&bf16_sum, 1, &bf16_sum_op);
+    MPI_Op_create(&bf16_max, 1, &bf16_max_op);
+  }
+  ~MpiShared() {
+    watchdog.reset();  // its thread ends before the MPI objects go
+    MPI_Op_free(&bf16_sum_op);
+    MPI_Op_free(&bf16_max_op);
+    MPI_Type_free(&bf16);
+  }
+  MpiShared(const MpiShared&) = delete;
+  MpiShared& operator=(const MpiShared&) = delete;
+
+  MPI_Datatype type_of(const at::Tensor& t) const {
+    switch (t.scalar_type()) {
+      case at::kFloat: return MPI_FLOAT;
+      case at::kDouble: return MPI_DOUBLE;
+      case at::kLong: return MPI_INT64_T;
+      default: return bf16;
+    }
+  }
+  MPI_Op op_of(const at::Tensor& t, ReduceOp op) const {
+    const bool is_bf16 = t.scalar_type() == at::kBFloat16;
+    if (op == ReduceOp::Max) return is_bf16 ? bf16_max_op : MPI_MAX;
+    return is_bf16 ? bf16_sum_op : MPI_SUM;
+  }
+
+  bool thread_multiple;  // whether MPI granted MPI_THREAD_MULTIPLE
+  int local_ranks;       // ranks of the job on this machine
+  // bfloat16 travels as two bytes with user-defined reductions.
+  MPI_Datatype bf16 = MPI_DATATYPE_NULL;
+  MPI_Op bf16_sum_op = MPI_OP_NULL, bf16_max_op = MPI_OP_NULL;
+  std::unique_ptr<detail::Watchdog> watchdog;  // NOTE [Watchdog]
+};
+
+namespace {
 
 int count_of(int64_t n, const char* op) {
   LOOM_CHECK(n >= 0 && n <= INT_MAX, "[dist] {}: {} elements exceed MPI's int count; split the buffer", op, n);
@@ -129,8 +155,8 @@ class MpiWork final : public Work {
 
 class MpiCommunicator final : public Communicator {
  public:
-  MpiCommunicator(MPI_Comm comm, bool owned, std::string axis, double timeout_s)
-      : comm_(comm), owned_(owned), axis_(std::move(axis)), timeout_s_(timeout_s) {
+  MpiCommunicator(MPI_Comm comm, bool owned, std::string axis, double timeout_s, const MpiShared* shared)
+      : comm_(comm), owned_(owned), axis_(std::move(axis)), timeout_s_(timeout_s), shared_(shared) {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
@@ -244,7 +270,7 @@ class MpiCommunicator final : public Communicator {
   void all_reduce(at::Tensor& t, ReduceOp op) override {
     check_all_reduce(t, op);
     {
-      detail::Deadline deadline(describe("all_reduce"));
+      detail::Deadline deadline(shared_->watchdog.get(), describe("all_reduce"));
       LOOM_MPI(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t.numel(), "all_reduce"), mpi_type(t),
                              mpi_op(t, op), comm_),
                "all_reduce");
@@ -255,7 +281,7 @@ class MpiCommunicator final : public Communicator {
   void reduce_scatter(const at::Tensor& in, at::Tensor& out, ReduceOp op) override {
     check_reduce_scatter(in, out, op);
     {
-      detail::Deadline deadline(describe("reduce_scatter"));
+      detail::Deadline deadline(shared_->watchdog.get(), describe("reduce_scatter"));
       LOOM_MPI(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out.numel(), "reduce_scatter"),
                                         mpi_type(in), mpi_op(in, op), comm_),
                "reduce_scatter");
@@ -266,14 +292,14 @@ class MpiCommunicator final : public Communicator {
   void all_gather(const at::Tensor& in, at::Tensor& out) override {
     check_all_gather(in, out);
     const int n = count_of(in.numel(), "all_gather");
-    detail::Deadline deadline(describe("all_gather"));
+    detail::Deadline deadline(shared_->watchdog.get(), describe("all_gather"));
     LOOM_MPI(MPI_Allgather(in.data_ptr(), n, mpi_type(in), out.data_ptr(), n, mpi_type(out), comm_), "all_gather");
   }
 
   void broadcast(at::Tensor& t, int root) override {
     detail::check_tensor(t, "broadcast", axis_);
     LOOM_CHECK(root >= 0 && root < size_, "[dist] broadcast on '{}' from rank {} of {}", axis_, root, size_);
-    detail::Deadline deadline(describe("broadcast"));
+    detail::Deadline deadline(shared_->watchdog.get(), describe("broadcast"));
     LOOM_MPI(MPI_Bcast(t.data_ptr(), count_of(t.numel(), "broadcast"), mpi_type(t), root, comm_), "broadcast");
   }
 
@@ -283,11 +309,12 @@ class MpiCommunicator final : public Communicator {
     work->wait();
   }
 
-  bool concurrent_progress() const override { return g_thread_multiple; }
+  bool concurrent_progress() const override { return shared_->thread_multiple; }
+  int local_ranks() const override { return shared_->local_ranks; }
   std::unique_ptr<Communicator> split(int color, int key, const std::string& axis) override {
     MPI_Comm comm = MPI_COMM_NULL;
     LOOM_MPI(MPI_Comm_split(comm_, color, key, &comm), "comm split for axis " + axis);
-    return std::make_unique<MpiCommunicator>(comm, true, axis, timeout_s_);
+    return std::make_unique<MpiCommunicator>(comm, true, axis, timeout_s_, shared_);
   }
 
  private:
@@ -316,6 +343,8 @@ class MpiCommunicator final : public Communicator {
                                 std::function<void()> finish = {}) {
     return std::make_unique<MpiWork>(describe(op), timeout_s_, std::move(keep), std::move(finish));
   }
+  MPI_Datatype mpi_type(const at::Tensor& t) const { return shared_->type_of(t); }
+  MPI_Op mpi_op(const at::Tensor& t, ReduceOp op) const { return shared_->op_of(t, op); }
   void check_peer(int peer, const char* op) const {
     LOOM_CHECK(peer >= 0 && peer < size_ && peer != rank_, "[dist] {} on '{}': peer {} is not another rank of {}",
                op, axis_, peer, size_);
@@ -325,6 +354,7 @@ class MpiCommunicator final : public Communicator {
   bool owned_;
   std::string axis_;
   double timeout_s_;
+  const MpiShared* shared_;  // the Runtime's; outlives every communicator
   int rank_ = 0, size_ = 1;
 };
 
@@ -335,12 +365,6 @@ bool launched_by_mpi() {
     if (std::getenv(var) != nullptr) return true;
   return false;
 }
-
-namespace {
-int g_local_ranks = 1;  // set once by the Runtime
-}
-
-int local_rank_count() { return g_local_ranks; }
 
 namespace {
 // The other ranks on this machine and their processes (NOTE [Interrupts]).
@@ -368,28 +392,21 @@ Runtime::Runtime(double timeout_s) : interrupts_(std::make_unique<InterruptHandl
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   // Ranks sharing this machine, whatever the launcher (mpirun, srun with PMI/PMIx).
+  int local_ranks = 1;
   MPI_Comm node = MPI_COMM_NULL;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-    MPI_Comm_size(node, &g_local_ranks);
+    MPI_Comm_size(node, &local_ranks);
     interrupts_->watch_local_peers(rank, local_peers(node, rank));
     MPI_Comm_free(&node);
   }
-  g_thread_multiple = provided >= MPI_THREAD_MULTIPLE;
-  detail::start_watchdog(timeout_s, rank, g_thread_multiple);
-  MPI_Type_contiguous(2, MPI_BYTE, &g_bf16);
-  MPI_Type_commit(&g_bf16);
-  MPI_Op_create(&bf16_sum, 1, &g_bf16_sum);
-  MPI_Op_create(&bf16_max, 1, &g_bf16_max);
-  world_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false, "world", timeout_s);
+  shared_ = std::make_unique<MpiShared>(timeout_s, rank, local_ranks, provided >= MPI_THREAD_MULTIPLE);
+  world_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false, "world", timeout_s, shared_.get());
 }
 
 Runtime::~Runtime() {
   world_.reset();
   if (!mpi_) return;
-  detail::stop_watchdog();
-  MPI_Op_free(&g_bf16_sum);
-  MPI_Op_free(&g_bf16_max);
-  MPI_Type_free(&g_bf16);
+  shared_.reset();  // stops the watchdog, frees the bfloat16 type and reductions
   MPI_Finalize();
 }
 

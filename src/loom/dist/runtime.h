@@ -12,9 +12,11 @@ namespace loom::dist {
 
 // True when the environment shows an MPI launcher (OMPI_COMM_WORLD_SIZE, PMI_SIZE, PMIX_RANK).
 bool launched_by_mpi();
-// Ranks of this job on this machine (from MPI's shared-memory split; 1 without MPI): the default
-// thread count per rank is the cores divided by it.
-int local_rank_count();
+
+// What every MPI communicator of the job shares (thread level, ranks on this machine, the
+// bfloat16 datatype and reductions, the watchdog): defined by the MPI backend, which keeps mpi.h
+// out of this header.
+struct MpiShared;
 
 class Runtime {
  public:
@@ -34,6 +36,9 @@ class Runtime {
 
  private:
   bool mpi_ = false;
+  // The job's MPI state, watchdog included (null without MPI): the world and every communicator
+  // split from it point here, so it outlives them and is released just before MPI_Finalize.
+  std::unique_ptr<MpiShared> shared_;
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<InterruptHandler> interrupts_;
 };

@@ -32,9 +32,9 @@ using Clock = std::chrono::steady_clock;
 
 at::ScalarType dtype_of(const std::string& name) { return name == "float64" ? at::kDouble : at::kFloat; }
 
-int default_threads(int world_size) {
+int default_threads(const dist::Communicator& world) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return world_size > 1 ? std::max(1, cores / dist::local_rank_count()) : cores;
+  return world.size() > 1 ? std::max(1, cores / world.local_ranks()) : cores;
 }
 
 }  // namespace
@@ -43,12 +43,12 @@ Trainer::Trainer(Config config, dist::Communicator& world)
     : config_(std::move(config)), dtype_(dtype_of(config_.model.dtype)), world_rank_(world.rank()), base_world_(&world) {
   std::exception_ptr failure;
   try {
-    check_input(world.size(), dist::local_rank_count());
+    check_input(world.size(), world.local_ranks());
   } catch (const InputError&) {
     failure = std::current_exception();
   }
   dist::agree_on_input(world, failure);  // collective: every rank learns whether any rank refused
-  const int threads = config_.train.threads > 0 ? static_cast<int>(config_.train.threads) : default_threads(world.size());
+  const int threads = config_.train.threads > 0 ? static_cast<int>(config_.train.threads) : default_threads(world);
   at::set_num_threads(threads);
   world_ = std::make_unique<dist::RecordingCommunicator>(world, comm_stats_);
   mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
