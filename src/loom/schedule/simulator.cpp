@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include "loom/core/error.h"
@@ -22,9 +23,8 @@ std::string describe(const Schedule& s, const Action& a, int64_t rank) {
   return fmt::format("{} on rank {}", a.text(s.chunks > 1), rank);
 }
 
-// Every rank holds, for each micro-batch and each of its chunks, one F and one BW or one B and one
-// W, at most one R, in the order F, R, B, W; everything in range.
-std::map<Key, Slot> check_complete(const Schedule& s) {
+// Where each compute action sits, refusing messages, out-of-range actions and duplicates.
+std::map<Key, Slot> index_actions(const Schedule& s) {
   LOOM_CHECK_INPUT(static_cast<int64_t>(s.ranks.size()) == s.stages, "schedule {}: {} rank lists for {} stages",
                    s.kind, s.ranks.size(), s.stages);
   std::map<Key, Slot> where;
@@ -42,6 +42,13 @@ std::map<Key, Slot> check_complete(const Schedule& s) {
                        describe(s, a, r));
     }
   }
+  return where;
+}
+
+// Every rank holds, for each micro-batch and each of its chunks, one F and one BW or one B and one
+// W, at most one R, in the order F, R, B, W; everything in range.
+std::map<Key, Slot> check_complete(const Schedule& s) {
+  std::map<Key, Slot> where = index_actions(s);
   for (int64_t r = 0; r < s.stages; ++r) {
     for (int64_t c = 0; c < s.chunks; ++c) {
       const int64_t v = s.virtual_stage(r, c);
@@ -73,119 +80,158 @@ struct Timed {
   Slot cause{-1, -1};
 };
 
-}  // namespace
+// The replay of a complete schedule: each rank's next action and the times of those that ran.
+class Replay {
+ public:
+  Replay(const Schedule& s, const Costs& costs) : s_(s), costs_(costs), where_(check_complete(s)), next_(s.stages, 0) {
+    times_.resize(s.stages);
+    for (int64_t r = 0; r < s.stages; ++r) times_[r].resize(s.ranks[r].size());
+  }
 
-StageCosts Costs::at(int64_t virtual_stage) const {
-  if (stages.empty()) return {};
-  LOOM_CHECK(virtual_stage < static_cast<int64_t>(stages.size()), "costs for {} stages, asked for stage {}",
-             stages.size(), virtual_stage);
-  return stages[virtual_stage];
-}
-
-Simulation simulate(const Schedule& s, const Costs& costs) {
-  const std::map<Key, Slot> where = check_complete(s);
-  const int64_t p = s.stages, last = s.virtual_stages() - 1;
-  std::vector<std::vector<Timed>> times(p);
-  for (int64_t r = 0; r < p; ++r) times[r].resize(s.ranks[r].size());
-  std::vector<int64_t> next(p, 0);
-  auto has = [&](Op op, int64_t mb, int64_t v) { return where.count({op, mb, v}) > 0; };
-
-  // The dependencies of rank r's action a (not counting the previous action on the rank).
-  auto deps = [&](int64_t r, const Action& a) {
-    std::vector<Slot> d;
-    const int64_t v = s.virtual_stage(r, a.chunk);
-    auto add = [&](Op op, int64_t stage) {
-      if (auto it = where.find({op, a.mb, stage}); it != where.end()) d.push_back(it->second);
-    };
-    switch (a.op) {
-      case Op::F:
-        if (v > 0) add(Op::F, v - 1);
-        break;
-      case Op::R:
-        add(Op::F, v);
-        break;
-      case Op::B:
-      case Op::BW:
-        add(Op::F, v);
-        add(Op::R, v);
-        if (v < last) add(Op::B, v + 1), add(Op::BW, v + 1);
-        break;
-      case Op::W:
-        add(Op::B, v);
-        break;
-      default:
-        break;
-    }
-    return d;
-  };
-  auto duration = [&](int64_t r, const Action& a) {
-    const int64_t v = s.virtual_stage(r, a.chunk);
-    const StageCosts c = costs.at(v);
-    const double recompute = has(Op::R, a.mb, v) ? 0.0 : c.r;  // not recomputed ahead: B pays it
-    switch (a.op) {
-      case Op::F: return c.f;
-      case Op::R: return c.r;
-      case Op::B: return c.b + recompute;
-      case Op::W: return c.w;
-      case Op::BW: return c.b + c.w + recompute;
-      default: return 0.0;
-    }
-  };
-
-  for (bool progress = true; progress;) {
-    progress = false;
-    for (int64_t r = 0; r < p; ++r) {
-      while (next[r] < static_cast<int64_t>(s.ranks[r].size())) {
-        const Action& a = s.ranks[r][next[r]];
-        Timed t;
-        if (next[r] > 0) t.start = times[r][next[r] - 1].end, t.cause = {r, next[r] - 1};
-        bool ready = true;
-        for (const Slot& d : deps(r, a)) {
-          if (d.index >= next[d.rank]) {
-            ready = false;
-            break;
-          }
-          const double at = times[d.rank][d.index].end + (d.rank != r ? costs.p2p : 0.0);
-          if (at >= t.start) t.start = at, t.cause = d;
+  // Runs every rank as far as its dependencies allow, until no rank can go on.
+  void run() {
+    for (bool progress = true; progress;) {
+      progress = false;
+      for (int64_t r = 0; r < s_.stages; ++r) {
+        while (!finished(r)) {
+          const std::optional<Timed> t = ready(r);
+          if (!t) break;
+          times_[r][next_[r]++] = *t;
+          progress = true;
         }
-        if (!ready) break;
-        t.end = t.start + duration(r, a);
-        times[r][next[r]++] = t;
-        progress = true;
       }
     }
   }
 
+  Simulation timeline() const;
+  void check_finished(const Simulation& sim) const;
+  std::vector<TimedAction> critical_path() const;
+
+ private:
+  bool finished(int64_t r) const { return next_[r] == static_cast<int64_t>(s_.ranks[r].size()); }
+  std::optional<Timed> ready(int64_t r) const;
+  std::vector<Slot> deps(int64_t r, const Action& a) const;
+  double duration(int64_t r, const Action& a) const;
+
+  const Schedule& s_;
+  const Costs& costs_;
+  const std::map<Key, Slot> where_;
+  std::vector<std::vector<Timed>> times_;  // per rank, per action; those before next_ have run
+  std::vector<int64_t> next_;              // per rank: the first action not run yet
+};
+
+// The dependencies of rank r's action a (not counting the previous action on the rank).
+std::vector<Slot> Replay::deps(int64_t r, const Action& a) const {
+  std::vector<Slot> d;
+  const int64_t v = s_.virtual_stage(r, a.chunk), last = s_.virtual_stages() - 1;
+  auto add = [&](Op op, int64_t stage) {
+    if (auto it = where_.find({op, a.mb, stage}); it != where_.end()) d.push_back(it->second);
+  };
+  switch (a.op) {
+    case Op::F:
+      if (v > 0) add(Op::F, v - 1);
+      break;
+    case Op::R:
+      add(Op::F, v);
+      break;
+    case Op::B:
+    case Op::BW:
+      add(Op::F, v);
+      add(Op::R, v);
+      if (v < last) add(Op::B, v + 1), add(Op::BW, v + 1);
+      break;
+    case Op::W:
+      add(Op::B, v);
+      break;
+    default:
+      break;
+  }
+  return d;
+}
+
+double Replay::duration(int64_t r, const Action& a) const {
+  const int64_t v = s_.virtual_stage(r, a.chunk);
+  const StageCosts c = costs_.at(v);
+  const double recompute = where_.count({Op::R, a.mb, v}) > 0 ? 0.0 : c.r;  // not recomputed ahead: B pays it
+  switch (a.op) {
+    case Op::F: return c.f;
+    case Op::R: return c.r;
+    case Op::B: return c.b + recompute;
+    case Op::W: return c.w;
+    case Op::BW: return c.b + c.w + recompute;
+    default: return 0.0;
+  }
+}
+
+// Rank r's next action, timed, if it can start now: after the rank's previous action and the end of
+// each dependency (plus p2p from another rank); none while a dependency has not run.
+std::optional<Timed> Replay::ready(int64_t r) const {
+  const Action& a = s_.ranks[r][next_[r]];
+  Timed t;
+  if (next_[r] > 0) t.start = times_[r][next_[r] - 1].end, t.cause = {r, next_[r] - 1};
+  for (const Slot& d : deps(r, a)) {
+    if (d.index >= next_[d.rank]) return std::nullopt;
+    const double at = times_[d.rank][d.index].end + (d.rank != r ? costs_.p2p : 0.0);
+    if (at >= t.start) t.start = at, t.cause = d;
+  }
+  t.end = t.start + duration(r, a);
+  return t;
+}
+
+// What did run, with its times, the makespan and the bubble fraction.
+Simulation Replay::timeline() const {
+  const int64_t p = s_.stages;
   Simulation sim;
   sim.ranks.resize(p);
   double busy = 0;
   for (int64_t r = 0; r < p; ++r) {
-    for (int64_t i = 0; i < next[r]; ++i) {
-      sim.ranks[r].push_back({s.ranks[r][i], r, times[r][i].start, times[r][i].end});
-      sim.makespan = std::max(sim.makespan, times[r][i].end);
-      busy += times[r][i].end - times[r][i].start;
+    for (int64_t i = 0; i < next_[r]; ++i) {
+      sim.ranks[r].push_back({s_.ranks[r][i], r, times_[r][i].start, times_[r][i].end});
+      sim.makespan = std::max(sim.makespan, times_[r][i].end);
+      busy += times_[r][i].end - times_[r][i].start;
     }
-  }
-  for (int64_t r = 0; r < p; ++r) {
-    if (next[r] == static_cast<int64_t>(s.ranks[r].size())) continue;
-    // Deadlock: name what every stuck rank waits for, under the grid of what did run.
-    std::string stuck;
-    for (int64_t q = 0; q < p; ++q) {
-      if (next[q] == static_cast<int64_t>(s.ranks[q].size())) continue;
-      const Action& a = s.ranks[q][next[q]];
-      std::string waits;
-      for (const Slot& d : deps(q, a))
-        if (d.index >= next[d.rank]) waits += (waits.empty() ? "" : ", ") + describe(s, s.ranks[d.rank][d.index], d.rank);
-      stuck += fmt::format("\n  >> rank {} step {}: {} waits for {}", q, next[q], a.text(s.chunks > 1), waits);
-    }
-    throw InputError(fmt::format("schedule {} deadlocks: no rank can go on after time {}{}\n{}", s.kind, sim.makespan,
-                                 stuck, format_grid(s, sim)));
   }
   sim.bubble_fraction = sim.makespan > 0 ? 1.0 - busy / (static_cast<double>(p) * sim.makespan) : 0.0;
+  return sim;
+}
 
-  // Stashed micro-batches: from the start of F to the end of W or BW, per rank.
-  sim.peak_stashed.assign(p, 0);
-  for (int64_t r = 0; r < p; ++r) {
+// Deadlock: names what every stuck rank waits for, under the grid of what did run.
+void Replay::check_finished(const Simulation& sim) const {
+  std::string stuck;
+  for (int64_t q = 0; q < s_.stages; ++q) {
+    if (finished(q)) continue;
+    const Action& a = s_.ranks[q][next_[q]];
+    std::string waits;
+    for (const Slot& d : deps(q, a))
+      if (d.index >= next_[d.rank])
+        waits += (waits.empty() ? "" : ", ") + describe(s_, s_.ranks[d.rank][d.index], d.rank);
+    stuck += fmt::format("\n  >> rank {} step {}: {} waits for {}", q, next_[q], a.text(s_.chunks > 1), waits);
+  }
+  if (!stuck.empty())
+    throw InputError(fmt::format("schedule {} deadlocks: no rank can go on after time {}{}\n{}", s_.kind, sim.makespan,
+                                 stuck, format_grid(s_, sim)));
+}
+
+// Back from the action that ends last, through what each waited for.
+std::vector<TimedAction> Replay::critical_path() const {
+  std::vector<TimedAction> path;
+  Slot at{-1, -1};
+  for (int64_t r = 0; r < s_.stages; ++r)
+    if (!times_[r].empty() && (at.rank < 0 || times_[r].back().end > times_[at.rank][at.index].end))
+      at = {r, static_cast<int64_t>(times_[r].size()) - 1};
+  while (at.rank >= 0) {
+    const Timed& t = times_[at.rank][at.index];
+    path.push_back({s_.ranks[at.rank][at.index], at.rank, t.start, t.end});
+    at = t.cause;
+  }
+  std::reverse(path.begin(), path.end());
+  return path;
+}
+
+// Stashed micro-batches: from the start of F to the end of W or BW; the most at once, per rank.
+std::vector<int64_t> peak_stashed(const Simulation& sim) {
+  std::vector<int64_t> peak(sim.ranks.size(), 0);
+  for (size_t r = 0; r < sim.ranks.size(); ++r) {
     std::vector<std::pair<double, int>> events;  // (time, +1 / -1); ends sort before starts
     for (const TimedAction& t : sim.ranks[r]) {
       if (t.action.op == Op::F) events.emplace_back(t.start, +1);
@@ -196,22 +242,29 @@ Simulation simulate(const Schedule& s, const Costs& costs) {
     for (auto [time, delta] : events) {
       live += delta;
       LOOM_CHECK(live >= 0, "rank {} releases more micro-batches than it stashed", r);
-      sim.peak_stashed[r] = std::max(sim.peak_stashed[r], live);
+      peak[r] = std::max(peak[r], live);
     }
     LOOM_CHECK(live == 0, "rank {} ends with {} stashed micro-batches", r, live);
   }
+  return peak;
+}
 
-  // The critical path: back from the action that ends last, through what each waited for.
-  Slot at{-1, -1};
-  for (int64_t r = 0; r < p; ++r)
-    if (!times[r].empty() && (at.rank < 0 || times[r].back().end > times[at.rank][at.index].end))
-      at = {r, static_cast<int64_t>(times[r].size()) - 1};
-  while (at.rank >= 0) {
-    const Timed& t = times[at.rank][at.index];
-    sim.critical_path.push_back({s.ranks[at.rank][at.index], at.rank, t.start, t.end});
-    at = t.cause;
-  }
-  std::reverse(sim.critical_path.begin(), sim.critical_path.end());
+}  // namespace
+
+StageCosts Costs::at(int64_t virtual_stage) const {
+  if (stages.empty()) return {};
+  LOOM_CHECK(virtual_stage < static_cast<int64_t>(stages.size()), "costs for {} stages, asked for stage {}",
+             stages.size(), virtual_stage);
+  return stages[virtual_stage];
+}
+
+Simulation simulate(const Schedule& s, const Costs& costs) {
+  Replay replay(s, costs);  // refuses an incomplete or out-of-order schedule
+  replay.run();
+  Simulation sim = replay.timeline();
+  replay.check_finished(sim);
+  sim.peak_stashed = peak_stashed(sim);
+  sim.critical_path = replay.critical_path();
   return sim;
 }
 
