@@ -14,6 +14,7 @@
 #include "loom/core/error.h"
 #include "loom/dist/null_communicator.h"
 #include "loom/pipeline/executor.h"
+#include "loom/pipeline/partition.h"
 
 namespace loom::pipeline {
 namespace {
@@ -73,6 +74,7 @@ class ScaleLayer final : public nn::Layer {
     double scale = 0;
     int* live = nullptr;
     ~State() override { --*live; }
+    void for_each_tensor(const nn::TensorVisitor& visit) override { visit("x", x), visit("dy", dy); }
   };
   void log(char op, int64_t mb) { log_.push_back(fmt::format("{}{}@{}", op, mb, index_)); }
 
@@ -86,6 +88,12 @@ class ScaleLayer final : public nn::Layer {
 constexpr double kWeights[] = {2, 3, 5};
 constexpr double kLossScale = 0.5;
 constexpr size_t kModelIndex = 10;  // layer l is model layer 10 + l: layer_done reports these
+
+// Per-layer memory policies of the three layers.
+using Policies = std::vector<nn::MemoryPolicy>;
+constexpr nn::MemoryPolicy kKeep = nn::MemoryPolicy::Keep, kRecompute = nn::MemoryPolicy::Recompute;
+const Policies kKeepAll = {kKeep, kKeep, kKeep};
+const Policies kRecomputeOuter = {kRecompute, kKeep, kRecompute};  // layers 0 and 2
 
 // Micro-batch i: tokens [[i + 1, 2i + 3]], whose sum is S_i = 3i + 4.
 nn::MicroBatch microbatch(int64_t i) {
@@ -105,10 +113,10 @@ struct StepLog {
   int live = 0;                      // Saved states not yet released
 };
 
-StepLog run(const schedule::Schedule& schedule, std::vector<bool> recompute = {false, false, false}) {
+StepLog run(const schedule::Schedule& schedule, const Policies& policy = kKeepAll) {
   StepLog out;
   std::vector<std::unique_ptr<ScaleLayer>> layers;
-  StageChunk chunk{.virtual_stage = 0, .recompute = std::move(recompute)};
+  StageChunk chunk{.virtual_stage = 0, .policy = policy};
   for (int l = 0; l < 3; ++l) {
     layers.push_back(std::make_unique<ScaleLayer>(l, kWeights[l], l == 2, out.log, out.live));
     chunk.layers.push_back(layers.back().get());
@@ -159,8 +167,8 @@ std::string describe(const schedule::Schedule& s) {
 // layers in order; B and BW run them in reverse, a recomputing layer running its forward again
 // just before its B unless an R already re-ran every recomputing forward of that micro-batch;
 // BW is B then W layer by layer; W runs the layers in reverse.
-Log expected_calls(const schedule::Schedule& s, const std::vector<bool>& recompute) {
-  const int n = static_cast<int>(recompute.size());
+Log expected_calls(const schedule::Schedule& s, const Policies& policy) {
+  const int n = static_cast<int>(policy.size());
   Log out;
   std::set<int64_t> ahead;  // micro-batches recomputed by an R
   auto call = [&](char op, int64_t mb, int l) { out.push_back(fmt::format("{}{}@{}", op, mb, l)); };
@@ -171,13 +179,13 @@ Log expected_calls(const schedule::Schedule& s, const std::vector<bool>& recompu
         break;
       case schedule::Op::R:
         for (int l = 0; l < n; ++l)
-          if (recompute[l]) call('F', a.mb, l);
+          if (policy[l] == kRecompute) call('F', a.mb, l);
         ahead.insert(a.mb);
         break;
       case schedule::Op::B:
       case schedule::Op::BW:
         for (int l = n - 1; l >= 0; --l) {
-          if (recompute[l] && !ahead.contains(a.mb)) call('F', a.mb, l);
+          if (policy[l] == kRecompute && !ahead.contains(a.mb)) call('F', a.mb, l);
           call('B', a.mb, l);
           if (a.op == schedule::Op::BW) call('W', a.mb, l);
         }
@@ -194,9 +202,9 @@ Log expected_calls(const schedule::Schedule& s, const std::vector<bool>& recompu
 
 // Saved states held after each action: a micro-batch holds its non-recomputing layers' from its
 // F, every layer's from its R or B (recomputed), and none after its W or BW.
-std::vector<int> expected_held(const schedule::Schedule& s, const std::vector<bool>& recompute) {
-  const int layers = static_cast<int>(recompute.size());
-  const int kept = layers - static_cast<int>(std::count(recompute.begin(), recompute.end(), true));
+std::vector<int> expected_held(const schedule::Schedule& s, const Policies& policy) {
+  const int layers = static_cast<int>(policy.size());
+  const int kept = static_cast<int>(std::count(policy.begin(), policy.end(), kKeep));
   std::map<int64_t, int> held;  // per micro-batch
   std::vector<int> out;
   for (const schedule::Action& a : s.ranks[0]) {
@@ -225,7 +233,7 @@ TEST(Executor, RunsTheScheduleActionByAction) {
     std::vector<std::string> texts;
     for (const schedule::Action& a : s.ranks[0]) texts.push_back(a.text(false));
     EXPECT_EQ(lines(r.actions), lines(texts)) << "the actions run (first) are not the schedule's (second)";
-    EXPECT_EQ(lines(without_done(r.log)), lines(expected_calls(s, {false, false, false})))
+    EXPECT_EQ(lines(without_done(r.log)), lines(expected_calls(s, kKeepAll)))
         << "layer calls (first) against the schedule's actions expanded (second)";
   }
 }
@@ -294,11 +302,10 @@ TEST(Executor, LayerDoneFiresOnceRightAfterEachLayersLastBackward) {
 // Recomputing layers 0 and 2 run forward again before B (inline, or all at once at an R): the
 // same gradients and loss, bit for bit. (What they keep in between: the next test.)
 TEST(Executor, RecomputeRunsForwardAgainBeforeBackwardWithIdenticalGradients) {
-  const std::vector<bool> recompute = {true, false, true};
   for (const schedule::Schedule& s : schedules()) {
     SCOPED_TRACE(describe(s));
-    const StepLog plain = run(s), again = run(s, recompute);
-    EXPECT_EQ(lines(without_done(again.log)), lines(expected_calls(s, recompute)))
+    const StepLog plain = run(s), again = run(s, kRecomputeOuter);
+    EXPECT_EQ(lines(without_done(again.log)), lines(expected_calls(s, kRecomputeOuter)))
         << "layer calls (first) against the schedule's actions expanded with recomputation (second)";
     EXPECT_EQ(again.grads, plain.grads);
     EXPECT_EQ(again.loss, plain.loss);
@@ -308,10 +315,10 @@ TEST(Executor, RecomputeRunsForwardAgainBeforeBackwardWithIdenticalGradients) {
 // What memory planning counts on: activations live from F to the weight gradient, and a
 // recomputing layer keeps only its input in between.
 TEST(Executor, HoldsSavedStatesOnlyFromForwardToWeightGradient) {
-  for (const std::vector<bool>& recompute : {std::vector<bool>{false, false, false}, {true, false, true}})
+  for (const Policies& policy : {kKeepAll, kRecomputeOuter})
     for (const schedule::Schedule& s : schedules()) {
-      SCOPED_TRACE(describe(s) + (recompute[0] ? ", recomputing layers 0 and 2" : ""));
-      EXPECT_EQ(run(s, recompute).held, expected_held(s, recompute)) << "states held after each action";
+      SCOPED_TRACE(describe(s) + (policy == kRecomputeOuter ? ", recomputing layers 0 and 2" : ""));
+      EXPECT_EQ(run(s, policy).held, expected_held(s, policy)) << "states held after each action";
     }
 }
 
@@ -322,6 +329,43 @@ TEST(Executor, RefusesAScheduleForAnotherNumberOfStages) {
   auto build = [&] { PipelineExecutor(two_stages, pp, std::vector<StageChunk>(1), {1, 2}, at::kDouble); };
   using ::testing::HasSubstr, ::testing::ThrowsMessage;
   EXPECT_THAT(build, ThrowsMessage<Error>(HasSubstr("a schedule of 2 stages on 1 pipeline ranks")));
+}
+
+// Every layer needs a memory policy: the executor reads it for each layer's forward and backward.
+TEST(Executor, RefusesAChunkWithoutAMemoryPolicyPerLayer) {
+  Log log;
+  int live = 0;
+  ScaleLayer layer(0, 1, true, log, live);
+  dist::NullCommunicator pp("pp");
+  std::vector<StageChunk> chunks(1);
+  chunks[0].layers = {&layer, &layer};
+  chunks[0].model_index = {0, 1};
+  chunks[0].policy = {kKeep};
+  auto build = [&] { PipelineExecutor(schedule::make_schedule("1f1b", 1, 1), pp, chunks, {1, 2}, at::kDouble); };
+  using ::testing::HasSubstr, ::testing::ThrowsMessage;
+  EXPECT_THAT(build, ThrowsMessage<Error>(HasSubstr("virtual stage 0: 1 memory policies for 2 layers")));
+}
+
+// take_stages hands each chunk its own layers' policies, in chain order, from the whole chain's:
+// chunk c of rank r is virtual stage c x pp + r.
+TEST(Executor, TakeStagesGivesEachChunkItsLayersPolicies) {
+  Log log;
+  int live = 0;
+  models::Model model;
+  for (int l = 0; l < 6; ++l) model.chain.push_back(std::make_unique<ScaleLayer>(l, 1, l == 5, log, live));
+  const Policies policy = {kRecompute, kKeep, kKeep, kRecompute, kRecompute, kKeep};
+  // pp = 2, chunks = 2: virtual stages [0, 1) [1, 3) [3, 4) [4, 6); rank 1 runs stages 1 and 3.
+  const std::vector<StageChunk> chunks = take_stages(model, {0, 1, 3, 4, 6}, 2, 1, 2, policy);
+  ASSERT_EQ(chunks.size(), 2u);
+  EXPECT_EQ(chunks[0].virtual_stage, 1);
+  EXPECT_EQ(chunks[0].policy, (Policies{kKeep, kKeep}));
+  EXPECT_EQ(chunks[1].virtual_stage, 3);
+  EXPECT_EQ(chunks[1].policy, (Policies{kRecompute, kKeep}));
+  std::vector<std::string> names;
+  for (const StageChunk& chunk : chunks)
+    for (const nn::Layer* layer : chunk.layers) names.push_back(layer->name());
+  EXPECT_EQ(names, (std::vector<std::string>{"layer1.w", "layer2.w", "layer4.w", "layer5.w"}));
+  EXPECT_EQ(model.chain.size(), 4u) << "the model keeps only this rank's layers";
 }
 
 }  // namespace

@@ -101,6 +101,31 @@ void traced(const ExecutorHooks& hooks, const std::string& name, const char* cat
   hooks.trace(name, category, start, Clock::now());
 }
 
+// NOTE [Memory policy]: the one place the executor reads a layer's memory policy
+// (nn/memory_policy.h). It answers what stays from the layer's forward until its backward, and
+// what runs just before that backward:
+//   keep       the saved state stays; nothing runs before backward
+//   recompute  only the layer's input stays (its saved state is dropped after forward); forward
+//              runs again from that input, for every such layer of the chunk at an R
+//              (NOTE [Shifted critical path]) or else for each layer just before its own backward
+// Swapping would answer a third pair: the saved state moved to the host after forward, moved back
+// before backward.
+enum class AfterForward : uint8_t { KeepSaved, KeepInput };
+enum class BeforeBackward : uint8_t { Nothing, ForwardAgain };
+struct LayerMemory {
+  AfterForward after_forward;
+  BeforeBackward before_backward;
+};
+
+LayerMemory memory_of(const StageChunk& chunk, size_t layer) {
+  switch (chunk.policy[layer]) {
+    case nn::MemoryPolicy::Keep: return {AfterForward::KeepSaved, BeforeBackward::Nothing};
+    case nn::MemoryPolicy::Recompute: return {AfterForward::KeepInput, BeforeBackward::ForwardAgain};
+  }
+  throw Error(fmt::format("[pp] memory policy {} of {} has no executor rule", static_cast<int>(chunk.policy[layer]),
+                          chunk.layers[layer]->name()));
+}
+
 }  // namespace
 
 
@@ -124,6 +149,9 @@ PipelineExecutor::PipelineExecutor(const schedule::Schedule& schedule, dist::Com
              pp.size());
   LOOM_CHECK(static_cast<int64_t>(chunks_.size()) == schedule.chunks, "[pp] {} chunks built, the schedule has {}",
              chunks_.size(), schedule.chunks);
+  for (const StageChunk& chunk : chunks_)
+    LOOM_CHECK(chunk.policy.size() == chunk.layers.size(), "[pp] virtual stage {}: {} memory policies for {} layers",
+               chunk.virtual_stage, chunk.policy.size(), chunk.layers.size());
   actions_ = schedule::lower(schedule)[pp.rank()];
   for (const schedule::Action& a : schedule.ranks[pp.rank()])
     if (a.op == schedule::Op::W || a.op == schedule::Op::BW) last_backward_[a.chunk] = a.mb;
@@ -195,10 +223,11 @@ StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
         f.inputs.resize(n);
         at::Tensor x = v == 0 ? f.mb.tokens : std::move(f.input);
         for (size_t l = 0; l < n; ++l) {
-          if (chunk.recompute[l]) f.inputs[l] = x;
+          const bool input_only = memory_of(chunk, l).after_forward == AfterForward::KeepInput;
+          if (input_only) f.inputs[l] = x;
           traced(hooks, chunk.layers[l]->name(), "forward", [&] { x = chunk.layers[l]->forward(x, f.mb, f.saved[l]); });
           sends.drive();
-          if (chunk.recompute[l]) f.saved[l].clear();  // only the input stays until it is recomputed
+          if (input_only) f.saved[l].clear();  // only the input stays until it is recomputed
         }
         if (v == last) result.loss += x.item<double>();
         else f.output = x.contiguous();
@@ -206,7 +235,7 @@ StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
       }
       case schedule::Op::R:  // ahead of B: every recomputing layer of the chunk at once (NOTE [Shifted critical path])
         for (size_t l = 0; l < chunk.layers.size(); ++l)
-          if (chunk.recompute[l]) recompute(chunk, f, l, hooks);
+          if (memory_of(chunk, l).before_backward == BeforeBackward::ForwardAgain) recompute(chunk, f, l, hooks);
         f.recomputed = true;
         break;
       case schedule::Op::B:
@@ -217,7 +246,8 @@ StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
           nn::Layer& layer = *chunk.layers[l];
           // Not recomputed ahead: each layer just before its backward, so one layer's activations
           // are rebuilt at a time.
-          if (chunk.recompute[l] && !f.recomputed) recompute(chunk, f, l, hooks);
+          if (memory_of(chunk, l).before_backward == BeforeBackward::ForwardAgain && !f.recomputed)
+            recompute(chunk, f, l, hooks);
           traced(hooks, layer.name(), "backward_input", [&] { dy = layer.backward_input(dy, f.saved[l]); });
           sends.drive();
           if (weights) {

@@ -12,6 +12,7 @@
 
 #include "loom/dist/communicator.h"
 #include "loom/nn/layer.h"
+#include "loom/nn/memory_policy.h"
 #include "loom/schedule/schedule.h"
 #include "loom/schedule/simulator.h"
 
@@ -21,8 +22,8 @@ namespace loom::pipeline {
 struct StageChunk {
   int64_t virtual_stage = 0;
   std::vector<nn::Layer*> layers;
-  std::vector<size_t> model_index;  // each layer's index in the rank's model (for layer_done)
-  std::vector<bool> recompute;      // per layer: keep only its input, run forward again before B
+  std::vector<size_t> model_index;        // each layer's index in the rank's model (for layer_done)
+  std::vector<nn::MemoryPolicy> policy;   // per layer: what it keeps for backward (NOTE [Memory policy])
 };
 
 struct ExecutorHooks {

@@ -25,7 +25,7 @@ std::vector<StageChunk> take_stages(models::Model& model, const std::vector<int6
     for (int64_t i = begin; i < end; ++i) {
       chunk.layers.push_back(model.chain[i].get());
       chunk.model_index.push_back(mine.chain.size());
-      chunk.recompute.push_back(policy[i] == nn::MemoryPolicy::Recompute);
+      chunk.policy.push_back(policy[i]);
       mine.chain.push_back(std::move(model.chain[i]));
     }
     out.push_back(std::move(chunk));
