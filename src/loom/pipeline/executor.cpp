@@ -126,8 +126,12 @@ LayerMemory memory_of(const StageChunk& chunk, size_t layer) {
                           chunk.layers[layer]->name()));
 }
 
-}  // namespace
+// The columns of a chunk's measured times: F, B (or BW), W, R.
+int cost_column(schedule::Op op) {
+  return op == schedule::Op::F ? 0 : op == schedule::Op::W ? 2 : op == schedule::Op::R ? 3 : 1;
+}
 
+}  // namespace
 
 struct PipelineExecutor::Flight {
   nn::MicroBatch mb;
@@ -139,6 +143,16 @@ struct PipelineExecutor::Flight {
   at::Tensor dx;                   // gradient to send
   bool recomputed = false;
   bool weights_done = false;       // after BW or W: gone once its gradient is sent
+};
+
+struct PipelineExecutor::Step {
+  Step(bool helper, size_t chunks) : sends(helper), seconds(chunks, {0, 0, 0, 0}), counts(seconds) {}
+
+  const Clock::time_point start = Clock::now();  // before the helper thread starts
+  std::map<std::pair<int64_t, int64_t>, Flight> flights;  // (micro-batch, chunk)
+  SendProgress sends;                                      // NOTE [Message progress]
+  std::vector<std::array<double, 4>> seconds, counts;      // per chunk, by cost_column
+  StepResult result;
 };
 
 PipelineExecutor::PipelineExecutor(const schedule::Schedule& schedule, dist::Communicator& pp, std::vector<StageChunk> chunks,
@@ -169,127 +183,149 @@ int PipelineExecutor::tag_of(int64_t mb, int64_t virtual_stage, bool gradient) c
   return static_cast<int>((mb * schedule_.virtual_stages() + virtual_stage) * 2 + (gradient ? 1 : 0));
 }
 
-void PipelineExecutor::recompute(const StageChunk& chunk, Flight& f, size_t layer, const ExecutorHooks& hooks) {
+// The receiver allocates exactly this; a message of another size would not be caught by MPI.
+void PipelineExecutor::check_boundary(const at::Tensor& t, const char* what) const {
+  LOOM_CHECK(t.sizes().vec() == boundary_shape_ && t.scalar_type() == dtype_,
+             "[pp] a stage boundary {} of shape [{}] ({}), expected [{}] ({})", what, fmt::join(t.sizes(), ", "),
+             c10::toString(t.scalar_type()), fmt::join(boundary_shape_, ", "), c10::toString(dtype_));
+}
+
+StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
+  Step step(pp_.concurrent_progress(), chunks_.size());
+  for (const schedule::Action& a : actions_) run_action(step, a, hooks);
+  return finish_step(step);
+}
+
+// One action, timed: compute actions count as busy time and towards their chunk's measured costs.
+void PipelineExecutor::run_action(Step& step, const schedule::Action& a, const ExecutorHooks& hooks) {
+  using schedule::Op;
+  const auto start = Clock::now();
+  Flight& f = step.flights[{a.mb, a.chunk}];
+  switch (a.op) {
+    case Op::RecvF:
+    case Op::RecvB: receive(a, f); break;
+    case Op::SendF:
+    case Op::SendB: send(step, a, f); break;
+    case Op::F: forward(step, a, f, hooks); break;
+    case Op::R: recompute_ahead(a, f, hooks); break;
+    case Op::B:
+    case Op::BW: backward(step, a, f, hooks); break;
+    case Op::W: weight_gradients(a, f, hooks); break;
+  }
+  const auto end = Clock::now();
+  if (!a.is_message()) {
+    const double took = std::chrono::duration<double>(end - start).count();
+    step.result.busy_s += took;
+    step.seconds[a.chunk][cost_column(a.op)] += took;
+    step.counts[a.chunk][cost_column(a.op)] += 1;
+  }
+  if (hooks.trace)
+    hooks.trace(a.text(schedule_.chunks > 1), a.is_message() ? "pipeline message" : "pipeline", start, end);
+  // A (micro-batch, chunk) whose weight gradients are done and whose gradient has left holds
+  // nothing any more.
+  if (f.weights_done && !f.dx.defined()) step.flights.erase({a.mb, a.chunk});
+}
+
+// RecvF: the activation from the previous virtual stage; RecvB: the gradient from the next.
+void PipelineExecutor::receive(const schedule::Action& a, Flight& f) {
+  const bool gradient = a.op == schedule::Op::RecvB;
+  const int64_t from = chunks_[a.chunk].virtual_stage + (gradient ? 1 : -1);
+  at::Tensor& into = gradient ? f.dy : f.input;
+  into = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_));
+  pp_.recv(into, peer_of(from), tag_of(a.mb, from, gradient));
+}
+
+// SendF: the activation to the next virtual stage; SendB: the gradient to the previous.
+void PipelineExecutor::send(Step& step, const schedule::Action& a, Flight& f) {
+  const bool gradient = a.op == schedule::Op::SendB;
+  const int64_t v = chunks_[a.chunk].virtual_stage;
+  at::Tensor& out = gradient ? f.dx : f.output;
+  check_boundary(out, gradient ? "gradient" : "activation");
+  step.sends.add(pp_.send_async(out, peer_of(gradient ? v - 1 : v + 1), tag_of(a.mb, v, gradient)));
+  out.reset();  // the Work keeps it until sent
+}
+
+// F: the chunk's layers in order on the micro-batch's tokens or the received activation; the last
+// virtual stage adds its loss, the others keep the activation to send.
+void PipelineExecutor::forward(Step& step, const schedule::Action& a, Flight& f, const ExecutorHooks& hooks) {
+  const StageChunk& chunk = chunks_[a.chunk];
+  const int64_t v = chunk.virtual_stage;
+  f.mb = hooks.microbatch(a.mb);
+  const size_t n = chunk.layers.size();
+  f.saved.resize(n);
+  f.inputs.resize(n);
+  at::Tensor x = v == 0 ? f.mb.tokens : std::move(f.input);
+  for (size_t l = 0; l < n; ++l) {
+    const bool input_only = memory_of(chunk, l).after_forward == AfterForward::KeepInput;
+    if (input_only) f.inputs[l] = x;
+    traced(hooks, chunk.layers[l]->name(), "forward", [&] { x = chunk.layers[l]->forward(x, f.mb, f.saved[l]); });
+    step.sends.drive();
+    if (input_only) f.saved[l].clear();  // only the input stays until it is recomputed
+  }
+  if (v == schedule_.virtual_stages() - 1) step.result.loss += x.item<double>();
+  else f.output = x.contiguous();
+}
+
+// R: ahead of B, every recomputing layer of the chunk at once (NOTE [Shifted critical path]).
+void PipelineExecutor::recompute_ahead(const schedule::Action& a, Flight& f, const ExecutorHooks& hooks) {
+  const StageChunk& chunk = chunks_[a.chunk];
+  for (size_t l = 0; l < chunk.layers.size(); ++l)
+    if (memory_of(chunk, l).before_backward == BeforeBackward::ForwardAgain) forward_again(chunk, f, l, hooks);
+  f.recomputed = true;
+}
+
+// B and BW: the chunk's layers in reverse; BW also takes each layer's weight gradient right after
+// its input gradient.
+void PipelineExecutor::backward(Step& step, const schedule::Action& a, Flight& f, const ExecutorHooks& hooks) {
+  const StageChunk& chunk = chunks_[a.chunk];
+  const int64_t v = chunk.virtual_stage;
+  at::Tensor dy = v == schedule_.virtual_stages() - 1 ? at::Tensor() : std::move(f.dy);
+  const bool weights = a.op == schedule::Op::BW, final_pass = weights && last_backward_[a.chunk] == a.mb;
+  for (size_t l = chunk.layers.size(); l-- > 0;) {
+    nn::Layer& layer = *chunk.layers[l];
+    // Not recomputed ahead: each layer just before its backward, so one layer's activations
+    // are rebuilt at a time.
+    if (memory_of(chunk, l).before_backward == BeforeBackward::ForwardAgain && !f.recomputed)
+      forward_again(chunk, f, l, hooks);
+    traced(hooks, layer.name(), "backward_input", [&] { dy = layer.backward_input(dy, f.saved[l]); });
+    step.sends.drive();
+    if (weights) weight_gradient(chunk, l, final_pass, f, hooks);
+  }
+  if (v > 0) f.dx = dy.contiguous();
+  f.weights_done = weights;
+}
+
+// W: the chunk's weight gradients, layers in reverse.
+void PipelineExecutor::weight_gradients(const schedule::Action& a, Flight& f, const ExecutorHooks& hooks) {
+  const StageChunk& chunk = chunks_[a.chunk];
+  const bool final_pass = last_backward_[a.chunk] == a.mb;
+  for (size_t l = chunk.layers.size(); l-- > 0;) weight_gradient(chunk, l, final_pass, f, hooks);
+  f.weights_done = true;
+}
+
+// One layer's weight gradient; on the schedule's last one for the chunk, its gradients are final.
+void PipelineExecutor::weight_gradient(const StageChunk& chunk, size_t layer, bool final_pass, Flight& f,
+                                       const ExecutorHooks& hooks) {
+  nn::Layer& l = *chunk.layers[layer];
+  traced(hooks, l.name(), "backward_weight", [&] { l.backward_weight(f.saved[layer]); });
+  if (final_pass && hooks.layer_done) hooks.layer_done(chunk.model_index[layer]);
+}
+
+void PipelineExecutor::forward_again(const StageChunk& chunk, Flight& f, size_t layer, const ExecutorHooks& hooks) {
   nn::Layer& l = *chunk.layers[layer];
   traced(hooks, l.name(), "recompute", [&] { l.forward(f.inputs[layer], f.mb, f.saved[layer]); });
   f.inputs[layer].reset();
 }
 
-StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
-  StepResult result;
-  const auto step_start = Clock::now();
-  std::map<std::pair<int64_t, int64_t>, Flight> flights;  // (micro-batch, chunk)
-  SendProgress sends(pp_.concurrent_progress());  // NOTE [Message progress]
-  const int64_t last = schedule_.virtual_stages() - 1;
-  const bool with_chunk = schedule_.chunks > 1;
-  auto flight = [&](const schedule::Action& a) -> Flight& { return flights[{a.mb, a.chunk}]; };
-  // The receiver allocates exactly this; a message of another size would not be caught by MPI.
-  auto check_boundary = [&](const at::Tensor& t, const char* what) {
-    LOOM_CHECK(t.sizes().vec() == boundary_shape_ && t.scalar_type() == dtype_,
-               "[pp] a stage boundary {} of shape [{}] ({}), expected [{}] ({})", what, fmt::join(t.sizes(), ", "),
-               c10::toString(t.scalar_type()), fmt::join(boundary_shape_, ", "), c10::toString(dtype_));
-  };
-  // Per chunk: seconds and counts of F, B (or BW), W, R.
-  std::vector<std::array<double, 4>> seconds(chunks_.size(), {0, 0, 0, 0}), counts = seconds;
-
-  for (const schedule::Action& a : actions_) {
-    const StageChunk& chunk = chunks_[a.chunk];
-    const int64_t v = chunk.virtual_stage;
-    const auto start = Clock::now();
-    Flight& f = flight(a);
-    switch (a.op) {
-      case schedule::Op::RecvF:
-        f.input = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_));
-        pp_.recv(f.input, peer_of(v - 1), tag_of(a.mb, v - 1, false));
-        break;
-      case schedule::Op::RecvB:
-        f.dy = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_));
-        pp_.recv(f.dy, peer_of(v + 1), tag_of(a.mb, v + 1, true));
-        break;
-      case schedule::Op::SendF:
-        check_boundary(f.output, "activation");
-        sends.add(pp_.send_async(f.output, peer_of(v + 1), tag_of(a.mb, v, false)));
-        f.output.reset();  // the Work keeps it until sent
-        break;
-      case schedule::Op::SendB:
-        check_boundary(f.dx, "gradient");
-        sends.add(pp_.send_async(f.dx, peer_of(v - 1), tag_of(a.mb, v, true)));
-        f.dx.reset();
-        break;
-      case schedule::Op::F: {
-        f.mb = hooks.microbatch(a.mb);
-        const size_t n = chunk.layers.size();
-        f.saved.resize(n);
-        f.inputs.resize(n);
-        at::Tensor x = v == 0 ? f.mb.tokens : std::move(f.input);
-        for (size_t l = 0; l < n; ++l) {
-          const bool input_only = memory_of(chunk, l).after_forward == AfterForward::KeepInput;
-          if (input_only) f.inputs[l] = x;
-          traced(hooks, chunk.layers[l]->name(), "forward", [&] { x = chunk.layers[l]->forward(x, f.mb, f.saved[l]); });
-          sends.drive();
-          if (input_only) f.saved[l].clear();  // only the input stays until it is recomputed
-        }
-        if (v == last) result.loss += x.item<double>();
-        else f.output = x.contiguous();
-        break;
-      }
-      case schedule::Op::R:  // ahead of B: every recomputing layer of the chunk at once (NOTE [Shifted critical path])
-        for (size_t l = 0; l < chunk.layers.size(); ++l)
-          if (memory_of(chunk, l).before_backward == BeforeBackward::ForwardAgain) recompute(chunk, f, l, hooks);
-        f.recomputed = true;
-        break;
-      case schedule::Op::B:
-      case schedule::Op::BW: {
-        at::Tensor dy = v == last ? at::Tensor() : std::move(f.dy);
-        const bool weights = a.op == schedule::Op::BW, final_pass = weights && last_backward_[a.chunk] == a.mb;
-        for (size_t l = chunk.layers.size(); l-- > 0;) {
-          nn::Layer& layer = *chunk.layers[l];
-          // Not recomputed ahead: each layer just before its backward, so one layer's activations
-          // are rebuilt at a time.
-          if (memory_of(chunk, l).before_backward == BeforeBackward::ForwardAgain && !f.recomputed)
-            recompute(chunk, f, l, hooks);
-          traced(hooks, layer.name(), "backward_input", [&] { dy = layer.backward_input(dy, f.saved[l]); });
-          sends.drive();
-          if (weights) {
-            traced(hooks, layer.name(), "backward_weight", [&] { layer.backward_weight(f.saved[l]); });
-            if (final_pass && hooks.layer_done) hooks.layer_done(chunk.model_index[l]);
-          }
-        }
-        if (v > 0) f.dx = dy.contiguous();
-        f.weights_done = weights;
-        break;
-      }
-      case schedule::Op::W: {
-        const bool final_pass = last_backward_[a.chunk] == a.mb;
-        for (size_t l = chunk.layers.size(); l-- > 0;) {
-          nn::Layer& layer = *chunk.layers[l];
-          traced(hooks, layer.name(), "backward_weight", [&] { layer.backward_weight(f.saved[l]); });
-          if (final_pass && hooks.layer_done) hooks.layer_done(chunk.model_index[l]);
-        }
-        f.weights_done = true;
-        break;
-      }
-    }
-    const auto end = Clock::now();
-    if (!a.is_message()) {
-      const double took = std::chrono::duration<double>(end - start).count();
-      result.busy_s += took;
-      const int kind = a.op == schedule::Op::F ? 0 : a.op == schedule::Op::W ? 2 : a.op == schedule::Op::R ? 3 : 1;
-      seconds[a.chunk][kind] += took;
-      counts[a.chunk][kind] += 1;
-    }
-    if (hooks.trace) hooks.trace(a.text(with_chunk), a.is_message() ? "pipeline message" : "pipeline", start, end);
-    // A (micro-batch, chunk) whose weight gradients are done and whose gradient has left holds
-    // nothing any more.
-    if (f.weights_done && !f.dx.defined()) flights.erase({a.mb, a.chunk});
-  }
-  sends.finish();
-  result.wall_s = std::chrono::duration<double>(Clock::now() - step_start).count();
+// Waits for the sends, then the step's wall time and each chunk's mean action times.
+StepResult PipelineExecutor::finish_step(Step& step) {
+  step.sends.finish();
+  step.result.wall_s = std::chrono::duration<double>(Clock::now() - step.start).count();
   for (size_t c = 0; c < chunks_.size(); ++c) {
-    auto mean = [&](int kind) { return counts[c][kind] > 0 ? seconds[c][kind] / counts[c][kind] : 0.0; };
-    result.measured.push_back({.f = mean(0), .b = mean(1), .w = mean(2), .r = mean(3)});
+    auto mean = [&](int kind) { return step.counts[c][kind] > 0 ? step.seconds[c][kind] / step.counts[c][kind] : 0.0; };
+    step.result.measured.push_back({.f = mean(0), .b = mean(1), .w = mean(2), .r = mean(3)});
   }
-  return result;
+  return std::move(step.result);
 }
 
 }  // namespace loom::pipeline

@@ -61,9 +61,23 @@ class PipelineExecutor {
 
  private:
   struct Flight;  // one (micro-batch, chunk) between its F and its last backward action
+  struct Step;    // one run_step's flights, sends in progress and measured times
   int peer_of(int64_t virtual_stage) const;
   int tag_of(int64_t mb, int64_t virtual_stage, bool gradient) const;
-  void recompute(const StageChunk& chunk, Flight& f, size_t layer, const ExecutorHooks& hooks);
+  void check_boundary(const at::Tensor& t, const char* what) const;
+
+  // The phases of run_step: each action by kind, then the step's end and its measures.
+  void run_action(Step& step, const schedule::Action& a, const ExecutorHooks& hooks);
+  void receive(const schedule::Action& a, Flight& f);
+  void send(Step& step, const schedule::Action& a, Flight& f);
+  void forward(Step& step, const schedule::Action& a, Flight& f, const ExecutorHooks& hooks);
+  void recompute_ahead(const schedule::Action& a, Flight& f, const ExecutorHooks& hooks);
+  void backward(Step& step, const schedule::Action& a, Flight& f, const ExecutorHooks& hooks);
+  void weight_gradients(const schedule::Action& a, Flight& f, const ExecutorHooks& hooks);
+  void weight_gradient(const StageChunk& chunk, size_t layer, bool final_pass, Flight& f,
+                       const ExecutorHooks& hooks);
+  void forward_again(const StageChunk& chunk, Flight& f, size_t layer, const ExecutorHooks& hooks);
+  StepResult finish_step(Step& step);
 
   schedule::Schedule schedule_;
   dist::Communicator& pp_;
