@@ -10,14 +10,17 @@ namespace {
 
 struct DenseState : nn::SavedState {
   at::Tensor x, y, dz;  // input, output (its sign is ReLU's mask), pre-activation gradient
+  void for_each_tensor(const nn::TensorVisitor& visit) override { visit("x", x), visit("y", y), visit("dz", dz); }
 };
 
 struct BagsState : nn::SavedState {
   at::Tensor tokens, dy;
+  void for_each_tensor(const nn::TensorVisitor& visit) override { visit("tokens", tokens), visit("dy", dy); }
 };
 
 struct LossState : nn::SavedState {
   at::Tensor x, dz;  // input, d loss / d logit (loss scale included)
+  void for_each_tensor(const nn::TensorVisitor& visit) override { visit("x", x), visit("dz", dz); }
 };
 
 }  // namespace

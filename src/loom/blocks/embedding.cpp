@@ -1,5 +1,6 @@
 #include "loom/blocks/embedding.h"
 
+#include "loom/parallel/sequence_parallel.h"
 #include "loom/parallel/tp_region.h"
 
 namespace loom::blocks {
@@ -8,6 +9,9 @@ struct State : nn::SavedState {
   at::Tensor tokens, dy;  // dy of every token
   at::Tensor dy_local;    // dy of this rank's tokens (tp_sequence)
   at::Tensor mine;  // [batch * seq] bool: ids in this rank's rows (tp > 1)
+  void for_each_tensor(const nn::TensorVisitor& visit) override {
+    visit("tokens", tokens), visit("dy", dy), visit("dy_local", dy_local), visit("mine", mine);
+  }
 };
 }  // namespace
 
@@ -21,16 +25,18 @@ TokenPositionEmbedding::TokenPositionEmbedding(int64_t vocab, int64_t positions,
   first_row_ = rows_ * tp.rank();
   token_table = nn::Param{.name = "embedding.wte", .full_shape = {padded, d_model}, .shard = {0, first_row_, rows_},
                       .init = nn::Init::Normal, .init_std = 0.02, .weight_decay = true, .embedding = true};
-  position_table = nn::Param{.name = "embedding.wpe", .full_shape = {positions, d_model}, .init = nn::Init::Normal,
-                         .init_std = 0.01, .weight_decay = true, .tp_partial = sequence_};
+  if (positions > 0)
+    position_table = nn::Param{.name = "embedding.wpe", .full_shape = {positions, d_model}, .init = nn::Init::Normal,
+                               .init_std = 0.01, .weight_decay = true, .tp_partial = sequence_};
+}
+
+std::vector<nn::Param*> TokenPositionEmbedding::params() {
+  if (position_table.name.empty()) return {&token_table};
+  return {&token_table, &position_table};
 }
 
 at::Tensor TokenPositionEmbedding::positions(int64_t seq, int64_t first, int64_t local) const {
-  const auto n = static_cast<int64_t>(chunks_.size());
-  const int64_t length = seq / n;
-  std::vector<at::Tensor> parts;
-  for (int64_t c : chunks_) parts.push_back(at::arange(c * length, (c + 1) * length, at::kLong));
-  return (n == 1 ? parts[0] : at::cat(parts)).narrow(0, first, local);
+  return parallel::chunk_positions(chunks_, seq).narrow(0, first, local);
 }
 
 at::Tensor TokenPositionEmbedding::position_rows(int64_t seq, int64_t first, int64_t local) const {
@@ -67,14 +73,14 @@ at::Tensor TokenPositionEmbedding::forward(const at::Tensor& tokens, const nn::M
     rows = token_table.value.index_select(0, ids);
     if (tp_.size() > 1) rows.mul_(s.mine.unsqueeze(1));
   }
-  if (tp_.size() == 1) return rows.view({batch, seq, d_model_}) + position_rows(seq, 0, seq);
+  const bool learned = !position_table.name.empty();
   if (!sequence_) {
-    tp_.all_reduce(rows, dist::ReduceOp::Sum);
-    return rows.view({batch, seq, d_model_}) + position_rows(seq, 0, seq);
+    if (tp_.size() > 1) tp_.all_reduce(rows, dist::ReduceOp::Sum);
+    return learned ? rows.view({batch, seq, d_model_}) + position_rows(seq, 0, seq) : rows.view({batch, seq, d_model_});
   }
   const at::Tensor mine = parallel::reduce_scatter_sequence(tp_, rows.view({batch, seq, d_model_}));
   const int64_t local = mine.size(1);
-  return mine + position_rows(seq, tp_.rank() * local, local);
+  return learned ? mine + position_rows(seq, tp_.rank() * local, local) : mine;
 }
 
 at::Tensor TokenPositionEmbedding::backward_input(const at::Tensor& dy, nn::Saved& saved) {
@@ -96,15 +102,18 @@ void TokenPositionEmbedding::backward_weight(nn::Saved& saved) {
     token_table.grad.index_add_(0, s.tokens.reshape({-1}), dy);
   }
   const int64_t local = s.dy_local.size(1);
-  position_table.grad.index_add_(0, positions(s.tokens.size(1), sequence_ ? tp_.rank() * local : 0, local),
-                                 s.dy_local.sum(0));
+  if (!position_table.name.empty())
+    position_table.grad.index_add_(0, positions(s.tokens.size(1), sequence_ ? tp_.rank() * local : 0, local),
+                                   s.dy_local.sum(0));
   saved.clear();
 }
 
 nn::Cost TokenPositionEmbedding::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
   nn::Cost c;
-  c.saved_bytes = static_cast<double>(batch * seq) * 8;
-  c.param_bytes = static_cast<double>((rows_ + position_table.full_shape[0]) * d_model_ * dtype_bytes);
+  // The token ids, and with tp the mask of this rank's (on the sparse path the mask is not kept).
+  c.saved_bytes = static_cast<double>(batch * seq) * (tp_.size() > 1 ? 9 : 8);
+  const int64_t positions = position_table.name.empty() ? 0 : position_table.full_shape[0];
+  c.param_bytes = static_cast<double>((rows_ + positions) * d_model_ * dtype_bytes);
   return c;
 }
 

@@ -1,6 +1,7 @@
 #pragma once
-// Token + learned position embedding: y[b, t] = wte[tokens[b, t]] + wpe[t]. The chain's first
-// layer: its input is the token ids, so backward_input returns an undefined tensor.
+// Token + learned position embedding: y[b, t] = wte[tokens[b, t]] + wpe[t]; with no position
+// table (positions = 0: a Llama, whose positions are rotary, in attention) y = wte[tokens]. The
+// chain's first layer: its input is the token ids, so backward_input returns an undefined tensor.
 //
 // Vocabulary-parallel over `tp`: the token table's rows are split (see padded_vocab); each rank
 // looks up the ids it owns, zeros for the others, and one all-reduce of [batch, seq, d_model] in
@@ -28,7 +29,7 @@ class TokenPositionEmbedding final : public nn::Layer {
  public:
   // `chunks`: under sequence parallelism the tokens are these equal chunks of the sequence, in
   // order (e.g. {r} for segment r of sp; {r, 2 sp - 1 - r} for the balanced ring), so their
-  // positions are those chunks'.
+  // positions are those chunks'. `positions` = 0: no position table.
   TokenPositionEmbedding(int64_t vocab, int64_t positions, int64_t d_model, dist::Communicator& tp,
                          bool sequence_sharded = false, std::vector<int64_t> chunks = {0});
 
@@ -36,12 +37,12 @@ class TokenPositionEmbedding final : public nn::Layer {
   at::Tensor forward(const at::Tensor& tokens, const nn::MicroBatch& mb, nn::Saved& saved) override;
   at::Tensor backward_input(const at::Tensor& dy, nn::Saved& saved) override;
   void backward_weight(nn::Saved& saved) override;
-  std::vector<nn::Param*> params() override { return {&token_table, &position_table}; }
+  std::vector<nn::Param*> params() override;
   void pull_rows(const std::vector<nn::MicroBatch>& microbatches) override;
   nn::Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
 
   nn::Param token_table;     // wte [padded vocab, d_model], rows split over tp
-  nn::Param position_table;  // wpe [positions, d_model]
+  nn::Param position_table;  // wpe [positions, d_model]; unnamed when there is none
 
  private:
   dist::Communicator& tp_;

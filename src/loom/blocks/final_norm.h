@@ -1,14 +1,15 @@
 #pragma once
-// The final LayerNorm before the LM head, as a chain layer. Under tp_sequence the tokens are
-// split over `sequence_shards` (= tp) ranks and it normalises this rank's; the head gathers them.
+// The final norm before the LM head (LayerNorm for a GPT, RMSNorm for a Llama), as a chain layer.
+// Under tp_sequence the tokens are split over `sequence_shards` (= tp) ranks and it normalises
+// this rank's; the head gathers them.
+#include "loom/blocks/block_norm.h"
 #include "loom/nn/layer.h"
-#include "loom/nn/layer_norm.h"
 
 namespace loom::blocks {
 
 class FinalNorm final : public nn::Layer {
  public:
-  explicit FinalNorm(int64_t d_model, int64_t sequence_shards = 1);
+  explicit FinalNorm(int64_t d_model, int64_t sequence_shards = 1, NormKind kind = NormKind::Layer);
 
   std::string name() const override { return "final_norm"; }
   at::Tensor forward(const at::Tensor& x, const nn::MicroBatch& mb, nn::Saved& saved) override;
@@ -17,10 +18,10 @@ class FinalNorm final : public nn::Layer {
   std::vector<nn::Param*> params() override { return norm.params(); }
   nn::Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
 
-  nn::LayerNorm norm;
+  BlockNorm norm;
 
  private:
-  int64_t shards_, d_model_;
+  int64_t shards_;
 };
 
 }  // namespace loom::blocks

@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "loom/blocks/embedding.h"
+#include "loom/core/error.h"
 #include "loom/parallel/tp_region.h"
 
 namespace loom::blocks {
@@ -12,22 +13,34 @@ struct State : nn::SavedState {
   std::vector<int64_t> shape;  // [batch, seq, d_model] of every token
   at::Tensor dlogits;  // [rows, vocab]: softmax - onehot, without the loss scale
   double scale = 1.0;
+  void for_each_tensor(const nn::TensorVisitor& visit) override { visit("x", x), visit("dlogits", dlogits); }
 };
 }  // namespace
 
-LmHeadLoss::LmHeadLoss(int64_t d_model, int64_t vocab, dist::Communicator& tp, bool sequence_sharded)
-    : tp_(tp), sequence_(tp.size() > 1 && sequence_sharded), d_model_(d_model), vocab_(vocab) {
+LmHeadLoss::LmHeadLoss(int64_t d_model, int64_t vocab, dist::Communicator& tp, bool sequence_sharded, nn::Param* tied)
+    : tp_(tp), tied_(tied), sequence_(tp.size() > 1 && sequence_sharded), d_model_(d_model), vocab_(vocab) {
   const int64_t padded = padded_vocab(vocab, tp.size());
   rows_ = padded / tp.size();
   first_row_ = rows_ * tp.rank();
-  weight = nn::Param{.name = "head.weight", .full_shape = {padded, d_model}, .shard = {0, first_row_, rows_},
-                 .init = nn::Init::Normal, .init_std = 0.02, .weight_decay = true};
+  const nn::Param head{.name = "head.weight", .full_shape = {padded, d_model}, .shard = {0, first_row_, rows_},
+                       .init = nn::Init::Normal, .init_std = 0.02, .weight_decay = true};
+  if (tied == nullptr) {
+    weight = head;
+    return;
+  }
+  LOOM_CHECK(tied->full_shape == head.full_shape && tied->shard == head.shard && !tied->embedding,
+             "[head] a tied head needs a dense token table of its shape and vocabulary shard");
+}
+
+std::vector<nn::Param*> LmHeadLoss::params() {
+  if (tied_ != nullptr) return {};
+  return {&weight};
 }
 
 // loss_i = lse_i - z_i[t_i] with lse over every rank's slice; dlogits = softmax - onehot.
 at::Tensor LmHeadLoss::distributed_forward(const at::Tensor& x, const at::Tensor& targets, double scale,
                                            at::Tensor& dlogits) {
-  at::Tensor z = at::mm(x, weight.value.t());  // [rows, vocab / tp]
+  at::Tensor z = at::mm(x, matrix().value.t());  // [rows, vocab / tp]
   const int64_t real = std::clamp<int64_t>(vocab_ - first_row_, 0, rows_);  // this slice's non-padding columns
   if (real < rows_) z.narrow(1, real, rows_ - real).fill_(-std::numeric_limits<double>::infinity());
   at::Tensor row_max = z.amax(1, /*keepdim=*/true);
@@ -63,7 +76,7 @@ at::Tensor LmHeadLoss::forward(const at::Tensor& x, const nn::MicroBatch& mb, nn
     s.scale = mb.loss_scale;
     return distributed_forward(s.x, mb.targets.reshape({-1}), mb.loss_scale, s.dlogits);
   }
-  at::Tensor logp = at::_log_softmax(at::mm(s.x, weight.value.t()), 1, /*half_to_float=*/false);
+  at::Tensor logp = at::_log_softmax(at::mm(s.x, matrix().value.t()), 1, /*half_to_float=*/false);
   const at::Tensor loss = logp.gather(1, targets).sum().mul_(-mb.loss_scale);
   logp.exp_().scatter_add_(1, targets, at::full({targets.size(0), 1}, -1.0, logp.options()));
   s.dlogits = logp;
@@ -74,7 +87,7 @@ at::Tensor LmHeadLoss::forward(const at::Tensor& x, const nn::MicroBatch& mb, nn
 at::Tensor LmHeadLoss::backward_input(const at::Tensor&, nn::Saved& saved) {
   auto& s = saved.get<State>();
   // dx = scale * dlogits W, summed over the vocabulary slices
-  at::Tensor dx = at::mm(s.dlogits, weight.value).mul_(s.scale).view(s.shape);
+  at::Tensor dx = at::mm(s.dlogits, matrix().value).mul_(s.scale).view(s.shape);
   if (sequence_) return parallel::reduce_scatter_sequence(tp_, dx);
   tp_.all_reduce(dx, dist::ReduceOp::Sum);
   return dx;
@@ -82,7 +95,7 @@ at::Tensor LmHeadLoss::backward_input(const at::Tensor&, nn::Saved& saved) {
 
 void LmHeadLoss::backward_weight(nn::Saved& saved) {
   auto& s = saved.get<State>();
-  weight.grad.addmm_(s.dlogits.t(), s.x, /*beta=*/1, /*alpha=*/s.scale);
+  matrix().grad.addmm_(s.dlogits.t(), s.x, /*beta=*/1, /*alpha=*/s.scale);
   saved.clear();
 }
 
@@ -94,7 +107,7 @@ nn::Cost LmHeadLoss::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const
   c.backward_input_flops = gemm;
   c.backward_weight_flops = gemm;
   c.saved_bytes = static_cast<double>(rows * (rows_ + d_model_) * dtype_bytes);
-  c.param_bytes = static_cast<double>(rows_ * d_model_ * dtype_bytes);
+  c.param_bytes = tied_ != nullptr ? 0.0 : static_cast<double>(rows_ * d_model_ * dtype_bytes);  // tied: the embedding's
   return c;
 }
 

@@ -14,6 +14,12 @@
 // ([rows, d_model], sum). With tp = 1 the fused log-softmax path runs and nothing travels.
 // Under tp_sequence (`sequence_sharded`) x and dx hold this rank's seq/tp tokens: forward first
 // all-gathers x along seq, and backward_input reduce-scatters dx instead of all-reducing it.
+//
+// Tied (`tied` given: a Llama's model.tie_embeddings) the head's matrix is the embedding's token
+// table, the same Param: the head reads its value and adds its gradient to the table's, and
+// lists no parameter of its own (the embedding owns it, so it is updated once). Both layers must
+// then live on one pipeline rank, and the table must be dense (never on the sparse path: the
+// head reads every row).
 #include "loom/dist/communicator.h"
 #include "loom/nn/layer.h"
 
@@ -21,20 +27,23 @@ namespace loom::blocks {
 
 class LmHeadLoss final : public nn::Layer {
  public:
-  LmHeadLoss(int64_t d_model, int64_t vocab, dist::Communicator& tp, bool sequence_sharded = false);
+  LmHeadLoss(int64_t d_model, int64_t vocab, dist::Communicator& tp, bool sequence_sharded = false,
+             nn::Param* tied = nullptr);
 
   std::string name() const override { return "head_loss"; }
   at::Tensor forward(const at::Tensor& x, const nn::MicroBatch& mb, nn::Saved& saved) override;
   at::Tensor backward_input(const at::Tensor& dy, nn::Saved& saved) override;
   void backward_weight(nn::Saved& saved) override;
-  std::vector<nn::Param*> params() override { return {&weight}; }
+  std::vector<nn::Param*> params() override;
   nn::Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
 
-  nn::Param weight;  // [padded vocab, d_model], rows split over tp; no bias
+  nn::Param weight;  // [padded vocab, d_model], rows split over tp; no bias; unnamed when tied
 
  private:
+  nn::Param& matrix() { return tied_ != nullptr ? *tied_ : weight; }
   at::Tensor distributed_forward(const at::Tensor& x, const at::Tensor& targets, double scale, at::Tensor& dlogits);
   dist::Communicator& tp_;
+  nn::Param* tied_;  // the embedding's token table, or null
   bool sequence_;
   int64_t d_model_, vocab_, first_row_, rows_;
 };

@@ -9,8 +9,10 @@
 // and takes an undefined `dy`.
 #include <ATen/ATen.h>
 
+#include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "loom/nn/param.h"
@@ -37,9 +39,16 @@ struct Cost {
   Cost& operator+=(const Cost& o);
 };
 
+// Visits a tensor by name; it may replace the tensor (by a copy in host memory, say). Undefined
+// tensors (not kept at this moment) are visited too.
+using TensorVisitor = std::function<void(std::string_view name, at::Tensor& tensor)>;
+
 // State a layer keeps between its forward and backward calls for one micro-batch.
 struct SavedState {
   virtual ~SavedState() = default;
+  // Every tensor the state holds, so that a memory policy can move them (to host memory and back)
+  // without knowing the layer. No default: a state that forgot one would keep it in place unseen.
+  virtual void for_each_tensor(const TensorVisitor& visit) = 0;
 };
 
 class Saved {
@@ -57,6 +66,9 @@ class Saved {
   }
   bool empty() const { return state_ == nullptr; }
   void clear() { state_.reset(); }
+  void for_each_tensor(const TensorVisitor& visit) {
+    if (state_) state_->for_each_tensor(visit);
+  }
 
  private:
   std::unique_ptr<SavedState> state_;

@@ -5,7 +5,7 @@
 //   keep       the saved state stays in memory from forward to backward (the default)
 //   recompute  only the layer's input is kept; forward runs again just before backward
 // Swapping the saved tensors to host memory is the next policy: a layer's saved state names its
-// tensors (SavedState::tensors), so it can be moved without touching the layer.
+// tensors (SavedState::for_each_tensor), so it can be moved without touching the layer.
 #include <array>
 #include <cstdint>
 #include <string_view>

@@ -17,7 +17,9 @@
 //   sp_mode = "ulysses": an all-to-all turns the segment's q, k, v of every head into the whole
 //     sequence's q, k, v of heads/sp heads; attention runs on full sequences for those heads; a
 //     second all-to-all turns the output back (and the same two, reversed, in backward). Needs
-//     the heads of a tp rank divisible by sp.
+//     the heads of a tp rank (and its kv heads, under grouped-query attention) divisible by sp.
+// Each mode is an attention core (NOTE [Attention cores], parallel/attention_core.h); this file
+// holds the segment layout and the collectives they share.
 // Weight gradients are partial per segment and per data-parallel rank: they are summed in one
 // bucketed all-reduce over the combined dp x sp group ("double gradient averaging" in one pass;
 // the loss scale 1/(global tokens) makes a sum the mean).
@@ -42,6 +44,10 @@ struct SpOptions {
 // parallelism, {r} for segment r, {r, 2 sp - 1 - r} for the balanced ring.
 std::vector<int64_t> sequence_chunks(const SpOptions& sp);
 
+// The global positions of a rank's `tokens` tokens when they are the equal chunks `chunks` of the
+// sequence, in order (sequence_chunks): int64 [tokens].
+at::Tensor chunk_positions(const std::vector<int64_t>& chunks, int64_t tokens);
+
 // A micro-batch of whole sequences -> this rank's chunks of each (tokens and targets, in
 // sequence_chunks order): what the rank's layers see under sequence parallelism.
 nn::MicroBatch local_segments(const nn::MicroBatch& mb, const SpOptions& sp);
@@ -54,23 +60,11 @@ at::Tensor gather_visible_kv(dist::Communicator& sp, const at::Tensor& kv);
 // their sum over the ranks for this rank's segment, in one reduce-scatter.
 at::Tensor reduce_scatter_visible_kv(dist::Communicator& sp, const at::Tensor& dkv);
 
-// Ring attention over the sp group: q, k, v [B, H, Ts, hd] of this rank's two chunks (see
-// sequence_chunks); returns out [B, H, Ts, hd] and lse [B, H, Ts] of its queries over every key
-// they can see.
-struct RingAttention {
-  at::Tensor out, lse;
-};
-RingAttention ring_attention_forward(dist::Communicator& sp, const at::Tensor& q, const at::Tensor& k,
-                                     const at::Tensor& v, int64_t tile);
-// dq, dk, dv [B, H, Ts, hd] of this rank's chunks, stacked [3, ...], from the forward's out and lse.
-at::Tensor ring_attention_backward(dist::Communicator& sp, const at::Tensor& dout, const at::Tensor& q,
-                                   const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
-                                   const at::Tensor& lse, int64_t tile);
-
-// Ulysses: x [G, B, H, Ts, hd] (G stacked tensors, e.g. q | k | v) of this segment and every
-// head -> [G, B, H/sp, T, hd], the whole sequence of this rank's heads; one all-to-all.
-at::Tensor segments_to_heads(dist::Communicator& sp, const at::Tensor& x);
-// The inverse: [G, B, H/sp, T, hd] -> [G, B, H, Ts, hd]; one all-to-all.
-at::Tensor heads_to_segments(dist::Communicator& sp, const at::Tensor& x);
+// Ulysses: each x [B, Hi, Ts, hd] of this segment and every head -> [B, Hi/sp, T, hd], the whole
+// sequence of this rank's group of its heads; all of them in one all-to-all (the tensors may have
+// different head counts: q and grouped k, v).
+std::vector<at::Tensor> segments_to_heads(dist::Communicator& sp, const std::vector<at::Tensor>& xs);
+// The inverse: each [B, Hi/sp, T, hd] -> [B, Hi, Ts, hd]; one all-to-all.
+std::vector<at::Tensor> heads_to_segments(dist::Communicator& sp, const std::vector<at::Tensor>& xs);
 
 }  // namespace loom::parallel
