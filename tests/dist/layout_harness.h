@@ -36,6 +36,20 @@ inline Config small_gpt(int64_t vocab, int64_t n_layers, int64_t seq_len, int64_
   return c;
 }
 
+// The Llama of the same size: 8 query heads of 4 dims sharing `kv_heads` key/value heads (4:
+// grouped, and tp or tp x sp up to 4 still holds whole kv heads), rotary positions, no biases,
+// and a SwiGLU MLP of hidden 96 (2/3 x 4 x 32 = 85, rounded up to ffn_multiple_of 16).
+inline Config small_llama(int64_t vocab, int64_t n_layers, int64_t seq_len, int64_t global_batch, int64_t micro_batch,
+                          int64_t kv_heads = 4, bool tied = false) {
+  Config c = small_gpt(vocab, n_layers, seq_len, global_batch, micro_batch);
+  c.model.kind = "llama";
+  c.model.n_heads = 8;
+  c.model.n_kv_heads = kv_heads;
+  c.model.ffn_multiple_of = 16;
+  c.model.tie_embeddings = tied;
+  return c;
+}
+
 // The number and bytes of each operation recorded on `axis`.
 inline std::map<std::string, std::pair<int64_t, int64_t>> ops_on(const dist::CommStats& stats,
                                                                  const std::string& axis) {

@@ -1,5 +1,6 @@
 // Data parallelism against the serial run (float64, relative 1e-9; float32 losses to 1e-5), with
 // and without ZeRO-1, and the communication it costs per step against the analytic count.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 
 #include "layout_harness.h"
@@ -53,6 +54,30 @@ TEST_P(DataParallel, LossesMatchTheSerialRunInFloat32) {
 
 INSTANTIATE_TEST_SUITE_P(Zero, DataParallel, ::testing::Values(0, 1),
                          [](const auto& info) { return info.param ? "Zero1" : "Replicated"; });
+
+// The Llama (grouped kv heads, rotary, SwiGLU) under dp and ZeRO-1, its head separate from or
+// tied to the token table (one Param read by two layers, updated once).
+struct LlamaDpCase {
+  int zero;
+  bool tied;
+};
+
+class DataParallelLlama : public ::testing::TestWithParam<LlamaDpCase> {};
+
+TEST_P(DataParallelLlama, MatchesTheSerialRunInFloat64) {
+  if (12 % world().size() != 0) GTEST_SKIP() << "dp must divide the 12 micro-batches";
+  Config c = small_llama(96, 2, 24, 12, 1, /*kv_heads=*/4, GetParam().tied);
+  c.parallel.dp = world().size();
+  c.parallel.zero = GetParam().zero;
+  expect_same_training(train_run(c, world()), run_serial(c), 1e-9, 1e-9);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, DataParallelLlama,
+                         ::testing::Values(LlamaDpCase{0, false}, LlamaDpCase{1, false}, LlamaDpCase{0, true},
+                                           LlamaDpCase{1, true}),
+                         [](const auto& info) {
+                           return fmt::format("zero{}{}", info.param.zero, info.param.tied ? "_tied" : "");
+                         });
 
 // Per step (the trainer keeps the last step's records): one all-reduce per bucket over dp
 // covering the whole padded flat gradient, plus the two 8-byte figure all-reduces (loss over dp,

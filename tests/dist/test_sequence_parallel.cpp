@@ -59,6 +59,62 @@ INSTANTIATE_TEST_SUITE_P(Layouts, SequenceParallelGpt,
                                               s.zero ? "_zero" : "", s.sequence ? "_sequence" : "", s.overlap);
                          });
 
+// The Llama in every sp mode: rotary at each rank's global positions (its segment, or the ring's
+// two chunks), and grouped kv heads that the cores move unexpanded (ulysses splits the 8 query
+// heads and the 4 kv heads over sp each in their own groups).
+class SequenceParallelLlama : public ::testing::TestWithParam<SpCase> {};
+
+TEST_P(SequenceParallelLlama, MatchesTheSerialRunInFloat64) {
+  const SpCase sc = GetParam();
+  const int n = world().size(), others = sc.dp * sc.tp * sc.pp;
+  if (n % others != 0 || n / others < 2) GTEST_SKIP() << "needs sp >= 2";
+  Config c = small_llama(97, /*n_layers=*/2, /*seq_len=*/64, 4, 2);
+  c.parallel.dp = sc.dp;
+  c.parallel.tp = sc.tp;
+  c.parallel.pp = sc.pp;
+  c.parallel.sp = n / others;
+  c.parallel.zero = sc.zero ? 1 : 0;
+  c.parallel.tp_sequence = sc.sequence;
+  c.parallel.tp_overlap = sc.overlap;
+  c.parallel.sp_mode = sc.mode;
+  if (sc.mode == "ulysses" && c.model.n_kv_heads % (sc.tp * c.parallel.sp) != 0) GTEST_SKIP() << "kv heads over tp x sp";
+  expect_same_training(train_run(c, world()), run_serial(c), 1e-9, 1e-9);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, SequenceParallelLlama,
+                         ::testing::Values(SpCase{}, SpCase{2, 1, 1, true}, SpCase{1, 2, 1, false, true, 2},
+                                           SpCase{1, 1, 1, false, false, 1, "ulysses"},
+                                           SpCase{1, 2, 1, false, true, 1, "ulysses"},
+                                           SpCase{2, 1, 1, true, false, 1, "ulysses"},
+                                           SpCase{1, 1, 1, false, false, 1, "ring"},
+                                           SpCase{1, 2, 1, false, true, 2, "ring"},
+                                           SpCase{1, 1, 2, false, false, 1, "ring"}),
+                         [](const auto& info) {
+                           const SpCase& s = info.param;
+                           return fmt::format("{}_dp{}_tp{}_pp{}{}{}_overlap{}", s.mode, s.dp, s.tp, s.pp,
+                                              s.zero ? "_zero" : "", s.sequence ? "_sequence" : "", s.overlap);
+                         });
+
+// Ulysses moves the kv heads, not their expansion: per block one all-to-all of q, k, v (8 query
+// heads + 2 x 4 kv heads) and one of the output in forward, one of dout and one of dq, dk, dv in
+// backward; each tensor [B, heads, Ts, hd] of the segment.
+TEST(SequenceParallelLlamaComm, UlyssesMovesTheGroupedKvHeads) {
+  const int n = world().size();
+  if (n < 2 || 4 % n != 0) GTEST_SKIP() << "4 kv heads over sp";
+  Config c = small_llama(97, 2, 64, 2, 2);
+  c.parallel.sp = n;
+  c.parallel.sp_mode = "ulysses";
+  c.train.steps = 1;
+  train::Trainer trainer(c, world());
+  trainer.run({.peak_flops = 1e9});
+  const auto& m = c.model;
+  const int64_t head = c.train.micro_batch * (m.seq_len / n) * (m.d_model / m.n_heads) * 8;  // one head's bytes
+  const int64_t qkv = (m.n_heads + 2 * m.n_kv_heads) * head, out = m.n_heads * head;
+  auto sp = ops_on(trainer.comm_stats(), "sp");
+  EXPECT_EQ(sp["all_to_all"], std::pair(4 * m.n_layers, m.n_layers * 2 * (qkv + out)));
+  EXPECT_EQ(sp.size(), 1u) << "nothing else over sp";
+}
+
 // The communication tests' run: sp = the world in `mode`, one step of one micro-batch.
 Config one_step_config(const std::string& mode) {
   Config c = sp_config();

@@ -111,6 +111,36 @@ INSTANTIATE_TEST_SUITE_P(Cases, SparseParallel,
                                               info.param.zero);
                          });
 
+// The Llama on the sparse path: its token table is the one sparse table. Tied to the head, the
+// table is read whole each step, so it stays dense whatever parallel.sparse says; both train the
+// serial model.
+class SparseParallelLlama : public ::testing::TestWithParam<SparseCase> {};  // model: "untied" | "tied"
+
+TEST_P(SparseParallelLlama, MatchesTheSerialRunInFloat64) {
+  const SparseCase& p = GetParam();
+  if (12 % world().size() != 0) GTEST_SKIP() << "dp must divide the 12 micro-batches";
+  Config c = small_llama(97, 1, 16, 12, 1, /*kv_heads=*/4, p.model == "tied");
+  c.train.clip = 0.05;
+  c.parallel.dp = world().size();
+  c.parallel.sparse_partitions = p.partitions;
+  c.parallel.zero = p.zero;
+  const TrainedRun serial = run_serial(c);
+  const TrainedRun layout = train_run(c, world());
+  EXPECT_GT(serial.records.front().grad_norm, c.train.clip) << "clipping must be active";
+  expect_same_training(layout, serial, 1e-9, 1e-9);
+  train::Trainer trainer(c, world());
+  for (nn::Param* param : trainer.model().params())
+    if (param->name == "embedding.wte") EXPECT_EQ(param->sparse != nullptr, p.model == "untied");
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, SparseParallelLlama,
+                         ::testing::Values(SparseCase{"untied", 0, 0}, SparseCase{"untied", 5, 1},
+                                           SparseCase{"tied", 0, 0}),
+                         [](const auto& info) {
+                           return fmt::format("{}_P{}_zero{}", info.param.model, info.param.partitions,
+                                              info.param.zero);
+                         });
+
 // sparse = "off" is the dense model (dense AdamW on the tables), in every layout too.
 TEST(SparseParallelOff, DenseTablesMatchTheSerialRun) {
   if (12 % world().size() != 0) GTEST_SKIP();

@@ -164,6 +164,41 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelGpt,
                                               t.overlap, t.sequence ? "_sequence" : "");
                          });
 
+// The Llama under tp (8 query heads sharing 4 kv heads: each tp rank holds whole kv heads and
+// the query heads they serve), with tp_sequence, tp_overlap, dp x tp with ZeRO, and a head tied to
+// the vocabulary-parallel token table.
+struct LlamaTpCase {
+  int64_t vocab;
+  bool with_dp = false, sequence = false, tied = false;
+  int64_t overlap = 1;
+  int zero = 0;
+};
+
+class TensorParallelLlama : public ::testing::TestWithParam<LlamaTpCase> {};
+
+TEST_P(TensorParallelLlama, MatchesTheSerialRunInFloat64) {
+  const LlamaTpCase tc = GetParam();
+  const int n = world().size();
+  Config c = small_llama(tc.vocab, 2, 24, 4, tc.overlap > 1 ? 2 : 1, /*kv_heads=*/4, tc.tied);
+  c.parallel.dp = tc.with_dp ? 2 : 1;
+  c.parallel.tp = n / c.parallel.dp;
+  c.parallel.tp_sequence = tc.sequence;
+  c.parallel.tp_overlap = tc.overlap;
+  c.parallel.zero = tc.zero;
+  if (n % c.parallel.dp != 0 || 4 % c.parallel.tp != 0 || (tc.with_dp && n < 4)) GTEST_SKIP();
+  expect_same_training(train_run(c, world()), run_serial(c), 1e-9, 1e-9);
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelLlama,
+                         ::testing::Values(LlamaTpCase{96}, LlamaTpCase{97, false, true}, LlamaTpCase{96, false, false, false, 2},
+                                           LlamaTpCase{97, false, true, true}, LlamaTpCase{96, false, true, false, 2},
+                                           LlamaTpCase{97, true, true, false, 1, 1}, LlamaTpCase{96, true, false, true, 2, 1}),
+                         [](const auto& info) {
+                           const LlamaTpCase& t = info.param;
+                           return fmt::format("vocab{}{}{}{}_overlap{}_zero{}", t.vocab, t.with_dp ? "_dp2" : "",
+                                              t.sequence ? "_sequence" : "", t.tied ? "_tied" : "", t.overlap, t.zero);
+                         });
+
 // Per step with one micro-batch, the tp axis carries: the embedding's all-reduce of the
 // activations; per transformer block four (attention and MLP, forward and backward); the head's
 // row maxima and [exp-sum, target] statistics in forward and dx in backward; and the 8-byte

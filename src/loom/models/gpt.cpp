@@ -6,6 +6,7 @@
 
 #include "loom/blocks/attention_block.h"
 #include "loom/core/error.h"
+#include "loom/models/decoder_kind.h"
 #include "loom/models/transformer_config.h"
 #include "loom/blocks/embedding.h"
 #include "loom/blocks/final_norm.h"
@@ -47,7 +48,7 @@ void refuse_llama_keys(const ModelConfig& m) {
     LOOM_CHECK_INPUT(!set, "{} applies to model.kind = \"llama\"; a \"gpt\" leaves it at its default", key);
 }
 
-class GptKind final : public ModelKind {
+class GptKind final : public DecoderKind {
  public:
   std::string_view name() const override { return "gpt"; }
   void validate(const Config& config) const override {
@@ -60,20 +61,6 @@ class GptKind final : public ModelKind {
   }
   Model build(const ModelConfig& config, const Parallelism& p) const override {
     return build_gpt(config, p.tp, p.tp_options, p.sp);
-  }
-  std::unique_ptr<data::Batches> open_data(const Config& config) const override {
-    return data::token_batches(config);
-  }
-  Throughput throughput(const ModelConfig& config) const override { return {"tokens", "tok", config.seq_len}; }
-  int64_t lookups_per_sample(const ModelConfig&, int64_t tokens) const override { return tokens; }
-  std::string weight_keys(const ModelConfig& m) const override {
-    return fmt::format("model.n_layers = {}, model.d_model = {}, model.vocab = {}", m.n_layers, m.d_model, m.vocab);
-  }
-  std::string activation_keys(const ModelConfig& m) const override {
-    return fmt::format(" x model.seq_len = {}", m.seq_len);
-  }
-  std::string_view memory_hint() const override {
-    return "lower train.micro_batch, set memory.recompute = \"full\" or shrink the model";
   }
 };
 

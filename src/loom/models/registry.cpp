@@ -8,13 +8,14 @@
 #include "loom/core/error.h"
 #include "loom/models/dlrm.h"
 #include "loom/models/gpt.h"
+#include "loom/models/llama.h"
 
 namespace loom::models {
 namespace {
 
 // The registrations: one line per kind.
-const std::array<const ModelKind*, 2>& kinds() {
-  static const std::array<const ModelKind*, 2> all{&gpt_kind(), &dlrm_kind()};
+const std::array<const ModelKind*, 3>& kinds() {
+  static const std::array<const ModelKind*, 3> all{&gpt_kind(), &dlrm_kind(), &llama_kind()};
   return all;
 }
 

@@ -1,0 +1,116 @@
+#include "loom/blocks/llama_attention.h"
+
+#include "loom/core/error.h"
+#include "loom/nn/attention.h"
+
+namespace loom::blocks {
+namespace {
+struct State : PreNormState {
+  std::vector<parallel::AttentionSaved> cores;  // the attention core's, per tp_overlap piece
+                                                // (freed after backward_input)
+  at::Tensor merged;   // [B, T, D / tp]: the attention output, proj's input
+  at::Tensor dq, dkv;  // q's and kv's output gradients, for their weight gradients
+  void for_each_tensor(const nn::TensorVisitor& visit) override {
+    for_each_skeleton_tensor(visit);
+    for (parallel::AttentionSaved& core : cores) core.for_each_tensor(visit);
+    visit("merged", merged), visit("dq", dq), visit("dkv", dkv);
+  }
+};
+}  // namespace
+
+LlamaAttentionBlock::LlamaAttentionBlock(const std::string& prefix, const LlamaAttentionShape& shape,
+                                         dist::Communicator& tp, parallel::TpOptions options, parallel::SpOptions sp)
+    : PreNormBlock(prefix, NormKind::Rms, shape.d_model, tp, options),
+      q(prefix + ".q", shape.d_model, shape.d_model, false, 0.02, tp),
+      kv(prefix + ".kv", shape.d_model, 2 * shape.n_kv_heads * (shape.d_model / shape.n_heads), false, 0.02, tp,
+         /*groups=*/2),
+      proj(prefix + ".proj", shape.d_model, shape.d_model, false, shape.residual_std, tp),
+      core_(parallel::make_attention_core(sp, shape.tile)),
+      sequence_chunks_(parallel::sequence_chunks(sp)),
+      d_model_(shape.d_model),
+      local_heads_(shape.n_heads / tp.size()),
+      local_kv_heads_(shape.n_kv_heads / tp.size()),
+      head_dim_(shape.d_model / shape.n_heads),
+      theta_(shape.rope_theta) {
+  LOOM_CHECK(shape.n_kv_heads > 0 && shape.n_heads % shape.n_kv_heads == 0,
+             "[attention] {} query heads do not share {} key/value heads in equal groups", shape.n_heads,
+             shape.n_kv_heads);
+}
+
+PreNormState& LlamaAttentionBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<State>(); }
+
+const nn::RotaryTable& LlamaAttentionBlock::rotary(int64_t tokens, const at::TensorOptions& options) {
+  if (!rotary_ || rotary_->cos.size(0) != tokens || rotary_->cos.scalar_type() != at::typeMetaToScalarType(options.dtype()))
+    rotary_ = nn::RotaryTable::build(parallel::chunk_positions(sequence_chunks_, tokens), head_dim_, theta_, options);
+  return *rotary_;
+}
+
+at::Tensor LlamaAttentionBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreNormState& state) {
+  auto& s = static_cast<State&>(state);
+  const int64_t rows = h.size(0), seq = h.size(1), hd = head_dim_;
+  const nn::RotaryTable& table = rotary(seq, h.options());
+  s.cores.resize(piece.count);
+  // [rows, heads, seq, hd]; rotary writes a new tensor in that layout
+  const at::Tensor queries = nn::apply_rotary(q.forward(h).view({rows, seq, local_heads_, hd}).transpose(1, 2), table);
+  const at::Tensor kv_out = kv.forward(h).view({rows, seq, 2, local_kv_heads_, hd});
+  const at::Tensor keys = nn::apply_rotary(kv_out.select(2, 0).transpose(1, 2), table);
+  const at::Tensor values = kv_out.select(2, 1).transpose(1, 2).contiguous();
+  const at::Tensor out = core_->forward(queries, keys, values, s.cores[piece.index]);
+  const at::Tensor merged = out.transpose(1, 2).reshape({rows, seq, local_heads_ * hd});
+  parallel::store_chunk(s.merged, merged, 0, piece.first, piece.count);
+  return proj.forward_partial(merged);
+}
+
+at::Tensor LlamaAttentionBlock::backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& state) {
+  auto& s = static_cast<State&>(state);
+  const int64_t rows = dy.size(0), seq = dy.size(1), hd = head_dim_;
+  const nn::RotaryTable& table = rotary(seq, dy.options());
+  const at::Tensor dout = proj.backward_input(dy).view({rows, seq, local_heads_, hd}).transpose(1, 2).contiguous();
+  const at::Tensor out = s.merged.narrow(0, piece.first, rows).view({rows, seq, local_heads_, hd}).transpose(1, 2);
+  const parallel::AttentionInputGrads g = core_->backward(dout, out, s.cores[piece.index]);
+  // Back through the rotations, into q's and kv's output layouts.
+  const at::Tensor dq = nn::apply_rotary_backward(g.dq, table).transpose(1, 2).reshape({rows, seq, local_heads_ * hd});
+  at::Tensor dkv = at::empty({rows, seq, 2, local_kv_heads_, hd}, dout.options());
+  dkv.select(2, 0).copy_(nn::apply_rotary_backward(g.dk, table).transpose(1, 2));
+  dkv.select(2, 1).copy_(g.dv.transpose(1, 2));
+  const at::Tensor packed = dkv.view({rows, seq, 2 * local_kv_heads_ * hd});
+  parallel::store_chunk(s.dq, dq, 0, piece.first, piece.count);
+  parallel::store_chunk(s.dkv, packed, 0, piece.first, piece.count);
+  return q.backward_input_partial(dq).add_(kv.backward_input_partial(packed));
+}
+
+void LlamaAttentionBlock::finish_backward(PreNormState& state) const { static_cast<State&>(state).cores.clear(); }
+
+void LlamaAttentionBlock::weight_gradients(PreNormState& state) {
+  auto& s = static_cast<State&>(state);
+  proj.backward_weight(s.merged, s.dy);
+  q.backward_weight(s.h, s.dq);
+  kv.backward_weight(s.h, s.dkv);
+}
+
+std::vector<nn::Param*> LlamaAttentionBlock::params() {
+  std::vector<nn::Param*> all = norm.params();
+  for (nn::Param* p : {&q.weight, &kv.weight, &proj.weight}) all.push_back(p);
+  return all;
+}
+
+nn::Cost LlamaAttentionBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
+  const int64_t rows = batch * seq, local = local_heads_ * head_dim_, local_kv = local_kv_heads_ * head_dim_;
+  const double linear = q.flops(rows) + kv.flops(rows) + proj.flops(rows);
+  const double attention = nn::causal_attention_flops(batch, local_heads_, seq, head_dim_);
+  nn::Cost c;
+  c.forward_flops = linear + attention;
+  c.backward_input_flops = linear + 2 * attention;  // dQ, dK, dV, dP: twice the forward's matmuls
+  c.backward_weight_flops = linear;
+  // x, its statistics and h; q and the merged output (and ulysses' own copy of it) of
+  // [rows, d_model / tp]; k and v of [rows, kv heads / tp x head_dim]; the lse.
+  const int64_t outputs = core_->keeps_output() ? 2 : 1;
+  c.saved_bytes = static_cast<double>((skeleton_saved_elements(batch, seq) + (1 + outputs) * rows * local +
+                                       2 * rows * local_kv + batch * local_heads_ * seq) *
+                                      dtype_bytes);
+  c.param_bytes = static_cast<double>((2 * d_model_ * local + 2 * d_model_ * local_kv + norm.param_elements()) *
+                                      dtype_bytes);
+  return c;
+}
+
+}  // namespace loom::blocks

@@ -1,0 +1,118 @@
+#include "loom/models/llama.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "loom/blocks/embedding.h"
+#include "loom/blocks/final_norm.h"
+#include "loom/blocks/llama_attention.h"
+#include "loom/blocks/lm_head_loss.h"
+#include "loom/blocks/swiglu_mlp.h"
+#include "loom/core/checks.h"
+#include "loom/core/error.h"
+#include "loom/models/decoder_kind.h"
+#include "loom/models/transformer_config.h"
+#include "loom/nn/swiglu.h"
+
+namespace loom::models {
+
+int64_t kv_heads(const ModelConfig& m) { return m.n_kv_heads > 0 ? m.n_kv_heads : m.n_heads; }
+
+Model build_llama(const ModelConfig& m, dist::Communicator& tp, parallel::TpOptions options, parallel::SpOptions sp) {
+  const bool sequence = options.sequence && tp.size() > 1;
+  const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
+  Model model;
+  auto embedding = std::make_unique<blocks::TokenPositionEmbedding>(m.vocab, /*positions=*/0, m.d_model, tp, sequence,
+                                                                    parallel::sequence_chunks(sp));
+  nn::Param* tied = nullptr;
+  if (m.tie_embeddings) {
+    // The head reads every row of a tied table each step, so the table stays dense: never on the
+    // sparse path (NOTE [Sparse exchange]), whatever parallel.sparse says.
+    embedding->token_table.embedding = false;
+    tied = &embedding->token_table;
+  }
+  model.chain.push_back(std::move(embedding));
+  const blocks::LlamaAttentionShape attention{.d_model = m.d_model, .n_heads = m.n_heads, .n_kv_heads = kv_heads(m),
+                                              .tile = m.attn_tile, .rope_theta = m.rope_theta,
+                                              .residual_std = residual_std};
+  const int64_t hidden = nn::swiglu_hidden(m.d_model, m.ffn_mult, m.ffn_multiple_of);
+  for (int64_t i = 0; i < m.n_layers; ++i) {
+    const std::string prefix = fmt::format("blocks.{}", i);
+    model.chain.push_back(std::make_unique<blocks::LlamaAttentionBlock>(prefix + ".attn", attention, tp, options, sp));
+    model.chain.push_back(
+        std::make_unique<blocks::SwiGluMlpBlock>(prefix + ".mlp", m.d_model, hidden, residual_std, tp, options));
+  }
+  model.chain.push_back(std::make_unique<blocks::FinalNorm>(m.d_model, sequence ? tp.size() : 1, blocks::NormKind::Rms));
+  model.chain.push_back(std::make_unique<blocks::LmHeadLoss>(m.d_model, m.vocab, tp, sequence, tied));
+  return model;
+}
+
+namespace {
+
+// The Llama keys themselves, before anything is computed from them.
+void check_llama_keys(const ModelConfig& m) {
+  LOOM_CHECK_INPUT(m.max_positions == 0,
+                   "model.max_positions = {} sizes a learned position table, which model.kind = \"llama\" does not "
+                   "have (its positions are rotary, applied in attention); hint: leave max_positions at 0",
+                   m.max_positions);
+  LOOM_CHECK_INPUT(m.n_kv_heads >= 0, "model.n_kv_heads = {} must be >= 0 (0 = model.n_heads)", m.n_kv_heads);
+  LOOM_CHECK_INPUT(std::isfinite(m.rope_theta) && m.rope_theta > 1,
+                   "model.rope_theta = {} must be a finite number above 1 (the rotary base; 10000 by default)",
+                   m.rope_theta);
+  check_positive("model.ffn_multiple_of", m.ffn_multiple_of);
+  check_product("model.ffn_multiple_of", {{"model.ffn_multiple_of", m.ffn_multiple_of}});
+}
+
+// The SwiGLU width, or 0 while the keys it is made of are invalid (validate_transformer refuses
+// them before it uses the width).
+int64_t checked_hidden(const ModelConfig& m) {
+  if (m.d_model <= 0 || m.ffn_mult <= 0 || m.ffn_mult > kMaxCount / m.d_model) return 0;
+  return nn::swiglu_hidden(m.d_model, m.ffn_mult, m.ffn_multiple_of);
+}
+
+// Grouped heads, rotary pairs and a tied head's placement, once the sizes are known to be sane.
+void check_llama_layout(const ModelConfig& m, const ParallelConfig& p) {
+  const int64_t kv = kv_heads(m);
+  LOOM_CHECK_INPUT(m.n_heads % kv == 0,
+                   "model.n_heads ({}) must be a multiple of model.n_kv_heads ({}): each key/value head serves an "
+                   "equal group of query heads; hint: n_kv_heads = {} fits",
+                   m.n_heads, kv, std::gcd(m.n_heads, kv));
+  const int64_t head_dim = m.d_model / m.n_heads;
+  LOOM_CHECK_INPUT(head_dim % 2 == 0,
+                   "model.d_model / model.n_heads = {} / {} = {} must be even: rotary embeddings rotate pairs of a "
+                   "head's dimensions",
+                   m.d_model, m.n_heads, head_dim);
+  LOOM_CHECK_INPUT(!m.tie_embeddings || p.pp == 1,
+                   "model.tie_embeddings = true shares the token table with the LM head, which parallel.pp = {} "
+                   "puts on different pipeline ranks; hint: set model.tie_embeddings = false to pipeline, or "
+                   "parallel.pp = 1",
+                   p.pp);
+}
+
+class LlamaKind final : public DecoderKind {
+ public:
+  std::string_view name() const override { return "llama"; }
+  void validate(const Config& config) const override {
+    const ModelConfig& m = config.model;
+    check_llama_keys(m);
+    validate_transformer(config, {.mlp_hidden = checked_hidden(m),
+                                  .hidden_keys = {{"model.ffn_mult", m.ffn_mult}, {"model.d_model", m.d_model}},
+                                  .kv_heads = kv_heads(m),
+                                  .learned_positions = false});
+    check_llama_layout(m, config.parallel);
+  }
+  Model build(const ModelConfig& config, const Parallelism& p) const override {
+    return build_llama(config, p.tp, p.tp_options, p.sp);
+  }
+};
+
+}  // namespace
+
+const ModelKind& llama_kind() {
+  static const LlamaKind kind;
+  return kind;
+}
+
+}  // namespace loom::models
