@@ -10,6 +10,10 @@
 // starts from loom's initial weights and reads the data straight from the synthetic Markov
 // source in the sampler's documented order (step s holds samples [s gb, (s + 1) gb)).
 //
+// The Llama is written the same way (its own RMSNorm, rotate-half rotary at positions 0..T-1,
+// SwiGLU, grouped kv heads by repetition, an optional head tied to the token table) and checked
+// for one step: loss, every gradient and the AdamW update.
+//
 // In float64 (relative 1e-9) it proves for the serial Trainer: the step's loss; every
 // parameter's gradient, accumulated over two micro-batches; the AdamW update with decoupled
 // weight decay on exactly the matrices; global-norm clipping; and, over two steps, that the
@@ -132,8 +136,59 @@ torch::Tensor mlp_block(const torch::Tensor& x, const Weights& w, const std::str
   return x + affine(gelu_tanh(u), w.at(p + ".down.weight"), w.at(p + ".down.bias"));
 }
 
-// The mean next-token cross-entropy over every token of the global batch.
-torch::Tensor reference_loss(const Weights& w, const Batch& batch, const ModelConfig& m) {
+// ---- The reference Llama: its own RMSNorm, rotary, SwiGLU and grouped heads by repetition. ----
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& gain) {
+  return x / (x.pow(2).mean(-1, /*keepdim=*/true) + 1e-5).sqrt() * gain;
+}
+
+// x [b, heads, t, hd] rotated at positions 0..t-1: the pair (i, i + hd/2) by pos x theta^(-2i/hd).
+torch::Tensor rotate_half_pairs(const torch::Tensor& x, double theta) {
+  const int64_t t = x.size(2), half = x.size(3) / 2;
+  const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  const torch::Tensor exponent = torch::arange(half, f64) * (2.0 / static_cast<double>(2 * half));
+  const torch::Tensor angle = torch::arange(t, f64).unsqueeze(1) / torch::pow(theta, exponent).unsqueeze(0);
+  const torch::Tensor lo = x.narrow(-1, 0, half), hi = x.narrow(-1, half, half);
+  return torch::cat({lo * angle.cos() - hi * angle.sin(), lo * angle.sin() + hi * angle.cos()}, -1);
+}
+
+// x + proj(attention(rotary(q), rotary(k), v)) on rmsnorm(x); kv's weight is [2, kv heads x hd, d]
+// (k then v), and query head j reads kv head j / (heads / kv heads).
+torch::Tensor llama_attention(const torch::Tensor& x, const Weights& w, const std::string& p, const ModelConfig& m) {
+  const int64_t b = x.size(0), t = x.size(1), d = x.size(2), hd = d / m.n_heads, kv_heads = m.n_kv_heads;
+  const torch::Tensor h = rms_norm(x, w.at(p + ".norm.weight"));
+  const torch::Tensor q = affine(h, w.at(p + ".q.weight")).view({b, t, m.n_heads, hd}).transpose(1, 2);
+  const torch::Tensor kv = affine(h, w.at(p + ".kv.weight").reshape({2 * kv_heads * hd, d})).view({b, t, 2, kv_heads, hd});
+  const int64_t repeat = m.n_heads / kv_heads;
+  const torch::Tensor k = rotate_half_pairs(kv.select(2, 0).transpose(1, 2), m.rope_theta).repeat_interleave(repeat, 1);
+  const torch::Tensor v = kv.select(2, 1).transpose(1, 2).repeat_interleave(repeat, 1);
+  const torch::Tensor scores =
+      torch::matmul(rotate_half_pairs(q, m.rope_theta), k.transpose(-1, -2)) / std::sqrt(static_cast<double>(hd));
+  const torch::Tensor future = torch::ones({t, t}, torch::kBool).triu(1);
+  const torch::Tensor merged = torch::matmul(scores.masked_fill(future, -INFINITY).softmax(-1), v);
+  return x + affine(merged.transpose(1, 2).reshape({b, t, d}), w.at(p + ".proj.weight"));
+}
+
+// x + down(silu(gate) * up) on rmsnorm(x); gate_up's weight is [2, hidden, d] (gate then up).
+torch::Tensor llama_mlp(const torch::Tensor& x, const Weights& w, const std::string& p) {
+  const torch::Tensor gate_up = w.at(p + ".gate_up.weight");
+  const torch::Tensor h = rms_norm(x, w.at(p + ".norm.weight"));
+  const torch::Tensor gate = affine(h, gate_up[0]), up = affine(h, gate_up[1]);
+  return x + affine(gate * torch::sigmoid(gate) * up, w.at(p + ".down.weight"));
+}
+
+torch::Tensor llama_logits(const Weights& w, const Batch& batch, const ModelConfig& m) {
+  const int64_t b = batch.tokens.size(0), t = batch.tokens.size(1);
+  const torch::Tensor table = w.at("embedding.wte");
+  torch::Tensor x = table.index_select(0, batch.tokens.reshape({-1})).view({b, t, m.d_model});
+  for (int64_t i = 0; i < m.n_layers; ++i) {
+    x = llama_attention(x, w, fmt::format("blocks.{}.attn", i), m);
+    x = llama_mlp(x, w, fmt::format("blocks.{}.mlp", i));
+  }
+  return affine(rms_norm(x, w.at("final_norm.weight")), m.tie_embeddings ? table : w.at("head.weight"));
+}
+
+torch::Tensor gpt_logits(const Weights& w, const Batch& batch, const ModelConfig& m) {
   const int64_t b = batch.tokens.size(0), t = batch.tokens.size(1);
   const torch::Tensor rows = w.at("embedding.wte").index_select(0, batch.tokens.reshape({-1}));
   torch::Tensor x = rows.view({b, t, m.d_model}) + w.at("embedding.wpe").narrow(0, 0, t);
@@ -141,7 +196,12 @@ torch::Tensor reference_loss(const Weights& w, const Batch& batch, const ModelCo
     x = attention_block(x, w, fmt::format("blocks.{}.attn", i), m.n_heads);
     x = mlp_block(x, w, fmt::format("blocks.{}.mlp", i));
   }
-  const torch::Tensor logits = affine(layer_norm(x, w, "final_norm"), w.at("head.weight"));
+  return affine(layer_norm(x, w, "final_norm"), w.at("head.weight"));
+}
+
+// The mean next-token cross-entropy over every token of the global batch.
+torch::Tensor reference_loss(const Weights& w, const Batch& batch, const ModelConfig& m) {
+  const torch::Tensor logits = m.kind == "llama" ? llama_logits(w, batch, m) : gpt_logits(w, batch, m);
   const torch::Tensor target_logits = logits.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1);
   return (logits.logsumexp(-1) - target_logits).mean();
 }
@@ -179,7 +239,7 @@ double reference_lr(const TrainConfig& t, int64_t step) {
 }
 
 // GPT-2's choice, decided here by name: the matrices (token and position tables, the linears'
-// weights, the head) decay; biases and LayerNorm gains do not.
+// weights, the head) decay; biases and norm gains (LayerNorm's, RMSNorm's) do not.
 bool reference_decays(const std::string& name) {
   if (name == "embedding.wte" || name == "embedding.wpe" || name == "head.weight") return true;
   return name.ends_with(".weight") && name.find("norm") == std::string::npos;
@@ -331,6 +391,40 @@ TEST(ReferenceStep, TwoStepsCarryTheOptimizerState) {
   const double weights = expect_all_near("value after step 2", loom.values, want);
   log_errors("two steps", loss, grads, weights);
 }
+
+// The Llama: 4 query heads sharing 2 kv heads, a non-default rotary base, SwiGLU of hidden 96
+// (2/3 x 4 x 32 = 85 rounded up to 16), no biases; its head separate or tied to the token table.
+Config llama_reference_config(bool tied) {
+  Config c = reference_config(/*clip=*/0, /*steps=*/1, /*warmup=*/4);
+  c.model.kind = "llama";
+  c.model.n_kv_heads = 2;
+  c.model.rope_theta = 500.0;
+  c.model.ffn_multiple_of = 16;
+  c.model.tie_embeddings = tied;
+  return c;
+}
+
+class ReferenceLlamaStep : public ::testing::TestWithParam<bool> {};  // tied
+
+TEST_P(ReferenceLlamaStep, OneStepMatchesLossGradientsAndAdamW) {
+  const Config c = llama_reference_config(GetParam());
+  const LoomRun loom = run_loom(c);
+  ASSERT_EQ(loom.records.size(), 1u);
+  EXPECT_EQ(loom.initial.count("head.weight"), GetParam() ? 0u : 1u) << "a tied head has no matrix of its own";
+  expect_same_decay_set(loom);
+  const ReferenceGradients ref = reference_gradients(loom.initial, global_batch(c, 0), c.model);
+  const double lr = reference_lr(c.train, 0);
+  expect_norm_near(loom.records[0].grad_norm, global_norm(ref.grads));
+  Weights want = loom.initial;
+  ReferenceAdamW(c.train.weight_decay).step(want, ref.grads, lr);
+  const double loss = expect_loss_near(loom.records[0].loss, ref.loss, 0);
+  const double grads = expect_all_near("gradient", loom.grads, ref.grads);
+  const double weights = expect_all_near("updated value", loom.values, want);
+  log_errors(GetParam() ? "llama, tied head" : "llama", loss, grads, weights);
+}
+
+INSTANTIATE_TEST_SUITE_P(Head, ReferenceLlamaStep, ::testing::Bool(),
+                         [](const auto& info) { return info.param ? "Tied" : "Untied"; });
 
 }  // namespace
 }  // namespace loom::train
