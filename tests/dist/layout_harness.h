@@ -82,7 +82,7 @@ inline TrainedRun train_run(const Config& config, dist::Communicator& world) {
 
 inline TrainedRun run_serial(Config config) {
   // parallel.sparse picks the tables' optimizer (lazy or dense AdamW): part of the model, not the layout.
-  const std::string sparse = config.parallel.sparse;
+  const Option<SparseMode> sparse = config.parallel.sparse;
   config.parallel = ParallelConfig{};
   config.parallel.sparse = sparse;
   config.memory.recompute = "none";  // recomputation changes memory, not the model

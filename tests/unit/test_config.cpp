@@ -4,6 +4,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <map>
+#include <fstream>
 #include <limits>
 
 #include "loom/core/config.h"
@@ -45,7 +48,7 @@ pp_cuts = [3, 7]
                                 "test.toml");
   EXPECT_EQ(c.model.d_model, 128);
   EXPECT_EQ(c.model.n_heads, 8);
-  EXPECT_EQ(c.model.dtype, "float64");
+  EXPECT_EQ(c.model.dtype, DType::Float64);
   EXPECT_DOUBLE_EQ(c.train.lr, 3e-4);
   EXPECT_DOUBLE_EQ(c.train.clip, 2.0);
   EXPECT_EQ(c.parallel.pp_cuts, (std::vector<int64_t>{3, 7}));
@@ -192,7 +195,13 @@ TEST(Config, ValidationRefusesInconsistentValues) {
   EXPECT_THAT(refused([](Config& c) { c.model.max_positions = 128; }),
               HasSubstr("model.seq_len (256) is longer than the position table"));
   EXPECT_THAT(refused([](Config& c) { c.train.global_batch = 6; }), HasSubstr("multiple of train.micro_batch"));
-  EXPECT_THAT(refused([](Config& c) { c.model.dtype = "float16"; }), HasSubstr("model.dtype = \"float16\""));
+  // An enumerated key is read through its name table (NOTE [Option names]): an unknown name is
+  // refused where it is read, with the key and the accepted names.
+  Config c;
+  EXPECT_THAT(input_error([&] { apply_override(c, "model.dtype=float16"); }),
+              HasSubstr("model.dtype = \"float16\" is not one of: float32, float64, bfloat16"));
+  EXPECT_THAT(input_error([&] { c.parallel.sp_mode = "spiral"; }),
+              HasSubstr("\"spiral\" is not one of: allgather, ring, ulysses"));
   EXPECT_THAT(refused([](Config& c) { c.data.source = "csv:x"; }), HasSubstr("data.source"));
   EXPECT_THAT(refused([](Config& c) { c.memory.budget = "lots"; }), HasSubstr("memory.budget = \"lots\""));
   EXPECT_THAT(refused([](Config& c) { c.train.steps = 0; }), HasSubstr("train.steps = 0 must be positive"));
@@ -294,4 +303,28 @@ TEST(Units, ParsesAndFormatsByteSizes) {
 }
 
 }  // namespace
+// NOTE [Option names]: docs/config.md's row for each enumerated key names every value of its table
+// (a value added to a table and not documented fails here).
+TEST(Config, DocsListEveryOptionName) {
+  const char* root = std::getenv("LOOM_SOURCE_DIR");
+  if (root == nullptr) GTEST_SKIP() << "LOOM_SOURCE_DIR is set by ctest";
+  std::ifstream file(std::string(root) + "/docs/config.md");
+  ASSERT_TRUE(file) << "docs/config.md";
+  std::map<std::string, std::string> rows;  // "| key |" -> its row
+  for (std::string line; std::getline(file, line);)
+    if (line.starts_with("| ")) rows[line.substr(2, line.find(" |", 2) - 2)] = line;
+  auto expect_all = [&](const std::string& key, const auto& names) {
+    ASSERT_TRUE(rows.count(key)) << key << " has no row in docs/config.md";
+    for (std::string_view name : names)
+      EXPECT_NE(rows[key].find(fmt::format("\"{}\"", name)), std::string::npos) << key << ": \"" << name << "\"";
+  };
+  expect_all("dtype", OptionNames<DType>::names);
+  expect_all("sp_mode", OptionNames<SpMode>::names);
+  expect_all("recompute", OptionNames<Recompute>::names);
+  expect_all("sparse", OptionNames<SparseMode>::names);
+  expect_all("token_dtype", OptionNames<TokenWidth>::names);
+  expect_all("schedule", OptionNames<ScheduleKind>::names);
+  expect_all("kind", models::model_kind_names());
+}
+
 }  // namespace loom

@@ -2,6 +2,7 @@
 
 #include "commands.h"
 #include "config_options.h"
+#include "loom/models/registry.h"
 #include "loom/core/error.h"
 #include "loom/core/output_file.h"
 #include "loom/data/clicks.h"
@@ -24,7 +25,10 @@ std::string shell_quoted(const std::string& text) {
 
 void write_clicks_file(const ConfigOptions& config, int64_t samples, const std::string& out) {
   const Config c = config.load();
-  LOOM_CHECK_INPUT(c.model.kind == "dlrm", "loom data clicks needs model.kind = \"dlrm\" (got \"{}\")", c.model.kind);
+  LOOM_CHECK_INPUT(models::model_kind(c.model.kind).sample_format() == data::SampleFormat::Clicks,
+                   "loom data clicks writes click records, and model.kind = \"{}\" reads token sequences; hint: "
+                   "model.kind = \"dlrm\", or `loom data prepare` for tokens",
+                   c.model.kind);
   LOOM_CHECK_INPUT(samples > 0, "--samples {} must be positive", samples);
   const PathUse target{out, "--out"};
   check_output_paths(config.inputs(c), {target});

@@ -21,7 +21,7 @@ Action add_schedule(CLI::App& app) {
     double f = 1, b = 1, w = 1, recompute = 0, p2p = 0;
   };
   auto o = std::make_shared<Options>();
-  cmd->add_option("--kind", o->kind, "gpipe | 1f1b | interleaved | zb-h1 | scp");
+  cmd->add_option("--kind", o->kind, option_list<ScheduleKind>());
   cmd->add_option("--stages", o->stages, "pipeline stages (ranks)");
   cmd->add_option("--microbatches", o->microbatches, "micro-batches per step");
   cmd->add_option("--chunks", o->chunks, "virtual chunks per rank (interleaved)");
@@ -46,7 +46,7 @@ Action add_schedule(CLI::App& app) {
     if (!o->from.empty()) {
       schedule = schedule::read_csv(o->from);
     } else {
-      schedule = schedule::make_schedule(o->kind, o->stages, o->microbatches, o->chunks);
+      schedule = schedule::make_schedule(option_from<ScheduleKind>("--kind", o->kind), o->stages, o->microbatches, o->chunks);
     }
     schedule::Costs costs{.p2p = o->p2p};
     for (int64_t v = 0; v < schedule.virtual_stages(); ++v)

@@ -108,6 +108,7 @@ nn::Cost LmHeadLoss::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const
   c.backward_weight_flops = gemm;
   c.saved_bytes = static_cast<double>(rows * (rows_ + d_model_) * dtype_bytes);
   c.param_bytes = tied_ != nullptr ? 0.0 : static_cast<double>(rows_ * d_model_ * dtype_bytes);  // tied: the embedding's
+  c.workspace_bytes = static_cast<double>(rows * rows_ * dtype_bytes);  // the logits beside their gradient
   return c;
 }
 

@@ -19,7 +19,13 @@
 namespace loom {
 namespace {
 
-using FieldPtr = std::variant<int64_t*, double*, bool*, std::string*, std::vector<int64_t>*>;
+using FieldPtr = std::variant<int64_t*, double*, bool*, std::string*, std::vector<int64_t>*, Option<DType>*,
+                              Option<SpMode>*, Option<Recompute>*, Option<SparseMode>*, Option<TokenWidth>*>;
+
+template <class T>
+struct IsOption : std::false_type {};
+template <class E>
+struct IsOption<Option<E>> : std::true_type {};
 
 struct KeySpec {
   std::string_view section;
@@ -176,6 +182,10 @@ void assign(const KeySpec& spec, Config& config, const toml::node& node, std::st
         } else if constexpr (std::is_same_v<T, std::string>) {
           if (!node.is_string()) throw wrong("a string");
           *field = node.as_string()->get();
+        } else if constexpr (IsOption<T>::value) {  // NOTE [Option names]
+          if (!node.is_string()) throw wrong(fmt::format("one of: {}", option_list<decltype(field->value)>()));
+          const std::string key = fmt::format("{}: {}", origin, spec.full());
+          field->value = option_from<decltype(field->value)>(key, node.as_string()->get());
         } else {
           const toml::array* array = node.as_array();
           if (array == nullptr || (!array->empty() && !array->is_homogeneous(toml::node_type::integer)))
@@ -294,6 +304,8 @@ std::string toml_value(const FieldPtr& field) {
           std::string s = fmt::format("{}", *f);
           if (s.find_first_of(".eEn") == std::string::npos) s += ".0";
           return s;
+        } else if constexpr (IsOption<T>::value) {
+          return fmt::format("\"{}\"", f->name());
         } else if constexpr (std::is_same_v<T, std::string>) {
           std::string s = "\"";
           for (char c : *f) s += (c == '"' || c == '\\') ? std::string{'\\', c} : std::string{c};
@@ -364,7 +376,10 @@ void apply_override(Config& config, std::string_view assignment) {
   const KeySpec& spec = find_key(key.substr(0, dot), key.substr(dot + 1), origin);
   const auto as_string = [&] { assign(spec, config, toml::value<std::string>(std::string(value)), origin); };
   // A string key takes unquoted text as it is, so memory.budget=4096 is the size, not an integer.
-  const bool is_string = std::holds_alternative<std::string*>(spec.field(config));
+  const bool is_string = !std::holds_alternative<int64_t*>(spec.field(config)) &&
+                         !std::holds_alternative<double*>(spec.field(config)) &&
+                         !std::holds_alternative<bool*>(spec.field(config)) &&
+                         !std::holds_alternative<std::vector<int64_t>*>(spec.field(config));  // strings, options
   const bool quoted = value.starts_with('"') || value.starts_with('\'');
   if ((is_string && !quoted) || value.find('\n') != std::string_view::npos) return as_string();
   LOOM_CHECK_INPUT(!trim(value).empty(), "{}: {} has no value; write e.g. --set {}={}", origin, spec.full(),

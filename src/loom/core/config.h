@@ -8,6 +8,8 @@
 #include <string_view>
 #include <vector>
 
+#include "loom/core/options.h"
+
 namespace loom {
 
 struct ModelConfig {
@@ -20,7 +22,7 @@ struct ModelConfig {
   int64_t max_positions = 0;  // size of the learned position table; 0 = seq_len
   int64_t ffn_mult = 4;
   int64_t attn_tile = 128;    // query/key tile of the attention kernel (memory is O(seq * tile))
-  std::string dtype = "float32";
+  Option<DType> dtype = DType::Float32;
   // Llama (kind = "llama"): grouped-query attention with n_kv_heads key/value heads (0 = n_heads),
   // the token table reused as the LM head, the rotary base, and the SwiGLU hidden width's rounding
   // (hidden = ffn_multiple_of x ceil(2/3 x ffn_mult x d_model / ffn_multiple_of)).
@@ -43,22 +45,22 @@ struct ModelConfig {
 
 struct ParallelConfig {
   int64_t dp = 1, tp = 1, pp = 1, sp = 1;
-  std::string schedule = "1f1b";
+  std::string schedule = "1f1b";  // a ScheduleKind's name, or "csv:PATH"
   int64_t chunks = 1;
   std::vector<int64_t> pp_cuts;
-  std::string sp_mode = "allgather";
+  Option<SpMode> sp_mode = SpMode::AllGather;
   bool tp_sequence = false;
   int64_t tp_overlap = 1;
   int64_t zero = 0;
   double bucket_mb = 25.0;
-  std::string sparse = "auto";
+  Option<SparseMode> sparse = SparseMode::Auto;
   int64_t sparse_partitions = 0;
   bool operator==(const ParallelConfig&) const = default;
 };
 
 struct MemoryConfig {
   std::string budget;  // "" = no budget, else a byte size such as "2GiB"
-  std::string recompute = "none";
+  Option<Recompute> recompute = Recompute::None;
   double recompute_ratio = 0.0;
   bool operator==(const MemoryConfig&) const = default;
 };
@@ -82,7 +84,7 @@ struct TrainConfig {
 
 struct DataConfig {
   std::string source = "synthetic";   // "synthetic" | "text:PATH" | "tokens:PATH"
-  std::string token_dtype = "auto";   // for tokens:PATH: "uint16" | "uint32" | "auto" (by vocab)
+  Option<TokenWidth> token_dtype = TokenWidth::Auto;  // for tokens:PATH; auto: by vocab
   double zipf = 1.05;                  // DLRM's synthetic clicks: ids follow Zipf(zipf) over each table's rows
   bool operator==(const DataConfig&) const = default;
 };

@@ -26,10 +26,7 @@ void validate_parallel(const ParallelConfig& p) {
                             {"parallel.tp_overlap", p.tp_overlap}})
     check_positive(key, value);
   if (!(p.schedule.starts_with("csv:") && p.schedule.size() > 4))
-    check_one_of("parallel.schedule", p.schedule,
-                 std::array<std::string_view, 5>{"gpipe", "1f1b", "interleaved", "zb-h1", "scp"});
-  check_one_of("parallel.sp_mode", p.sp_mode, std::array<std::string_view, 3>{"allgather", "ring", "ulysses"});
-  check_one_of("parallel.sparse", p.sparse, std::array<std::string_view, 2>{"auto", "off"});
+    option_from<ScheduleKind>("parallel.schedule", p.schedule);
   LOOM_CHECK_INPUT(p.zero == 0 || p.zero == 1, "parallel.zero = {} must be 0 or 1", p.zero);
   LOOM_CHECK_INPUT(p.bucket_mb > 0, "parallel.bucket_mb = {} must be positive", p.bucket_mb);
   LOOM_CHECK_INPUT(p.bucket_mb < 0x1p43,
@@ -45,7 +42,7 @@ void validate_parallel(const ParallelConfig& p) {
   LOOM_CHECK_INPUT(p.sparse_partitions >= 0, "parallel.sparse_partitions = {} must be >= 0 (0 = automatic)",
                    p.sparse_partitions);
 
-  LOOM_CHECK_INPUT(p.chunks == 1 || p.schedule == "interleaved" || p.schedule.starts_with("csv:"),
+  LOOM_CHECK_INPUT(p.chunks == 1 || p.schedule == name_of(ScheduleKind::Interleaved) || p.schedule.starts_with("csv:"),
                    "parallel.chunks = {} needs parallel.schedule = \"interleaved\" (or a CSV schedule); \"{}\" "
                    "runs one chunk per rank",
                    p.chunks, p.schedule);
@@ -57,8 +54,7 @@ void validate_parallel(const ParallelConfig& p) {
 
 void validate_common_model(const ModelConfig& m) {
   LOOM_CHECK_INPUT(!m.kind.empty(), "model.kind is empty; name a model kind (`loom config --print` shows the default)");
-  check_one_of("model.dtype", m.dtype, std::array<std::string_view, 3>{"float32", "float64", "bfloat16"});
-  LOOM_CHECK_INPUT(m.dtype != "bfloat16",
+  LOOM_CHECK_INPUT(m.dtype != DType::BFloat16,
                    "model.dtype = \"bfloat16\" is not supported by the CPU kernels yet; use \"float32\" "
                    "(training) or \"float64\" (equivalence checks)");
 }
@@ -68,10 +64,9 @@ void validate_memory(const MemoryConfig& m, const ParallelConfig& p) {
     const int64_t budget = parse_bytes(m.budget, "memory.budget");
     LOOM_CHECK_INPUT(budget > 0, "memory.budget = \"{}\" must be positive (or \"\" for none)", m.budget);
   }
-  check_one_of("memory.recompute", m.recompute, std::array<std::string_view, 3>{"none", "full", "stage-aware"});
   LOOM_CHECK_INPUT(m.recompute_ratio >= 0 && m.recompute_ratio <= 1,
                    "memory.recompute_ratio = {} must be in [0, 1]", m.recompute_ratio);
-  LOOM_CHECK_INPUT(m.recompute != "stage-aware" || p.pp > 1,
+  LOOM_CHECK_INPUT(m.recompute != Recompute::StageAware || p.pp > 1,
                    "memory.recompute = \"stage-aware\" needs pipeline stages (parallel.pp > 1); use \"full\" "
                    "or \"none\" in one process");
 }

@@ -11,6 +11,10 @@
 
 namespace loom::data {
 
+// What a model kind's samples are: token sequences or click records (which `loom data` command
+// writes them).
+enum class SampleFormat : uint8_t { Tokens, Clicks };
+
 class Batches {
  public:
   virtual ~Batches() = default;

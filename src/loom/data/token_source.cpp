@@ -38,7 +38,7 @@ bool has_uint32_over(const DataFile& file, int64_t vocab) {
 //    file itself proves: a size that is not a multiple of 4 cannot be uint32; nor can a file with
 //    an id >= vocab when read as uint32 (a uint16 file of real text almost always has one in its
 //    first ids). Anything else is refused, saying how to state the width.
-int token_width(const std::string& path, const std::string& token_dtype, int64_t vocab) {
+int token_width(const std::string& path, Option<TokenWidth> token_dtype, int64_t vocab) {
   const DataFile file(path, "data file");
   const int64_t bytes = file.size();
   if (const std::optional<TokenSidecar> side = read_sidecar(path)) {
@@ -47,13 +47,13 @@ int token_width(const std::string& path, const std::string& token_dtype, int64_t
                      "data file '{}' has {} bytes, but its sidecar '{}' says {} {} tokens ({} x {} bytes): the file "
                      "changed since it was prepared; hint: prepare it again with `loom data prepare`",
                      path, bytes, side_path, side->tokens, side->dtype, side->tokens, side->token_bytes());
-    LOOM_CHECK_INPUT(token_dtype == "auto" || token_dtype == side->dtype,
+    LOOM_CHECK_INPUT(token_dtype == TokenWidth::Auto || token_dtype.name() == side->dtype,
                      "data.token_dtype = \"{}\", but the sidecar '{}' of data file '{}' says its ids are {}; hint: "
                      "set data.token_dtype = \"auto\" to use the sidecar's",
-                     token_dtype, side_path, path, side->dtype);
+                     token_dtype.name(), side_path, path, side->dtype);
     return side->token_bytes();
   }
-  if (token_dtype != "auto") return token_dtype == "uint32" ? 4 : 2;
+  if (token_dtype != TokenWidth::Auto) return token_dtype == TokenWidth::UInt32 ? 4 : 2;
   if (bytes % 4 != 0 || bytes == 0 || has_uint32_over(file, vocab)) return 2;
   throw InputError(fmt::format(
       "data file '{}' ({} bytes, no sidecar '{}') could hold uint16 or uint32 ids, and data.token_dtype = \"auto\" "

@@ -25,6 +25,6 @@ std::unique_ptr<TokenSource> open_source(const Config& config);
 // The width in bytes (2 or 4) of the ids of the tokens:PATH file `path` under data.token_dtype =
 // `token_dtype` for a model of `vocab` ids (NOTE [Token width]). InputError when the sidecar
 // disagrees with the file or with an explicit token_dtype, or when "auto" cannot tell.
-int token_width(const std::string& path, const std::string& token_dtype, int64_t vocab);
+int token_width(const std::string& path, Option<TokenWidth> token_dtype, int64_t vocab);
 
 }  // namespace loom::data

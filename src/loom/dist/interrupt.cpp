@@ -76,6 +76,17 @@ InterruptHandler::~InterruptHandler() {
 
 int InterruptHandler::signal() const { return g_signal; }
 
+int InterruptHandler::agreed_signal(Communicator& world) {
+  int first = signal();
+  if (world.size() > 1) {
+    at::Tensor vote = at::full({1}, static_cast<int64_t>(first), at::kLong);
+    world.all_reduce(vote, ReduceOp::Max);
+    first = static_cast<int>(vote.item<int64_t>());
+  }
+  if (first != 0) acknowledge();
+  return first;
+}
+
 void InterruptHandler::acknowledge() { acknowledged_ = true; }
 
 void InterruptHandler::arm() { g_armed = 1; }

@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "loom/dist/communicator.h"
+
 namespace loom::dist {
 
 struct LocalPeer {
@@ -34,6 +36,9 @@ class InterruptHandler {
   InterruptHandler& operator=(const InterruptHandler&) = delete;
 
   int signal() const;  // the first signal received; 0 = none
+  // Collective over `world`: the first signal any rank received (0: none), acknowledged when
+  // there is one, so that every rank stops after the same step.
+  int agreed_signal(Communicator& world);
   void arm();          // from now on the first signal is recorded, not fatal
   // After a signal, watches the processes of the other ranks on this machine (see the NOTE).
   void watch_local_peers(int my_rank, std::vector<LocalPeer> peers);

@@ -4,8 +4,9 @@
 // "device memory" of a CPU rank). An allocation that would pass the budget throws
 // BudgetExceeded, naming the budget, the request and the current use.
 //
-// Its counters are process-wide state (libtorch has one CPU allocator per process), as are MPI's
-// handles in dist/ and the interrupt flag (dist/interrupt.h, which a signal handler needs).
+// Its counters are process-wide state (libtorch has one CPU allocator per process), as are the
+// interrupt flags (dist/interrupt.h, which a signal handler needs); MPI's state belongs to
+// dist::Runtime.
 #include <cstdint>
 
 #include "loom/core/error.h"

@@ -9,6 +9,7 @@ namespace loom::models {
 class DecoderKind : public ModelKind {
  public:
   std::unique_ptr<data::Batches> open_data(const Config& config) const override;
+  data::SampleFormat sample_format() const override { return data::SampleFormat::Tokens; }
   Throughput throughput(const ModelConfig& config) const override;
   int64_t lookups_per_sample(const ModelConfig& config, int64_t tokens) const override;
   std::string weight_keys(const ModelConfig& m) const override;

@@ -40,6 +40,7 @@ class DlrmKind final : public ModelKind {
   std::unique_ptr<data::Batches> open_data(const Config& config) const override {
     return data::click_batches(config);
   }
+  data::SampleFormat sample_format() const override { return data::SampleFormat::Clicks; }
   Throughput throughput(const ModelConfig&) const override { return {"samples", "samples", 1}; }
   int64_t lookups_per_sample(const ModelConfig& config, int64_t) const override { return config.bag_size; }
   std::string weight_keys(const ModelConfig& m) const override {

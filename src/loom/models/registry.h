@@ -42,6 +42,7 @@ class ModelKind {
   // Layers only; Model::initialise allocates and fills the parameters.
   virtual Model build(const ModelConfig& config, const Parallelism& parallelism) const = 0;
   virtual std::unique_ptr<data::Batches> open_data(const Config& config) const = 0;
+  virtual data::SampleFormat sample_format() const = 0;
   virtual Throughput throughput(const ModelConfig& config) const = 0;
   // Row lookups a sample makes in each embedding table, for a rank holding `tokens` of each
   // sequence (the sparse path's memory estimate).

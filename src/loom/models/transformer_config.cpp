@@ -51,7 +51,7 @@ void check_sizes(const Config& c, const TransformerShape& shape) {
 }
 
 void check_sequence_layout(const ModelConfig& m, const ParallelConfig& p) {
-  LOOM_CHECK_INPUT(p.sp == 1 || p.sp_mode != "ring" || m.seq_len % (2 * p.sp) == 0,
+  LOOM_CHECK_INPUT(p.sp == 1 || p.sp_mode != SpMode::Ring || m.seq_len % (2 * p.sp) == 0,
                    "[sp] sp_mode = \"ring\" cuts the sequence into 2 x parallel.sp chunks (each rank holds one early "
                    "and one late, to balance the causal work): model.seq_len ({}) must be divisible by {}",
                    m.seq_len, 2 * p.sp);
@@ -76,7 +76,7 @@ void check_head_layout(const ModelConfig& m, const TransformerShape& shape, cons
                    "[tp] model.n_kv_heads ({}) must be divisible by parallel.tp ({}): each tp rank holds whole "
                    "key/value heads; hint: n_kv_heads = {} fits",
                    shape.kv_heads, p.tp, std::max<int64_t>(p.tp, shape.kv_heads / p.tp * p.tp));
-  LOOM_CHECK_INPUT(p.sp == 1 || p.sp_mode != "ulysses" || shape.kv_heads % (p.tp * p.sp) == 0,
+  LOOM_CHECK_INPUT(p.sp == 1 || p.sp_mode != SpMode::Ulysses || shape.kv_heads % (p.tp * p.sp) == 0,
                    "[sp] sp_mode = \"ulysses\" splits the heads over sp: model.n_heads ({}){} must be divisible by "
                    "parallel.tp x parallel.sp ({} x {}); hint: sp_mode = \"allgather\" has no such limit",
                    m.n_heads,
@@ -93,8 +93,6 @@ void check_data(const DataConfig& d, const ModelConfig& m) {
   const bool known = s == "synthetic" || (s.starts_with("text:") && s.size() > 5) ||
                      (s.starts_with("tokens:") && s.size() > 7);
   LOOM_CHECK_INPUT(known, "data.source = \"{}\" is not \"synthetic\", \"text:PATH\" or \"tokens:PATH\"", s);
-  static constexpr std::array<std::string_view, 3> widths{"auto", "uint16", "uint32"};
-  check_one_of("data.token_dtype", d.token_dtype, widths);
   LOOM_CHECK_INPUT(!s.starts_with("text:") || m.vocab >= 256,
                    "data.source = \"{}\" is byte-level text, which needs model.vocab >= 256 (got {})", s, m.vocab);
 }

@@ -1,5 +1,7 @@
 #include "loom/nn/layer.h"
 
+#include <algorithm>
+
 namespace loom::nn {
 
 Cost& Cost::operator+=(const Cost& o) {
@@ -8,6 +10,7 @@ Cost& Cost::operator+=(const Cost& o) {
   backward_weight_flops += o.backward_weight_flops;
   saved_bytes += o.saved_bytes;
   param_bytes += o.param_bytes;
+  workspace_bytes = std::max(workspace_bytes, o.workspace_bytes);  // one layer's at a time
   return *this;
 }
 

@@ -36,6 +36,9 @@ struct Cost {
   double backward_weight_flops = 0;
   double saved_bytes = 0;  // activations kept from forward to backward
   double param_bytes = 0;
+  // Temporaries beyond what is saved, at the layer's largest moment (the head's logits while the
+  // loss and its gradient are formed): what a stage's peak adds for its busiest layer.
+  double workspace_bytes = 0;
   Cost& operator+=(const Cost& o);
 };
 

@@ -4,13 +4,6 @@
 
 namespace loom::parallel {
 
-SpMode sp_mode_of(const std::string& name) {
-  if (name == "ring") return SpMode::Ring;
-  if (name == "ulysses") return SpMode::Ulysses;
-  LOOM_CHECK_INPUT(name == "allgather", "parallel.sp_mode = \"{}\" is not one of: allgather, ring, ulysses", name);
-  return SpMode::AllGather;
-}
-
 std::vector<int64_t> sequence_chunks(const SpOptions& sp) {
   if (!sp.active()) return {0};
   const int64_t r = sp.sp->rank(), n = sp.sp->size();

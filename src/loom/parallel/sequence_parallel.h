@@ -26,13 +26,13 @@
 #include <string>
 #include <vector>
 
+#include "loom/core/options.h"
 #include "loom/dist/communicator.h"
 #include "loom/nn/layer.h"
 
 namespace loom::parallel {
 
-enum class SpMode { AllGather, Ring, Ulysses };
-SpMode sp_mode_of(const std::string& name);  // "allgather" | "ring" | "ulysses"
+using loom::SpMode;  // parallel.sp_mode (core/options.h)
 
 struct SpOptions {
   dist::Communicator* sp = nullptr;  // the sequence-parallel group; null or one rank: off

@@ -14,7 +14,7 @@
 namespace loom::plan {
 namespace {
 
-int64_t dtype_bytes(const ModelConfig& m) { return m.dtype == "float64" ? 8 : 4; }
+int64_t dtype_bytes(const ModelConfig& m) { return m.dtype == DType::Float64 ? 8 : 4; }
 
 // The chain as tp rank 0 holds it (every tp rank's shard has the same shape), costed for one
 // micro-batch of this rank's tokens; layers only, nothing allocated.
@@ -30,7 +30,7 @@ std::vector<LayerPlan> describe_chain(const Config& c, int64_t local_tokens) {
     for (const nn::Param* p : layer->params())
       plan.params.push_back({.numel = p->numel(),
                              .row_width = p->full_shape.size() > 1 ? p->full_shape[1] : 1,
-                             .table = p->embedding && c.parallel.sparse == "auto"});
+                             .table = p->embedding && c.parallel.sparse == SparseMode::Auto});
     chain.push_back(std::move(plan));
   }
   return chain;
@@ -50,10 +50,10 @@ std::vector<int64_t> stage_cuts(const Config& c, const std::vector<LayerPlan>& c
 // first round(r_k x its layers) of each of its slices, earlier ranks more (they stash more).
 void decide_policies(RunPlan& plan) {
   const auto& p = plan.config.parallel;
-  const std::string& mode = plan.config.memory.recompute;
+  const Recompute mode = plan.config.memory.recompute;
   for (int64_t v = 0; v < p.pp * p.chunks; ++v) {
-    double ratio = mode == "full" ? 1.0 : 0.0;
-    if (mode == "stage-aware")
+    double ratio = mode == Recompute::Full ? 1.0 : 0.0;
+    if (mode == Recompute::StageAware)
       ratio = pipeline::stage_recompute_ratio(plan.config.memory.recompute_ratio, v % p.pp, p.pp);
     const int64_t begin = plan.cuts[v], end = plan.cuts[v + 1];
     const auto recomputed = static_cast<int64_t>(std::lround(ratio * static_cast<double>(end - begin)));
@@ -83,11 +83,13 @@ MemoryEstimate estimate_stage(const RunPlan& plan, const std::vector<int64_t>& l
   // A recomputing layer keeps its input: seq/tp tokens of d_model under tp_sequence.
   const int64_t shards = c.parallel.tp_sequence ? c.parallel.tp : 1;
   const auto input = static_cast<double>(c.train.micro_batch * plan.local_tokens / shards * c.model.d_model * bytes);
-  double params = 0, tables = 0, per_microbatch = 0, sparse = 0;
+  double params = 0, tables = 0, per_microbatch = 0, sparse = 0, transient = 0;
   for (int64_t i : layers) {
     const LayerPlan& layer = plan.chain[i];
+    const bool recomputed = layer.policy == nn::MemoryPolicy::Recompute;
     params += layer.cost.param_bytes;
-    per_microbatch += layer.policy == nn::MemoryPolicy::Recompute ? input : layer.cost.saved_bytes;
+    per_microbatch += recomputed ? input : layer.cost.saved_bytes;
+    transient = std::max(transient, (recomputed ? layer.cost.saved_bytes : 0) + layer.cost.workspace_bytes);
     for (const ParamInfo& p : layer.params)
       if (p.table) tables += static_cast<double>(p.numel * bytes), sparse += sparse_bytes(plan, p);
   }
@@ -97,6 +99,7 @@ MemoryEstimate estimate_stage(const RunPlan& plan, const std::vector<int64_t>& l
   return {.weights = 2 * dense + moments,
           .activations = per_microbatch * static_cast<double>(stashed),
           .sparse = sparse,
+          .transient = transient,
           .stashed = stashed};
 }
 

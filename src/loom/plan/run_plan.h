@@ -41,11 +41,13 @@ struct LayerPlan {
 
 // Bytes per rank. `weights`: parameters, their gradients and AdamW moments (dense); `activations`:
 // the saved activations of the micro-batches a stage holds at once; `sparse`: a table's owned
-// rows, their moments and the rows pulled in a step.
+// rows, their moments and the rows pulled in a step; `transient`: the busiest layer's moment
+// beyond those (a recomputing layer's saved state rebuilt before its backward, plus its
+// temporaries, nn::Cost::workspace_bytes).
 struct MemoryEstimate {
-  double weights = 0, activations = 0, sparse = 0;
+  double weights = 0, activations = 0, sparse = 0, transient = 0;
   int64_t stashed = 1;  // micro-batches held at once (the schedule's peak)
-  double total() const { return weights + activations + sparse; }
+  double total() const { return weights + activations + sparse + transient; }
 };
 
 struct StagePlan {

@@ -1,5 +1,7 @@
 #include "loom/replicas/sparse_tables.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
@@ -9,7 +11,8 @@ namespace loom::replicas {
 SparseTables::SparseTables(const std::vector<nn::Param*>& tables, dist::Communicator& group, int64_t partitions,
                            optim::AdamWOptions options, at::ScalarType dtype, const std::function<void()>& pull)
     : group_(group), options_(options), dtype_(dtype) {
-  partitions_ = partitions > 0 ? partitions : choose_partitions(tables, pull);
+  set_ = partitions > 0;
+  partitions_ = set_ ? partitions : choose_partitions(tables, pull);
   for (nn::Param* p : tables) {
     tables_.push_back(std::make_unique<parallel::SparseTable>(*p, group, partitions_, options));
     p->sparse = tables_.back().get();
@@ -86,6 +89,13 @@ void SparseTables::step(double lr, double clip_factor) {
     if (clip_factor != 1.0) t->scale_grads(clip_factor);
     t->step(lr);
   }
+}
+
+std::string SparseTables::describe() const {
+  std::string trials;
+  for (auto [p, seconds] : trials_) trials += fmt::format(" P={}: {:.2f} ms", p, seconds * 1e3);
+  return fmt::format("{} sparse table{} in {} partitions over {} ranks{}", size(), size() == 1 ? "" : "s",
+                     partitions(), group_.size(), trials.empty() ? (set_ ? " (set)" : "") : "; trials" + trials);
 }
 
 }  // namespace loom::replicas

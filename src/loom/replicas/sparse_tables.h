@@ -20,7 +20,8 @@ class SparseTables {
                optim::AdamWOptions options, at::ScalarType dtype, const std::function<void()>& pull);
 
   size_t size() const { return tables_.size(); }
-  int group_size() const { return group_.size(); }
+  // "N sparse tables in P partitions over R ranks", and how P was chosen.
+  std::string describe() const;
   int64_t partitions() const { return partitions_; }
   // (P, seconds) of each trial candidate; empty when the count was given or the group is one rank.
   const std::vector<std::pair<int64_t, double>>& trials() const { return trials_; }
@@ -39,6 +40,7 @@ class SparseTables {
   optim::AdamWOptions options_;
   at::ScalarType dtype_;
   int64_t partitions_ = 0;
+  bool set_ = false;  // the count was given (parallel.sparse_partitions), not chosen
   std::vector<std::pair<int64_t, double>> trials_;
   std::vector<std::unique_ptr<parallel::SparseTable>> tables_;
 };

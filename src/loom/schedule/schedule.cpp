@@ -35,14 +35,14 @@ std::string trim(std::string_view s) {
   return std::string(s.substr(first, s.find_last_not_of(" \t\r") - first + 1));
 }
 
-void check_counts(std::string_view kind, int64_t stages, int64_t microbatches, int64_t chunks) {
+void check_counts(ScheduleKind kind, int64_t stages, int64_t microbatches, int64_t chunks) {
   LOOM_CHECK_INPUT(stages >= 1 && microbatches >= 1 && chunks >= 1,
-                   "schedule {}: stages ({}), micro-batches ({}) and chunks ({}) must be >= 1", kind, stages,
+                   "schedule {}: stages ({}), micro-batches ({}) and chunks ({}) must be >= 1", name_of(kind), stages,
                    microbatches, chunks);
-  LOOM_CHECK_INPUT(kind == "interleaved" || chunks == 1,
+  LOOM_CHECK_INPUT(kind == ScheduleKind::Interleaved || chunks == 1,
                    "schedule {} runs one chunk per rank, not {}; hint: parallel.schedule = \"interleaved\" for "
                    "virtual chunks",
-                   kind, chunks);
+                   name_of(kind), chunks);
 }
 
 // 1F1B's order on one rank: `warmup` forwards, then one forward and one backward at a time.
@@ -59,7 +59,7 @@ void one_f_one_b(std::vector<Action>& out, int64_t total, int64_t warmup, Fwd fo
 }
 
 Schedule gpipe(int64_t p, int64_t m) {
-  Schedule s{.kind = "gpipe", .stages = p, .microbatches = m};
+  Schedule s{.kind = std::string(name_of(ScheduleKind::GPipe)), .stages = p, .microbatches = m};
   s.ranks.resize(p);
   for (auto& list : s.ranks) {
     for (int64_t i = 0; i < m; ++i) list.push_back({Op::F, i});
@@ -69,7 +69,7 @@ Schedule gpipe(int64_t p, int64_t m) {
 }
 
 Schedule one_f_one_b_schedule(int64_t p, int64_t m, bool recompute_ahead) {
-  Schedule s{.kind = recompute_ahead ? "scp" : "1f1b", .stages = p, .microbatches = m};
+  Schedule s{.kind = std::string(name_of(recompute_ahead ? ScheduleKind::Scp : ScheduleKind::OneFOneB)), .stages = p, .microbatches = m};
   s.ranks.resize(p);
   for (int64_t r = 0; r < p; ++r) {
     auto& list = s.ranks[r];
@@ -94,7 +94,7 @@ Schedule interleaved(int64_t p, int64_t m, int64_t c) {
                    "schedule interleaved needs the micro-batches ({}) to be a multiple of the stages ({}); hint: "
                    "change train.global_batch / train.micro_batch",
                    m, p);
-  Schedule s{.kind = "interleaved", .stages = p, .microbatches = m, .chunks = c};
+  Schedule s{.kind = std::string(name_of(ScheduleKind::Interleaved)), .stages = p, .microbatches = m, .chunks = c};
   s.ranks.resize(p);
   const int64_t total = m * c;
   auto unit = [&](int64_t k, bool backward) {
@@ -117,7 +117,7 @@ Schedule interleaved(int64_t p, int64_t m, int64_t c) {
 // fewer than 1F1B's p - r micro-batches wait for their B, or a pending W; so a W fills what would
 // be a bubble and the micro-batches between F and B never exceed 1F1B's.
 Schedule zb_h1(int64_t p, int64_t m) {
-  Schedule s{.kind = "zb-h1", .stages = p, .microbatches = m};
+  Schedule s{.kind = std::string(name_of(ScheduleKind::ZbH1)), .stages = p, .microbatches = m};
   s.ranks.resize(p);
   std::vector<std::vector<int64_t>> f_end(p, std::vector<int64_t>(m, -1)), b_end = f_end;
   std::vector<int64_t> next_f(p, 0), next_b(p, 0), next_w(p, 0), busy_until(p, 0);
@@ -176,14 +176,16 @@ Action parse_action(std::string_view text, const std::string& where) {
   return a;
 }
 
-Schedule make_schedule(std::string_view kind, int64_t stages, int64_t microbatches, int64_t chunks) {
+Schedule make_schedule(Option<ScheduleKind> kind, int64_t stages, int64_t microbatches, int64_t chunks) {
   check_counts(kind, stages, microbatches, chunks);
-  if (kind == "gpipe") return gpipe(stages, microbatches);
-  if (kind == "1f1b") return one_f_one_b_schedule(stages, microbatches, false);
-  if (kind == "scp") return one_f_one_b_schedule(stages, microbatches, true);
-  if (kind == "interleaved") return interleaved(stages, microbatches, chunks);
-  if (kind == "zb-h1") return zb_h1(stages, microbatches);
-  throw InputError(fmt::format("unknown schedule '{}'; hint: one of gpipe, 1f1b, interleaved, zb-h1, scp", kind));
+  switch (kind.value) {
+    case ScheduleKind::GPipe: return gpipe(stages, microbatches);
+    case ScheduleKind::OneFOneB: return one_f_one_b_schedule(stages, microbatches, false);
+    case ScheduleKind::Scp: return one_f_one_b_schedule(stages, microbatches, true);
+    case ScheduleKind::Interleaved: return interleaved(stages, microbatches, chunks);
+    case ScheduleKind::ZbH1: return zb_h1(stages, microbatches);
+  }
+  throw Error(fmt::format("schedule kind {} has no generator", static_cast<int>(kind.value)));
 }
 
 std::string to_csv(const Schedule& s) {
@@ -266,7 +268,7 @@ std::vector<std::vector<Action>> lower(const Schedule& s) {
 }
 
 Schedule schedule_for(const std::string& spec, int64_t stages, int64_t microbatches, int64_t chunks) {
-  if (!spec.starts_with("csv:")) return make_schedule(spec, stages, microbatches, chunks);
+  if (!spec.starts_with("csv:")) return make_schedule(option_from<ScheduleKind>("parallel.schedule", spec), stages, microbatches, chunks);
   const std::string path = spec.substr(4);
   Schedule s = read_csv(path);
   LOOM_CHECK_INPUT(s.stages == stages && s.microbatches == microbatches && s.chunks == chunks,

@@ -15,6 +15,8 @@
 #include <string_view>
 #include <vector>
 
+#include "loom/core/options.h"
+
 namespace loom::schedule {
 
 enum class Op : uint8_t { F, B, W, BW, R, SendF, RecvF, SendB, RecvB };
@@ -40,8 +42,9 @@ struct Schedule {
   int64_t virtual_stage(int64_t rank, int64_t chunk) const { return chunk * stages + rank; }
 };
 
-// The schedule kinds of parallel.schedule.
-inline constexpr std::string_view kScheduleKinds[] = {"gpipe", "1f1b", "interleaved", "zb-h1", "scp"};
+// The schedule kinds of parallel.schedule: loom::ScheduleKind and its name table
+// (core/options.h, NOTE [Option names]).
+inline constexpr const auto& kScheduleKinds = OptionNames<ScheduleKind>::names;
 
 // Builds a schedule. gpipe: every forward, then every backward. 1f1b: stage r runs stages-1-r
 // forwards, then alternates one forward and one backward. interleaved: 1F1B over `chunks` virtual
@@ -49,7 +52,7 @@ inline constexpr std::string_view kScheduleKinds[] = {"gpipe", "1f1b", "interlea
 // deferred into what would be bubbles, at 1F1B's memory. scp (Merak's shifted critical path): 1F1B
 // where every stage but the last recomputes, each recomputation issued before the wait for its
 // gradient. Throws InputError on counts a kind cannot use.
-Schedule make_schedule(std::string_view kind, int64_t stages, int64_t microbatches, int64_t chunks = 1);
+Schedule make_schedule(Option<ScheduleKind> kind, int64_t stages, int64_t microbatches, int64_t chunks = 1);
 
 // One row per position in the lists, one column per rank ("step,rank0,rank1,..."); cells past a
 // rank's list are empty. Reading skips empty cells, so a timed grid reads back too.

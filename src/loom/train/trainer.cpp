@@ -1,13 +1,11 @@
 #include "loom/train/trainer.h"
 
 #include <ATen/Parallel.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <utility>
 #include <chrono>
-#include <ostream>
 #include <thread>
 
 #include "loom/core/error.h"
@@ -16,21 +14,18 @@
 #include "loom/dist/runtime.h"
 #include "loom/memory/accounting_allocator.h"
 #include "loom/models/registry.h"
-#include "loom/optim/clip.h"
 #include "loom/optim/lr_schedule.h"
 #include "loom/pipeline/partition.h"
 #include "loom/plan/run_plan.h"
-#include "loom/schedule/simulator.h"
 #include "loom/plan/gemm_peak.h"
-#include "loom/train/progress.h"
-#include "loom/trace/metrics_writer.h"
+#include "loom/train/step_measures.h"
 
 namespace loom::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
-at::ScalarType dtype_of(const std::string& name) { return name == "float64" ? at::kDouble : at::kFloat; }
+at::ScalarType dtype_of(DType dtype) { return dtype == DType::Float64 ? at::kDouble : at::kFloat; }
 
 int default_threads(const dist::Communicator& world) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -137,14 +132,8 @@ Trainer::~Trainer() {
 
 dist::Communicator& Trainer::replicas() { return mesh_->sp().size() > 1 ? mesh_->dp_sp() : mesh_->dp(); }
 
-int64_t Trainer::local_seq() const { return plan_.local_tokens; }
-
 parallel::SpOptions Trainer::sp_options() const {
-  return {.sp = &mesh_->sp(), .mode = parallel::sp_mode_of(config_.parallel.sp_mode)};
-}
-
-parallel::TpOptions Trainer::tp_options() const {
-  return {.overlap = config_.parallel.tp_overlap, .sequence = config_.parallel.tp_sequence};
+  return {.sp = &mesh_->sp(), .mode = config_.parallel.sp_mode};
 }
 
 nn::MicroBatch Trainer::microbatch(int64_t step, int64_t index) const {
@@ -160,7 +149,7 @@ std::vector<nn::MicroBatch> Trainer::local_microbatches(int64_t step) const {
 }
 
 void Trainer::attach_sparse_tables(const optim::AdamWOptions& adamw) {
-  if (config_.parallel.sparse != "auto") return;
+  if (config_.parallel.sparse != SparseMode::Auto) return;
   std::vector<nn::Param*> tables;
   for (nn::Param* p : model_.params())
     if (p->embedding) tables.push_back(p);
@@ -173,26 +162,6 @@ void Trainer::attach_sparse_tables(const optim::AdamWOptions& adamw) {
                                                      });
 }
 
-at::Tensor Trainer::value_of(nn::Param& param) const {
-  return param.sparse != nullptr ? param.sparse->gather_full() : param.value;
-}
-
-// The simulator's bubble for this step's measured action times: every stage's mean F, B, W and R
-// (one all-reduce over pp of a [virtual stages, 4] table), replayed through the same schedule.
-double Trainer::predicted_bubble(const pipeline::StepResult& result) {
-  at::Tensor table = at::zeros({plan_.schedule.virtual_stages(), 4}, at::TensorOptions().dtype(at::kDouble));
-  for (size_t c = 0; c < result.measured.size(); ++c) {
-    const schedule::StageCosts& m = result.measured[c];
-    const int64_t v = plan_.schedule.virtual_stage(mesh_->pp_rank(), static_cast<int64_t>(c));
-    table[v].copy_(at::tensor({m.f, m.b, m.w, m.r}, table.options()));
-  }
-  mesh_->pp().all_reduce(table, dist::ReduceOp::Sum);
-  schedule::Costs costs;
-  const auto rows = table.accessor<double, 2>();
-  for (int64_t v = 0; v < plan_.schedule.virtual_stages(); ++v)
-    costs.stages.push_back({rows[v][0], rows[v][1], rows[v][2], rows[v][3]});
-  return schedule::simulate(plan_.schedule, costs).bubble_fraction;
-}
 
 // NOTE [Non-finite guard]: a step whose loss or gradient norm is not finite is stopped after the
 // norm is known and before any parameter changes (an infinite learning rate, a diverged run, bad
@@ -255,53 +224,19 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
     r.loss = summed_loss(result.loss);
     check_finite(r.step, r.loss, norm);
   }, timeline);
-  at::Tensor peak = at::full({1}, memory::peak_bytes(), at::kLong);
-  mesh_->world().all_reduce(peak, dist::ReduceOp::Max);
-  r.peak_bytes = peak.item<int64_t>();
   r.comm_bytes = comm_stats_.bytes_by_axis();
-  if (mesh_->pp().size() > 1) {  // idle time in the pipeline's part of the step, averaged over the ranks
-    at::Tensor bubble = at::full({1}, 1.0 - result.busy_s / result.wall_s, at::TensorOptions().dtype(at::kDouble));
-    mesh_->world().all_reduce(bubble, dist::ReduceOp::Sum);
-    r.bubble_fraction = bubble.item<double>() / mesh_->world().size();
-    r.predicted_bubble_fraction = predicted_bubble(result);
-    const int64_t pp = mesh_->pp().size();
-    at::Tensor mine = at::full({1}, memory::peak_bytes(), at::kLong), stages = at::empty({pp}, at::kLong);
-    mesh_->pp().all_gather(mine, stages);
-    for (int64_t i = 0; i < pp; ++i) r.peak_bytes_by_stage.push_back(stages[i].item<int64_t>());
-  }
+  measure_step(r, result, *mesh_, plan_.schedule);
   r.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   return r;
 }
 
-namespace {
-
-// The first signal any rank received (0: none), agreed over the world so all stop together.
-int agreed_signal(dist::InterruptHandler* interrupts, dist::Communicator& world) {
-  if (interrupts == nullptr) return 0;
-  int signal = interrupts->signal();
-  if (world.size() > 1) {
-    at::Tensor vote = at::full({1}, static_cast<int64_t>(signal), at::kLong);
-    world.all_reduce(vote, dist::ReduceOp::Max);
-    signal = static_cast<int>(vote.item<int64_t>());
-  }
-  if (signal != 0) interrupts->acknowledge();
-  return signal;
-}
-
-}  // namespace
 
 std::string Trainer::header() const {
   std::string text = fmt::format("loom: {} parameters, {}, dp={}{}, {} ranks x {} threads; data: {}\n",
-                                 model_.param_count(), config_.model.dtype, mesh_->dp().size(),
+                                 model_.param_count(), config_.model.dtype.name(), mesh_->dp().size(),
                                  config_.parallel.zero ? " (ZeRO-1)" : "", mesh_->world().size(), at::get_num_threads(),
                                  data_->describe());
-  if (!sparse_) return text;
-  std::string trials;
-  for (auto [p, seconds] : sparse_->trials()) trials += fmt::format(" P={}: {:.2f} ms", p, seconds * 1e3);
-  return text + fmt::format("loom: {} sparse table{} in {} partitions over {} ranks{}\n", sparse_->size(),
-                            sparse_->size() == 1 ? "" : "s", sparse_->partitions(), sparse_->group_size(),
-                            trials.empty() ? std::string(config_.parallel.sparse_partitions > 0 ? " (set)" : "")
-                                           : "; trials" + trials);
+  return sparse_ ? text + fmt::format("loom: {}\n", sparse_->describe()) : text;
 }
 
 // MFU of this rank: its own micro-batches' FLOPs against its cores' GEMM peak.
@@ -333,7 +268,7 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     records.push_back(guarded_step(step, schedule.at(step)));
     report.step(records.back(), flops, peak_flops);
     if (trace_) trace_->flush_gathered(*base_world_, report.trace_file());
-    if (const int signal = agreed_signal(options.interrupts, *base_world_); signal != 0) {
+    if (const int signal = options.interrupts ? options.interrupts->agreed_signal(*base_world_) : 0; signal != 0) {
       report.close();
       throw AgreedError(fmt::format("interrupted at step {} by {}; metrics and trace flushed", records.back().step,
                                     dist::signal_name(signal)),

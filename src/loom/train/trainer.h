@@ -74,7 +74,9 @@ class Trainer {
   const plan::RunPlan& plan() const { return plan_; }
   // A parameter's value as the serial model would hold it on this rank (its tp shard): a table on
   // the sparse path is gathered from its owners (collective over the replicas, in params() order).
-  at::Tensor value_of(nn::Param& param) const;
+  at::Tensor value_of(nn::Param& param) const {
+    return param.sparse != nullptr ? param.sparse->gather_full() : param.value;
+  }
   // The sparse tables' partition count (0: no table on the sparse path), and the trials that
   // chose it when parallel.sparse_partitions = 0: (P, seconds) per candidate.
   int64_t sparse_partitions() const { return sparse_ ? sparse_->partitions() : 0; }
@@ -102,10 +104,11 @@ class Trainer {
   // This rank's slice of the full chain `model_` (the layers of its virtual stages, in chunk
   // order) and how its chunks run; `model_` keeps only those layers.
   std::vector<nn::MemoryPolicy> policies() const;
-  double predicted_bubble(const pipeline::StepResult& result);
-  parallel::TpOptions tp_options() const;
+  parallel::TpOptions tp_options() const {
+    return {.overlap = config_.parallel.tp_overlap, .sequence = config_.parallel.tp_sequence};
+  }
   parallel::SpOptions sp_options() const;
-  int64_t local_seq() const;  // the tokens of each sequence this rank holds (its sp segment)
+  int64_t local_seq() const { return plan_.local_tokens; }  // the tokens of each sequence this rank holds (its sp segment)
   dist::Communicator& replicas();  // the group weight gradients are summed over: dp, or dp x sp
 
   Config config_;

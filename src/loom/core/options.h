@@ -1,0 +1,93 @@
+#pragma once
+// NOTE [Option names]
+// Every enumerated option of the config is an enum with one name table (OptionNames<E>): the
+// parser reads a name through it, `config --print` writes it, an unknown name is refused with the
+// accepted ones listed, and docs/config.md lists the same names. Code compares the enum values; a
+// name appears only in its table. Option<E> is the config's field type: the enum, plus
+// construction from a name (checked against the table) so a test can write
+// `c.parallel.sp_mode = "ring"`.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace loom {
+
+template <class E>
+struct OptionNames;  // static constexpr std::array<std::string_view, N> names, in enum order
+
+enum class DType : uint8_t { Float32, Float64, BFloat16 };
+template <>
+struct OptionNames<DType> {
+  static constexpr std::array<std::string_view, 3> names{"float32", "float64", "bfloat16"};
+};
+
+// parallel.sp_mode (NOTE [Sequence parallelism]).
+enum class SpMode : uint8_t { AllGather, Ring, Ulysses };
+template <>
+struct OptionNames<SpMode> {
+  static constexpr std::array<std::string_view, 3> names{"allgather", "ring", "ulysses"};
+};
+
+// memory.recompute.
+enum class Recompute : uint8_t { None, Full, StageAware };
+template <>
+struct OptionNames<Recompute> {
+  static constexpr std::array<std::string_view, 3> names{"none", "full", "stage-aware"};
+};
+
+// parallel.sparse (NOTE [Sparse exchange]).
+enum class SparseMode : uint8_t { Auto, Off };
+template <>
+struct OptionNames<SparseMode> {
+  static constexpr std::array<std::string_view, 2> names{"auto", "off"};
+};
+
+// data.token_dtype (NOTE [Token width]).
+enum class TokenWidth : uint8_t { Auto, UInt16, UInt32 };
+template <>
+struct OptionNames<TokenWidth> {
+  static constexpr std::array<std::string_view, 3> names{"auto", "uint16", "uint32"};
+};
+
+// The generators of parallel.schedule (schedule/schedule.h); "csv:PATH" names a file instead.
+enum class ScheduleKind : uint8_t { GPipe, OneFOneB, Interleaved, ZbH1, Scp };
+template <>
+struct OptionNames<ScheduleKind> {
+  static constexpr std::array<std::string_view, 5> names{"gpipe", "1f1b", "interleaved", "zb-h1", "scp"};
+};
+
+// "a, b, c": the accepted names, for messages and docs.
+std::string option_list(const std::string_view* names, size_t count);
+template <class E>
+std::string option_list() {
+  return option_list(OptionNames<E>::names.data(), OptionNames<E>::names.size());
+}
+
+// The index of `text` in `names`; InputError `key = "text" is not one of: ...` otherwise (`key`
+// may be empty).
+size_t option_index(std::string_view key, std::string_view text, const std::string_view* names, size_t count);
+
+template <class E>
+E option_from(std::string_view key, std::string_view text) {
+  return static_cast<E>(option_index(key, text, OptionNames<E>::names.data(), OptionNames<E>::names.size()));
+}
+
+template <class E>
+std::string_view name_of(E value) {
+  return OptionNames<E>::names[static_cast<size_t>(value)];
+}
+
+template <class E>
+struct Option {
+  E value{};
+  constexpr Option() = default;
+  constexpr Option(E v) : value(v) {}  // NOLINT: an option is its enum
+  Option(const char* name) : value(option_from<E>("", name)) {}          // NOLINT: checked name
+  Option(const std::string& name) : value(option_from<E>("", name)) {}   // NOLINT: checked name
+  Option(std::string_view name) : value(option_from<E>("", name)) {}     // NOLINT: checked name
+  constexpr operator E() const { return value; }                         // NOLINT: compare as the enum
+  std::string_view name() const { return name_of(value); }
+};
+
+}  // namespace loom

@@ -1,0 +1,15 @@
+#pragma once
+// What a step measured, agreed over the ranks (collective over the mesh): the peak memory (the
+// largest over ranks) and, with pipeline stages, each stage's peak, the measured bubble (mean over
+// ranks) and the simulator's bubble for the step's measured action times.
+#include "loom/dist/mesh.h"
+#include "loom/pipeline/executor.h"
+#include "loom/schedule/schedule.h"
+#include "loom/train/run_report.h"
+
+namespace loom::train {
+
+void measure_step(StepRecord& record, const pipeline::StepResult& result, dist::Mesh& mesh,
+                  const schedule::Schedule& schedule);
+
+}  // namespace loom::train
