@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Runs loom and its peer on the workloads of docs/workloads.md and prints one JSON line per run.
 
-A workload is a config name with an optional layout: `gpt-tiny` (one rank, peer: PyTorch eager),
+A workload is a config name with an optional layout: `gpt-tiny` (one rank, peer: PyTorch eager;
+for a Llama config such as `llama-small` the peer is torch_reference.py --model llama of the same shapes),
 `gpt-tiny@dp2` (two MPI ranks, peer: PyTorch DistributedDataParallel over gloo), `gpt-small@tp2`
 (two ranks in tensor parallelism, peer: PyTorch eager in one process with the same total
 threads); a layout may add `+overlapK` (parallel.tp_overlap = K) and `+seq` (parallel.tp_sequence),
@@ -107,6 +108,9 @@ def run_peer(cfg, steps, threads, dp):
             "--micro-batch", t["micro_batch"], "--micro-batches", t["global_batch"] // t["micro_batch"],
             "--steps", steps, "--warmup-steps", WARMUP, "--threads", max(1, threads // dp),
             "--dtype", m["dtype"], "--lr", t["lr"]]
+    if m["kind"] == "llama":  # PyTorch's Llama of the same shapes
+        args += ["--model", "llama", "--kv-heads", m["n_kv_heads"] or m["n_heads"], "--multiple-of", m["ffn_multiple_of"],
+                 "--rope-theta", m["rope_theta"]] + (["--tie-embeddings"] if m["tie_embeddings"] else [])
     args = [str(a) for a in args]
     if dp == 1:
         out = subprocess.run(args, check=True, capture_output=True, text=True)

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/run.sh [WORKLOAD...]: runs the workloads of docs/workloads.md that this build supports and
 # prints one JSON line per run, with the peer measured in the same run and the ratio.
-# WORKLOAD: gpt-tiny, gpt-tiny@dp2 (default: both), any configs/NAME.toml with @dpN or @tpN (and
+# WORKLOAD: gpt-tiny, gpt-tiny@dp2 (default: both), llama-small (beside PyTorch's Llama of the same
+# shapes, bench/torch_reference.py --model llama), any configs/NAME.toml with @dpN or @tpN (and
 # +overlapK, +seq), allreduce, tp-overlap, tp-sequence (loom against itself with the option off),
 # pipelines, gpt-long, dlrm-sparse and gpt-bigvocab (sparse exchange against dense all-reduce).
 # Environment: BENCH_STEPS (timed steps per round, 8), BENCH_ROUNDS (3), THREADS (all cores).
