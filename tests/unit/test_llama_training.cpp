@@ -1,12 +1,18 @@
 // The Llama kind trained end to end in one process: the loss falls on the synthetic chain and on
-// a byte-level text file, with grouped kv heads and with the head tied to the token table.
+// a byte-level text file, with grouped kv heads and with the head tied to the token table; and
+// its config checks, each one InputError naming the values and a hint.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
+#include <gmock/gmock.h>
+
+#include "loom/core/error.h"
 #include "loom/dist/null_communicator.h"
+#include "loom/models/registry.h"
 #include "loom/train/trainer.h"
 
 namespace loom::train {
@@ -66,6 +72,35 @@ TEST_P(LlamaTraining, LossFallsOnATextFile) {
   std::filesystem::remove(path);
   EXPECT_NEAR(first, std::log(256.0), 0.3);
   EXPECT_LT(last, first - 1.5) << "a repetitive text is easy to predict";
+}
+
+std::string refusal(const std::function<void(Config&)>& change) {
+  Config c = small_llama(64, false);
+  change(c);
+  try {
+    models::validate_config(c);
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "(accepted)";
+}
+
+TEST(LlamaConfig, RefusesWhatALlamaCannotBeWithTheValuesAndAHint) {
+  using ::testing::HasSubstr;
+  EXPECT_EQ(refusal([](Config&) {}), "(accepted)");
+  EXPECT_THAT(refusal([](Config& c) { c.model.n_kv_heads = 3; }),
+              HasSubstr("model.n_heads (4) must be a multiple of model.n_kv_heads (3)"));
+  EXPECT_THAT(refusal([](Config& c) { c.model.max_positions = 64; }),
+              HasSubstr("model.max_positions = 64 sizes a learned position table"));
+  EXPECT_THAT(refusal([](Config& c) { c.model.tie_embeddings = true, c.parallel.pp = 2; }),
+              HasSubstr("hint: set model.tie_embeddings = false to pipeline"));
+  EXPECT_THAT(refusal([](Config& c) { c.model.n_heads = 8, c.model.d_model = 24, c.model.n_kv_heads = 0; }),
+              HasSubstr("24 / 8 = 3 must be even"));
+  EXPECT_THAT(refusal([](Config& c) { c.model.rope_theta = 1; }), HasSubstr("model.rope_theta = 1 must be"));
+  EXPECT_THAT(refusal([](Config& c) { c.model.ffn_multiple_of = 0; }), HasSubstr("model.ffn_multiple_of = 0"));
+  EXPECT_THAT(refusal([](Config& c) { c.parallel.tp = 4; }),
+              HasSubstr("model.n_kv_heads (2) must be divisible by parallel.tp (4)"));
+  EXPECT_THAT(refusal([](Config& c) { c.model.kind = "gpt"; }), HasSubstr("applies to model.kind = \"llama\""));
 }
 
 INSTANTIATE_TEST_SUITE_P(Head, LlamaTraining, ::testing::Bool(),
