@@ -323,6 +323,8 @@ TEST(Config, DocsListEveryOptionName) {
   expect_all("recompute", OptionNames<Recompute>::names);
   expect_all("sparse", OptionNames<SparseMode>::names);
   expect_all("token_dtype", OptionNames<TokenWidth>::names);
+  expect_all("table_update", OptionNames<TableUpdate>::names);
+  expect_all("grad_dtype", OptionNames<GradDType>::names);
   expect_all("schedule", OptionNames<ScheduleKind>::names);
   expect_all("kind", models::model_kind_names());
 }

@@ -20,7 +20,8 @@ namespace loom {
 namespace {
 
 using FieldPtr = std::variant<int64_t*, double*, bool*, std::string*, std::vector<int64_t>*, Option<DType>*,
-                              Option<SpMode>*, Option<Recompute>*, Option<SparseMode>*, Option<TokenWidth>*>;
+                              Option<SpMode>*, Option<Recompute>*, Option<SparseMode>*, Option<TokenWidth>*,
+                              Option<TableUpdate>*, Option<GradDType>*>;
 
 template <class T>
 struct IsOption : std::false_type {};
@@ -56,6 +57,7 @@ const std::vector<KeySpec>& key_specs() {
       LOOM_KEY(parallel, tp_sequence), LOOM_KEY(parallel, tp_overlap),
       LOOM_KEY(parallel, zero),        LOOM_KEY(parallel, bucket_mb),
       LOOM_KEY(parallel, sparse),      LOOM_KEY(parallel, sparse_partitions),
+      LOOM_KEY(parallel, grad_dtype),
       LOOM_KEY(memory, budget),        LOOM_KEY(memory, recompute),
       LOOM_KEY(memory, recompute_ratio),
       LOOM_KEY(train, steps),          LOOM_KEY(train, global_batch),
@@ -64,7 +66,7 @@ const std::vector<KeySpec>& key_specs() {
       LOOM_KEY(train, weight_decay),   LOOM_KEY(train, beta1),
       LOOM_KEY(train, beta2),          LOOM_KEY(train, clip),
       LOOM_KEY(train, seed),           LOOM_KEY(train, threads),
-      LOOM_KEY(train, log_every),
+      LOOM_KEY(train, log_every),      LOOM_KEY(train, table_update),
       LOOM_KEY(data, source),          LOOM_KEY(data, token_dtype),
       LOOM_KEY(data, zipf),
   };

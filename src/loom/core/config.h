@@ -55,6 +55,7 @@ struct ParallelConfig {
   double bucket_mb = 25.0;
   Option<SparseMode> sparse = SparseMode::Auto;
   int64_t sparse_partitions = 0;
+  Option<GradDType> grad_dtype = GradDType::Float32;
   bool operator==(const ParallelConfig&) const = default;
 };
 
@@ -79,6 +80,7 @@ struct TrainConfig {
   int64_t seed = 1234;
   int64_t threads = 0;  // libtorch intra-op threads per rank; 0 = cores / ranks on this machine
   int64_t log_every = 1;
+  Option<TableUpdate> table_update = TableUpdate::Dense;
   bool operator==(const TrainConfig&) const = default;
 };
 

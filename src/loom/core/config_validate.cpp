@@ -116,6 +116,10 @@ void validate(const Config& config) {
   check_product("the samples of the run",
                 {{"train.steps", config.train.steps}, {"train.global_batch", config.train.global_batch}});
   validate_batch_split(config.train, config.parallel);
+  LOOM_CHECK_INPUT(config.parallel.grad_dtype == GradDType::Float32 || config.model.dtype == DType::BFloat16,
+                   "parallel.grad_dtype = \"{}\" needs model.dtype = \"bfloat16\" (it is \"{}\"): a {} model "
+                   "reduces its gradients in its own dtype; hint: drop parallel.grad_dtype, or train in bfloat16",
+                   config.parallel.grad_dtype.name(), config.model.dtype.name(), config.model.dtype.name());
   LOOM_CHECK_INPUT(config.train.micro_batch % config.parallel.tp_overlap == 0,
                    "[tp] parallel.tp_overlap ({}) must divide train.micro_batch ({}): each micro-batch is cut into "
                    "tp_overlap equal chunks",

@@ -36,11 +36,29 @@ struct OptionNames<Recompute> {
   static constexpr std::array<std::string_view, 3> names{"none", "full", "stage-aware"};
 };
 
-// parallel.sparse (NOTE [Sparse exchange]).
-enum class SparseMode : uint8_t { Auto, Off };
+// parallel.sparse (NOTE [Sparse exchange]): "auto" chooses per table by measured trials, "on" puts
+// every table on the sparse path, "off" keeps every table in the dense all-reduce.
+enum class SparseMode : uint8_t { Auto, On, Off };
 template <>
 struct OptionNames<SparseMode> {
-  static constexpr std::array<std::string_view, 2> names{"auto", "off"};
+  static constexpr std::array<std::string_view, 3> names{"auto", "on", "off"};
+};
+
+// train.table_update: the math of a table's AdamW step, whichever exchange carries its gradient.
+// "dense" updates every row (untouched rows see a zero gradient: exactly AdamW); "lazy" updates
+// only the rows the step looked up (LazyAdam).
+enum class TableUpdate : uint8_t { Dense, Lazy };
+template <>
+struct OptionNames<TableUpdate> {
+  static constexpr std::array<std::string_view, 2> names{"dense", "lazy"};
+};
+
+// parallel.grad_dtype: the width gradients cross the dp/sp all-reduce (and ZeRO's reduce-scatter)
+// in; accumulation and the optimizer stay float32 (NOTE [Mixed precision]).
+enum class GradDType : uint8_t { Float32, BFloat16 };
+template <>
+struct OptionNames<GradDType> {
+  static constexpr std::array<std::string_view, 2> names{"float32", "bfloat16"};
 };
 
 // data.token_dtype (NOTE [Token width]).

@@ -30,7 +30,7 @@ std::vector<LayerPlan> describe_chain(const Config& c, int64_t local_tokens) {
     for (const nn::Param* p : layer->params())
       plan.params.push_back({.numel = p->numel(),
                              .row_width = p->full_shape.size() > 1 ? p->full_shape[1] : 1,
-                             .table = p->embedding && c.parallel.sparse == SparseMode::Auto});
+                             .table = p->embedding && c.parallel.sparse != SparseMode::Off});
     chain.push_back(std::move(plan));
   }
   return chain;

@@ -149,7 +149,7 @@ std::vector<nn::MicroBatch> Trainer::local_microbatches(int64_t step) const {
 }
 
 void Trainer::attach_sparse_tables(const optim::AdamWOptions& adamw) {
-  if (config_.parallel.sparse != SparseMode::Auto) return;
+  if (config_.parallel.sparse == SparseMode::Off) return;
   std::vector<nn::Param*> tables;
   for (nn::Param* p : model_.params())
     if (p->embedding) tables.push_back(p);
