@@ -16,6 +16,10 @@ the simulator's prediction for the same action times. `tp-overlap` and `tp-seque
 and tp_sequence off against on, alternating the two in every round; the peer is the option off.
 `dlrm-sparse` and `gpt-bigvocab` compare the sparse tables' hybrid exchange with dense all-reduce
 at dp = 2 and 4 (bytes per step, step time), and loom's chosen partition count with the measured best.
+`NAME-bf16` (e.g. `gpt-small-bf16`, `llama-small-bf16@dp2`) runs configs/NAME.toml four ways, alternating
+in every round: loom with model.dtype = bfloat16, loom float32, PyTorch with torch.autocast("cpu",
+dtype=torch.bfloat16) over float32 weights, PyTorch float32 (DDP over gloo at dpN); it prints loom bf16 /
+loom fp32 and loom bf16 / PyTorch autocast, and "unsupported" for a loom run this build refuses.
 """
 import json
 import os
@@ -43,6 +47,13 @@ def gemm_peak(threads):
     out = subprocess.run([LOOM, "bench", "gemm", "--threads", str(threads), "--sizes", "512", "1024",
                           "--seconds", "0.5"], check=True, capture_output=True, text=True)
     return json.loads(out.stdout)["peak_flops_per_s"]
+
+
+def gemm_peak_bf16(threads):
+    """The bfloat16 GEMM peak, or None where this build's `loom bench gemm` has no --dtype bfloat16."""
+    out = subprocess.run([LOOM, "bench", "gemm", "--threads", str(threads), "--sizes", "512", "1024",
+                          "--seconds", "0.5", "--dtype", "bfloat16"], capture_output=True, text=True)
+    return json.loads(out.stdout)["peak_flops_per_s"] if out.returncode == 0 else None
 
 
 def mpirun(ranks):
@@ -87,9 +98,9 @@ def run_loom(path, steps, threads, peak, degrees, options=()):
         launch = mpirun(ranks) if ranks > 1 else []
         sets = [f"parallel.{axis}={degree}" for axis, degree in degrees.items()] + list(options)
         sets += [f"train.steps={steps + WARMUP}", f"train.threads={max(1, threads // ranks)}"]
-        subprocess.run(launch + [LOOM, "train", "-c", path, "--quiet", "--metrics", metrics,
-                                 "--peak-flops", str(peak)] + [a for s in sets for a in ("--set", s)],
-                       check=True)
+        peak_args = ["--peak-flops", str(peak)] if peak else []  # None: loom measures its own
+        subprocess.run(launch + [LOOM, "train", "-c", path, "--quiet", "--metrics", metrics] + peak_args
+                       + [a for s in sets for a in ("--set", s)], check=True)
         with open(metrics) as f:
             return [json.loads(line) for line in f]
 
@@ -305,6 +316,82 @@ def sparse(workload, steps, rounds, threads, peak):
         print(json.dumps(out), flush=True)
 
 
+# Goals of the bf16 rows (issue 14): (config, dp) -> {ratio name: at least}.
+BF16_GOALS = {("gpt-small", 1): {"loom_bf16_vs_loom_fp32": 2.0, "loom_bf16_vs_pytorch_autocast_bf16": 1.25},
+              ("gpt-small", 2): {"loom_bf16_vs_pytorch_autocast_bf16": 1.25}}
+
+
+def bf16(workload, steps, rounds, threads, peak):
+    """NAME-bf16[@dpN]: loom bf16, loom fp32, PyTorch autocast bf16 and PyTorch fp32 on configs/NAME.toml,
+    in that order in every round (dp ranks of threads / dp threads each, the peer under DDP at dp > 1).
+    Tokens/s from the median step; a loom bf16 run this build refuses is reported as unsupported. The bf16
+    run's MFU is against `loom bench gemm --dtype bfloat16`; where that is missing (gemm_peak null) loom
+    measures its own peak at start."""
+    base, _, layout = workload.partition("@")
+    name = base.removesuffix("-bf16")
+    degrees, options = parse_layout(layout)
+    options.append("parallel.sparse=off")  # the peers' token tables are dense (dense AdamW): the same math
+    dp = degrees.get("dp", 1)
+    path, cfg = effective_config(name)
+    tokens_per_step = cfg["train"]["global_batch"] * cfg["model"]["seq_len"]
+    peer_cfg = {"bf16": {**cfg, "model": {**cfg["model"], "dtype": "bfloat16"}},
+                "fp32": {**cfg, "model": {**cfg["model"], "dtype": "float32"}}}
+    # loom refuses model.dtype = bfloat16 until mixed precision lands: ask its config check first.
+    probe = subprocess.run([LOOM, "config", "--print", "-c", path, "--set", "model.dtype=bfloat16"],
+                           capture_output=True, text=True)
+    unsupported = (probe.stderr.strip().splitlines() or ["loom config failed"])[-1] if probe.returncode else None
+    peak_bf16 = gemm_peak_bf16(max(1, threads // dp)) if not unsupported else None
+    loom_runs, peer_runs = {"bf16": [], "fp32": []}, {"bf16": [], "fp32": []}
+    for _ in range(rounds):
+        if not unsupported:
+            try:
+                loom_runs["bf16"].append(run_loom(path, steps, threads, peak_bf16, degrees,
+                                                  options + ["model.dtype=bfloat16"]))
+            except subprocess.CalledProcessError as e:
+                unsupported = f"loom train exited with status {e.returncode}"
+        loom_runs["fp32"].append(run_loom(path, steps, threads, peak, degrees, options + ["model.dtype=float32"]))
+        for key in ("bf16", "fp32"):
+            peer_runs[key].append(run_peer(peer_cfg[key], steps, threads, dp))
+
+    def loom_summary(key):
+        if key == "bf16" and unsupported:
+            return {"unsupported": unsupported}
+        ms = [r["step_ms"] for run in loom_runs[key] for r in run[WARMUP:]]
+        step_ms = statistics.median(ms)
+        return {"step_ms": step_ms, "step_ms_spread": [min(ms), max(ms)],
+                "tokens_per_s": tokens_per_step / (step_ms / 1e3),
+                "mfu": statistics.median(r["mfu"] for run in loom_runs[key] for r in run[WARMUP:]),
+                "gemm_peak_flops_per_s": peak_bf16 if key == "bf16" else peak,
+                "peak_bytes": max(r["peak_bytes"] for run in loom_runs[key] for r in run),
+                "comm_bytes_per_step": loom_runs[key][0][-1].get("comm_bytes_per_step", {}),
+                "loss_first": loom_runs[key][0][0]["loss"], "loss_last": loom_runs[key][0][-1]["loss"]}
+
+    def peer_summary(key):
+        ms = [p["step_ms"] for p in peer_runs[key]]
+        step_ms = statistics.median(ms)
+        first = peer_runs[key][0]
+        return {"impl": first["impl"] + ("+autocast-bf16" if key == "bf16" else ""), "torch": first["torch"],
+                "step_ms": step_ms, "step_ms_spread": [min(ms), max(ms)],
+                "tokens_per_s": tokens_per_step / (step_ms / 1e3),
+                "loss_first": first["loss_first"], "loss_last": first["loss_last"]}
+
+    runs = {"loom_bf16": loom_summary("bf16"), "loom_fp32": loom_summary("fp32"),
+            "pytorch_autocast_bf16": peer_summary("bf16"), "pytorch_fp32": peer_summary("fp32")}
+
+    def ratio(a, b):  # tokens/s of a over b; None where a did not run
+        return runs[a]["tokens_per_s"] / runs[b]["tokens_per_s"] if "tokens_per_s" in runs[a] else None
+
+    ratios = {"loom_bf16_vs_loom_fp32": ratio("loom_bf16", "loom_fp32"),
+              "loom_bf16_vs_pytorch_autocast_bf16": ratio("loom_bf16", "pytorch_autocast_bf16"),
+              "loom_fp32_vs_pytorch_fp32": ratio("loom_fp32", "pytorch_fp32"),
+              "pytorch_autocast_bf16_vs_pytorch_fp32": ratio("pytorch_autocast_bf16", "pytorch_fp32")}
+    goals = BF16_GOALS.get((name, dp), {})
+    return {"workload": workload, "config": name, "layout": {"dp": dp, "options": options}, "threads": threads,
+            "steps": steps * rounds, **runs, "ratios": ratios,
+            "goals": {k: {"at_least": v, "reached": None if ratios[k] is None else ratios[k] >= v}
+                      for k, v in goals.items()}}
+
+
 def allreduce():
     out = subprocess.run(mpirun(2) + [os.path.join(ROOT, "build", "bin", "loom_bench_allreduce")], check=True,
                          capture_output=True, text=True)
@@ -344,6 +431,8 @@ def main():
             print(json.dumps(compare(workload, steps, rounds, threads, peak)), flush=True)
         elif workload in SPARSE:
             sparse(workload, steps, rounds, threads, peak)
+        elif workload.partition("@")[0].endswith("-bf16"):
+            print(json.dumps(bf16(workload, steps, rounds, threads, peak)), flush=True)
         else:
             print(json.dumps(bench(workload, steps, rounds, threads, peak)), flush=True)
 

@@ -4,7 +4,10 @@
 # WORKLOAD: gpt-tiny, gpt-tiny@dp2 (default: both), llama-small (beside PyTorch's Llama of the same
 # shapes, bench/torch_reference.py --model llama), any configs/NAME.toml with @dpN or @tpN (and
 # +overlapK, +seq), allreduce, tp-overlap, tp-sequence (loom against itself with the option off),
-# pipelines, gpt-long, dlrm-sparse and gpt-bigvocab (sparse exchange against dense all-reduce).
+# pipelines, gpt-long, dlrm-sparse and gpt-bigvocab (sparse exchange against dense all-reduce),
+# gpt-small-bf16, gpt-small-bf16@dp2, llama-small-bf16, llama-small-bf16@dp2 (any NAME-bf16[@dpN]:
+# loom model.dtype=bfloat16, loom float32, PyTorch autocast bf16 and PyTorch float32 alternating;
+# a loom bf16 run this build refuses is reported "unsupported").
 # Environment: BENCH_STEPS (timed steps per round, 8), BENCH_ROUNDS (3), THREADS (all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -16,6 +16,10 @@ blocks (eps 1e-5), no biases anywhere, rotary embeddings on q and k (rotate-half
 (--kv-heads), a SwiGLU MLP of width multiple_of * ceil(trunc(2/3 * ffn_mult * d_model) /
 multiple_of) (--multiple-of), final RMSNorm, and an LM head that is either its own matrix or
 the token table (--tie-embeddings).
+--dtype bfloat16 is PyTorch's standard mixed precision on CPU: float32 weights, gradients and
+AdamW, with forward and loss under torch.autocast("cpu", dtype=torch.bfloat16) (matmuls and
+linears in bf16, the ops autocast keeps in float32 in float32; bf16 needs no GradScaler);
+backward runs outside the autocast region, as the recipe has it.
 Prints exactly one JSON line on stdout. Needs only the standard library and torch (CPU).
 """
 import argparse
@@ -193,7 +197,8 @@ def parse_args():
     p.add_argument("--warmup-steps", type=int, default=2, help="untimed steps before timing")
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--threads", type=int, default=0, help="0 keeps torch's default")
-    p.add_argument("--dtype", choices=["float32", "float64"], default="float32")
+    p.add_argument("--dtype", choices=["float32", "float64", "bfloat16"], default="float32",
+                   help="bfloat16: float32 weights, forward and loss under CPU autocast to bfloat16")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", choices=["gpt", "llama"], default="gpt")
     llama = p.add_argument_group("llama", "only with --model llama")
@@ -252,7 +257,8 @@ def main():
     except RuntimeError:
         pass  # may only be set once, before any parallel work
     torch.manual_seed(a.seed)
-    dtype = getattr(torch, a.dtype)
+    autocast = a.dtype == "bfloat16"  # mixed precision: the weights stay float32
+    dtype = torch.float32 if autocast else getattr(torch, a.dtype)
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
@@ -278,7 +284,8 @@ def main():
             sync = model.no_sync() if world > 1 and not last else contextlib.nullcontext()
             with sync:
                 # DDP averages gradients over ranks; scale so the result is the global mean.
-                loss = model(inputs, targets) / len(batches)
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                    loss = model(inputs, targets) / len(batches)
                 loss.backward()
             total += loss.item()  # this rank's share of the step loss
         torch.nn.utils.clip_grad_norm_(params, 1.0)
@@ -299,7 +306,9 @@ def main():
         if rank != 0:
             return
     median = statistics.median(times)
-    extra = {}  # the GPT line stays as it was; a Llama line says what it ran
+    extra = {}  # the GPT line stays as it was; a Llama or autocast line says what it ran
+    if autocast:
+        extra["autocast"] = "bfloat16"
     if a.model == "llama":
         hidden = swiglu_hidden(a.d_model, a.ffn_mult, a.multiple_of)
         extra = {"model": "llama", "kv_heads": a.kv_heads, "hidden": hidden, "tied": a.tie_embeddings}
