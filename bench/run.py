@@ -316,6 +316,21 @@ def sparse(workload, steps, rounds, threads, peak):
         print(json.dumps(out), flush=True)
 
 
+def host():
+    """The CPU model and the kernel OpenBLAS picked for it (a core it does not know falls back to a slow
+    generic one, e.g. 'Prescott'; OPENBLAS_CORETYPE overrides it): figures from different hosts differ."""
+    import ctypes
+    cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), None)
+    try:
+        openblas = ctypes.CDLL("libopenblas.so.0")
+        openblas.openblas_get_corename.restype = ctypes.c_char_p
+        core = openblas.openblas_get_corename().decode()
+    except (OSError, AttributeError):
+        core = None
+    return {"cpu": cpu, "cores": os.cpu_count(), "openblas_core": core,
+            "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE")}
+
+
 # Goals of the bf16 rows (issue 14): (config, dp) -> {ratio name: at least}.
 BF16_GOALS = {("gpt-small", 1): {"loom_bf16_vs_loom_fp32": 2.0, "loom_bf16_vs_pytorch_autocast_bf16": 1.25},
               ("gpt-small", 2): {"loom_bf16_vs_pytorch_autocast_bf16": 1.25}}
@@ -387,7 +402,7 @@ def bf16(workload, steps, rounds, threads, peak):
               "pytorch_autocast_bf16_vs_pytorch_fp32": ratio("pytorch_autocast_bf16", "pytorch_fp32")}
     goals = BF16_GOALS.get((name, dp), {})
     return {"workload": workload, "config": name, "layout": {"dp": dp, "options": options}, "threads": threads,
-            "steps": steps * rounds, **runs, "ratios": ratios,
+            "steps": steps * rounds, "host": host(), **runs, "ratios": ratios,
             "goals": {k: {"at_least": v, "reached": None if ratios[k] is None else ratios[k] >= v}
                       for k, v in goals.items()}}
 
