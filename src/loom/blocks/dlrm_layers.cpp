@@ -4,6 +4,8 @@
 
 #include <cmath>
 
+#include "loom/nn/precision.h"
+
 
 namespace loom::blocks {
 namespace {
@@ -34,8 +36,9 @@ Dense::Dense(std::string name, int64_t in, int64_t out, bool reads_features)
 
 at::Tensor Dense::forward(const at::Tensor& x, const nn::MicroBatch& mb, nn::Saved& saved) {
   auto& s = saved.emplace<DenseState>();
-  s.x = reads_features_ ? mb.dense.to(weight.value.scalar_type()) : x;
-  s.y = at::addmm(bias.value, s.x, weight.value.t()).relu_();
+  const at::Tensor& w = nn::compute_value(weight);
+  s.x = reads_features_ ? mb.dense.to(w.scalar_type()) : x;
+  s.y = at::addmm(nn::compute_value(bias), s.x, w.t()).relu_();
   return s.y;
 }
 
@@ -43,13 +46,13 @@ at::Tensor Dense::backward_input(const at::Tensor& dy, nn::Saved& saved) {
   auto& s = saved.get<DenseState>();
   s.dz = dy * s.y.gt(0).to(dy.scalar_type());
   s.y = at::Tensor();
-  return reads_features_ ? at::Tensor() : at::mm(s.dz, weight.value);
+  return reads_features_ ? at::Tensor() : at::mm(s.dz, nn::compute_value(weight));
 }
 
 void Dense::backward_weight(nn::Saved& saved) {
   auto& s = saved.get<DenseState>();
-  weight.grad.addmm_(s.dz.t(), s.x);
-  bias.grad.add_(s.dz.sum(0));
+  nn::add_product(weight.grad, s.dz.t(), s.x);
+  bias.grad.add_(nn::sum_rows(s.dz, bias.grad.scalar_type()));
   saved.clear();
 }
 
@@ -99,8 +102,8 @@ at::Tensor EmbeddingBags::forward(const at::Tensor& x, const nn::MicroBatch& mb,
   for (size_t f = 0; f < tables.size(); ++f) {
     const at::Tensor ids = ids_of(mb, f);
     const at::Tensor rows = tables[f].sparse != nullptr ? tables[f].sparse->lookup(ids)
-                                                        : tables[f].value.index_select(0, ids);
-    parts.push_back(rows.view({batch, bag_, width_}).sum(1));
+                                                        : nn::compute_value(tables[f]).index_select(0, ids);
+    parts.push_back(nn::to_type(rows.view({batch, bag_, width_}).sum(1), x.scalar_type()));
   }
   return at::cat(parts, 1);
 }
@@ -123,9 +126,9 @@ void EmbeddingBags::backward_weight(nn::Saved& saved) {
                              .expand({batch, bag_, width_})
                              .reshape({batch * bag_, width_});
     if (tables[f].sparse != nullptr)
-      tables[f].sparse->accumulate(ids_of(mb, f), g);
+      tables[f].sparse->accumulate(ids_of(mb, f), nn::widen(g));  // master rows
     else
-      tables[f].grad.index_add_(0, ids_of(mb, f), g);
+      nn::index_add_into(tables[f].grad, 0, ids_of(mb, f), g);
   }
   saved.clear();
 }
@@ -151,22 +154,23 @@ ClickLoss::ClickLoss(int64_t in) : in_(in) {
 at::Tensor ClickLoss::forward(const at::Tensor& x, const nn::MicroBatch& mb, nn::Saved& saved) {
   auto& s = saved.emplace<LossState>();
   s.x = x;
-  const at::Tensor z = at::addmm(bias.value, x, weight.value.t()).squeeze(1);
+  // The product in the activations' type, the loss in float32 or wider (NOTE [Mixed precision]).
+  const at::Tensor z = nn::widen(at::addmm(nn::compute_value(bias), x, nn::compute_value(weight).t()).squeeze(1));
   const at::Tensor y = mb.targets.reshape({-1}).to(z.scalar_type());
   const at::Tensor loss = (z.clamp_min(0) - z * y + z.abs().neg_().exp_().log1p_()).sum().mul_(mb.loss_scale);
-  s.dz = (z.sigmoid() - y).mul_(mb.loss_scale);
+  s.dz = nn::to_type((z.sigmoid() - y).mul_(mb.loss_scale), x.scalar_type());
   return loss;
 }
 
 at::Tensor ClickLoss::backward_input(const at::Tensor&, nn::Saved& saved) {
   auto& s = saved.get<LossState>();
-  return at::mm(s.dz.unsqueeze(1), weight.value);
+  return at::mm(s.dz.unsqueeze(1), nn::compute_value(weight));
 }
 
 void ClickLoss::backward_weight(nn::Saved& saved) {
   auto& s = saved.get<LossState>();
-  weight.grad.addmm_(s.dz.unsqueeze(0), s.x);
-  bias.grad.add_(s.dz.sum());
+  nn::add_product(weight.grad, s.dz.unsqueeze(0), s.x);
+  bias.grad.add_(at::sum(s.dz, bias.grad.scalar_type()));
   saved.clear();
 }
 

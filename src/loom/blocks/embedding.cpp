@@ -1,5 +1,6 @@
 #include "loom/blocks/embedding.h"
 
+#include "loom/nn/precision.h"
 #include "loom/parallel/sequence_parallel.h"
 #include "loom/parallel/tp_region.h"
 
@@ -18,8 +19,13 @@ struct State : nn::SavedState {
 int64_t padded_vocab(int64_t vocab, int tp) { return (vocab + tp - 1) / tp * tp; }
 
 TokenPositionEmbedding::TokenPositionEmbedding(int64_t vocab, int64_t positions, int64_t d_model,
-                                               dist::Communicator& tp, bool sequence_sharded, std::vector<int64_t> chunks)
-    : tp_(tp), sequence_(tp.size() > 1 && sequence_sharded), chunks_(std::move(chunks)), d_model_(d_model) {
+                                               dist::Communicator& tp, bool sequence_sharded, std::vector<int64_t> chunks,
+                                               std::optional<at::ScalarType> activations)
+    : tp_(tp),
+      sequence_(tp.size() > 1 && sequence_sharded),
+      chunks_(std::move(chunks)),
+      d_model_(d_model),
+      activations_(activations) {
   const int64_t padded = padded_vocab(vocab, tp.size());
   rows_ = padded / tp.size();
   first_row_ = rows_ * tp.rank();
@@ -40,8 +46,9 @@ at::Tensor TokenPositionEmbedding::positions(int64_t seq, int64_t first, int64_t
 }
 
 at::Tensor TokenPositionEmbedding::position_rows(int64_t seq, int64_t first, int64_t local) const {
-  if (chunks_.size() == 1) return position_table.value.narrow(0, chunks_[0] * seq + first, local);
-  return position_table.value.index_select(0, positions(seq, first, local));
+  const at::Tensor& table = nn::compute_value(position_table);
+  if (chunks_.size() == 1) return table.narrow(0, chunks_[0] * seq + first, local);
+  return table.index_select(0, positions(seq, first, local));
 }
 
 at::Tensor TokenPositionEmbedding::local_rows(const at::Tensor& ids) const {
@@ -70,9 +77,10 @@ at::Tensor TokenPositionEmbedding::forward(const at::Tensor& tokens, const nn::M
       s.mine = (ids >= first_row_).logical_and_(ids < first_row_ + rows_);
       ids = (ids - first_row_).mul_(s.mine);  // ids of other ranks read row 0, then are zeroed
     }
-    rows = token_table.value.index_select(0, ids);
+    rows = nn::compute_value(token_table).index_select(0, ids);
     if (tp_.size() > 1) rows.mul_(s.mine.unsqueeze(1));
   }
+  if (activations_) rows = nn::to_type(rows, *activations_);
   const bool learned = !position_table.name.empty();
   if (!sequence_) {
     if (tp_.size() > 1) tp_.all_reduce(rows, dist::ReduceOp::Sum);
@@ -94,17 +102,17 @@ void TokenPositionEmbedding::backward_weight(nn::Saved& saved) {
   auto& s = saved.get<State>();
   const at::Tensor dy = s.dy.reshape({-1, d_model_});
   if (token_table.sparse != nullptr) {
-    token_table.sparse->accumulate(local_rows(s.tokens.reshape({-1})), dy);
+    token_table.sparse->accumulate(local_rows(s.tokens.reshape({-1})), nn::widen(dy));  // master rows
   } else if (tp_.size() > 1) {
     const at::Tensor ids = (s.tokens.reshape({-1}) - first_row_).mul_(s.mine);
-    token_table.grad.index_add_(0, ids, dy * s.mine.unsqueeze(1));
+    nn::index_add_into(token_table.grad, 0, ids, dy * s.mine.unsqueeze(1));
   } else {
-    token_table.grad.index_add_(0, s.tokens.reshape({-1}), dy);
+    nn::index_add_into(token_table.grad, 0, s.tokens.reshape({-1}), dy);
   }
   const int64_t local = s.dy_local.size(1);
   if (!position_table.name.empty())
     position_table.grad.index_add_(0, positions(s.tokens.size(1), sequence_ ? tp_.rank() * local : 0, local),
-                                   s.dy_local.sum(0));
+                                   at::sum(s.dy_local, {0}, false, position_table.grad.scalar_type()));
   saved.clear();
 }
 

@@ -12,6 +12,8 @@
 // token table's gradient needs for every token.
 // On the sparse path (token_table.sparse, NOTE [Sparse exchange]) the rows come from the pulled
 // block and the gradient rows go back to it; the table itself is never dense on a rank.
+#include <optional>
+
 #include "loom/dist/communicator.h"
 #include "loom/nn/layer.h"
 
@@ -30,8 +32,10 @@ class TokenPositionEmbedding final : public nn::Layer {
   // `chunks`: under sequence parallelism the tokens are these equal chunks of the sequence, in
   // order (e.g. {r} for segment r of sp; {r, 2 sp - 1 - r} for the balanced ring), so their
   // positions are those chunks'. `positions` = 0: no position table.
+  // `activations`: the type of the output (NOTE [Mixed precision]); nullopt = the tables' own.
   TokenPositionEmbedding(int64_t vocab, int64_t positions, int64_t d_model, dist::Communicator& tp,
-                         bool sequence_sharded = false, std::vector<int64_t> chunks = {0});
+                         bool sequence_sharded = false, std::vector<int64_t> chunks = {0},
+                         std::optional<at::ScalarType> activations = std::nullopt);
 
   std::string name() const override { return "embedding"; }
   at::Tensor forward(const at::Tensor& tokens, const nn::MicroBatch& mb, nn::Saved& saved) override;
@@ -55,6 +59,7 @@ class TokenPositionEmbedding final : public nn::Layer {
   bool sequence_;
   std::vector<int64_t> chunks_;
   int64_t d_model_, first_row_, rows_;  // the token rows this rank owns
+  std::optional<at::ScalarType> activations_;
 };
 
 }  // namespace loom::blocks

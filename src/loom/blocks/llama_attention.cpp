@@ -1,5 +1,7 @@
 #include "loom/blocks/llama_attention.h"
 
+#include "loom/nn/precision.h"
+
 #include "loom/core/error.h"
 #include "loom/nn/attention.h"
 
@@ -48,7 +50,7 @@ const nn::RotaryTable& LlamaAttentionBlock::rotary(int64_t tokens, const at::Ten
 at::Tensor LlamaAttentionBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreNormState& state) {
   auto& s = static_cast<State&>(state);
   const int64_t rows = h.size(0), seq = h.size(1), hd = head_dim_;
-  const nn::RotaryTable& table = rotary(seq, h.options());
+  const nn::RotaryTable& table = rotary(seq, h.options().dtype(nn::wide_type(h.scalar_type())));
   s.cores.resize(piece.count);
   // [rows, heads, seq, hd]; rotary writes a new tensor in that layout
   const at::Tensor queries = nn::apply_rotary(q.forward(h).view({rows, seq, local_heads_, hd}).transpose(1, 2), table);
@@ -64,7 +66,7 @@ at::Tensor LlamaAttentionBlock::forward_piece(const at::Tensor& h, const Piece& 
 at::Tensor LlamaAttentionBlock::backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& state) {
   auto& s = static_cast<State&>(state);
   const int64_t rows = dy.size(0), seq = dy.size(1), hd = head_dim_;
-  const nn::RotaryTable& table = rotary(seq, dy.options());
+  const nn::RotaryTable& table = rotary(seq, dy.options().dtype(nn::wide_type(dy.scalar_type())));
   const at::Tensor dout = proj.backward_input(dy).view({rows, seq, local_heads_, hd}).transpose(1, 2).contiguous();
   const at::Tensor out = s.merged.narrow(0, piece.first, rows).view({rows, seq, local_heads_, hd}).transpose(1, 2);
   const parallel::AttentionInputGrads g = core_->backward(dout, out, s.cores[piece.index]);

@@ -4,6 +4,7 @@
 
 #include "loom/blocks/embedding.h"
 #include "loom/core/error.h"
+#include "loom/nn/precision.h"
 #include "loom/parallel/tp_region.h"
 
 namespace loom::blocks {
@@ -40,7 +41,7 @@ std::vector<nn::Param*> LmHeadLoss::params() {
 // loss_i = lse_i - z_i[t_i] with lse over every rank's slice; dlogits = softmax - onehot.
 at::Tensor LmHeadLoss::distributed_forward(const at::Tensor& x, const at::Tensor& targets, double scale,
                                            at::Tensor& dlogits) {
-  at::Tensor z = at::mm(x, matrix().value.t());  // [rows, vocab / tp]
+  at::Tensor z = nn::widen(at::mm(x, nn::compute_value(matrix()).t()));  // [rows, vocab / tp], float32 or wider
   const int64_t real = std::clamp<int64_t>(vocab_ - first_row_, 0, rows_);  // this slice's non-padding columns
   if (real < rows_) z.narrow(1, real, rows_ - real).fill_(-std::numeric_limits<double>::infinity());
   at::Tensor row_max = z.amax(1, /*keepdim=*/true);
@@ -59,7 +60,7 @@ at::Tensor LmHeadLoss::distributed_forward(const at::Tensor& x, const at::Tensor
   const at::Tensor loss = (log_sum - stats[1]).sum().mul_(scale);
   z.div_(stats[0].unsqueeze(1));  // softmax over the full vocabulary
   z.scatter_add_(1, index, (-mine.to(z.scalar_type())).unsqueeze(1));
-  dlogits = z;
+  dlogits = nn::to_type(z, x.scalar_type());
   return loss;
 }
 
@@ -76,10 +77,12 @@ at::Tensor LmHeadLoss::forward(const at::Tensor& x, const nn::MicroBatch& mb, nn
     s.scale = mb.loss_scale;
     return distributed_forward(s.x, mb.targets.reshape({-1}), mb.loss_scale, s.dlogits);
   }
-  at::Tensor logp = at::_log_softmax(at::mm(s.x, matrix().value.t()), 1, /*half_to_float=*/false);
+  // The logits' product in the activations' type, the softmax and the loss in float32 or wider
+  // (NOTE [Mixed precision]); their gradient is kept in the activations' type for the products.
+  at::Tensor logp = at::_log_softmax(nn::widen(at::mm(s.x, nn::compute_value(matrix()).t())), 1, false);
   const at::Tensor loss = logp.gather(1, targets).sum().mul_(-mb.loss_scale);
   logp.exp_().scatter_add_(1, targets, at::full({targets.size(0), 1}, -1.0, logp.options()));
-  s.dlogits = logp;
+  s.dlogits = nn::to_type(logp, s.x.scalar_type());
   s.scale = mb.loss_scale;
   return loss;
 }
@@ -87,7 +90,7 @@ at::Tensor LmHeadLoss::forward(const at::Tensor& x, const nn::MicroBatch& mb, nn
 at::Tensor LmHeadLoss::backward_input(const at::Tensor&, nn::Saved& saved) {
   auto& s = saved.get<State>();
   // dx = scale * dlogits W, summed over the vocabulary slices
-  at::Tensor dx = at::mm(s.dlogits, matrix().value).mul_(s.scale).view(s.shape);
+  at::Tensor dx = at::mm(s.dlogits, nn::compute_value(matrix())).mul_(s.scale).view(s.shape);
   if (sequence_) return parallel::reduce_scatter_sequence(tp_, dx);
   tp_.all_reduce(dx, dist::ReduceOp::Sum);
   return dx;
@@ -95,7 +98,7 @@ at::Tensor LmHeadLoss::backward_input(const at::Tensor&, nn::Saved& saved) {
 
 void LmHeadLoss::backward_weight(nn::Saved& saved) {
   auto& s = saved.get<State>();
-  matrix().grad.addmm_(s.dlogits.t(), s.x, /*beta=*/1, /*alpha=*/s.scale);
+  nn::add_product(matrix().grad, s.dlogits.t(), s.x, s.scale);
   saved.clear();
 }
 

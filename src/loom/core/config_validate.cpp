@@ -54,9 +54,6 @@ void validate_parallel(const ParallelConfig& p) {
 
 void validate_common_model(const ModelConfig& m) {
   LOOM_CHECK_INPUT(!m.kind.empty(), "model.kind is empty; name a model kind (`loom config --print` shows the default)");
-  LOOM_CHECK_INPUT(m.dtype != DType::BFloat16,
-                   "model.dtype = \"bfloat16\" is not supported by the CPU kernels yet; use \"float32\" "
-                   "(training) or \"float64\" (equivalence checks)");
 }
 
 void validate_memory(const MemoryConfig& m, const ParallelConfig& p) {

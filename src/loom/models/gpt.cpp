@@ -9,6 +9,7 @@
 #include "loom/models/decoder_kind.h"
 #include "loom/models/transformer_config.h"
 #include "loom/blocks/embedding.h"
+#include "loom/nn/precision.h"
 #include "loom/blocks/final_norm.h"
 #include "loom/blocks/lm_head_loss.h"
 #include "loom/blocks/mlp_block.h"
@@ -21,7 +22,8 @@ Model build_gpt(const ModelConfig& m, dist::Communicator& tp, parallel::TpOption
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
   Model model;
   model.chain.push_back(std::make_unique<blocks::TokenPositionEmbedding>(m.vocab, positions, m.d_model, tp, sequence,
-                                                                        parallel::sequence_chunks(sp)));
+                                                                        parallel::sequence_chunks(sp),
+      nn::activation_type(m.dtype)));
   for (int64_t i = 0; i < m.n_layers; ++i) {
     const std::string prefix = fmt::format("blocks.{}", i);
     model.chain.push_back(

@@ -6,6 +6,7 @@
 #include <numeric>
 
 #include "loom/blocks/embedding.h"
+#include "loom/nn/precision.h"
 #include "loom/blocks/final_norm.h"
 #include "loom/blocks/llama_attention.h"
 #include "loom/blocks/lm_head_loss.h"
@@ -25,7 +26,8 @@ Model build_llama(const ModelConfig& m, dist::Communicator& tp, parallel::TpOpti
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
   Model model;
   auto embedding = std::make_unique<blocks::TokenPositionEmbedding>(m.vocab, /*positions=*/0, m.d_model, tp, sequence,
-                                                                    parallel::sequence_chunks(sp));
+                                                                    parallel::sequence_chunks(sp),
+      nn::activation_type(m.dtype));
   nn::Param* tied = nullptr;
   if (m.tie_embeddings) {
     // The head reads every row of a tied table each step, so the table stays dense: never on the

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <limits>
 
+#include "loom/nn/precision.h"
+
 namespace loom::nn {
 namespace {
 
@@ -39,6 +41,12 @@ class FutureMask {
 // scores of one tile are O(seq * tile), so memory stays linear in the sequence. The forward keeps
 // an online softmax per query (running max, running sum, rescaled accumulator).
 //
+// With bfloat16 inputs (NOTE [Mixed precision]) the score and value products run in bfloat16 and
+// everything else in float32: the scores are widened before the mask and softmax, the running
+// statistics, the accumulator, the log-sum-exp and the gradient sums are float32, and a
+// probability tile is rounded to bfloat16 only as a product's operand. With float32 or float64
+// inputs every step is the plain operation in that type.
+//
 // The kernels work on [n, T, hd] chunks of the (batch x head) rows. Each thread takes one
 // contiguous chunk and runs it with single-threaded ops: a tile's matmuls are too small to split
 // across threads profitably, but independent heads are not.
@@ -48,21 +56,23 @@ void forward_chunk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
   const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(2)));
   FutureMask mask(q_offset);
   const at::Tensor qs = q * scale;  // scaled once: the score GEMMs need no extra pass
-  at::Tensor row_max = at::full({q.size(0), tq}, -std::numeric_limits<double>::infinity(), q.options());
-  at::Tensor row_sum = at::zeros({q.size(0), tq}, q.options());
-  at::Tensor acc = at::zeros_like(q);
+  const auto wide = q.options().dtype(wide_type(q.scalar_type()));
+  at::Tensor row_max = at::full({q.size(0), tq}, -std::numeric_limits<double>::infinity(), wide);
+  at::Tensor row_sum = at::zeros({q.size(0), tq}, wide);
+  at::Tensor acc = at::zeros(q.sizes(), wide);
   for (int64_t ks = 0; ks < tk; ks += tile) {
     const int64_t q_lo = std::max<int64_t>(0, ks - q_offset);  // first query that sees key ks
     if (q_lo >= tq) break;
     const int64_t rows = tq - q_lo, width = std::min(tile, tk - ks);
-    at::Tensor s = at::bmm(qs.narrow(1, q_lo, rows), k.narrow(1, ks, width).transpose(1, 2));
+    at::Tensor s = widen(at::bmm(qs.narrow(1, q_lo, rows), k.narrow(1, ks, width).transpose(1, 2)));
     mask.apply(s, q_lo, ks);
     at::Tensor m = row_max.narrow(1, q_lo, rows);
     const at::Tensor new_max = at::maximum(m, s.amax(-1));  // finite: every row sees key ks
     const at::Tensor correction = (m - new_max).exp_();
     const at::Tensor p = s.sub_(new_max.unsqueeze(-1)).exp_();
     row_sum.narrow(1, q_lo, rows).mul_(correction).add_(p.sum(-1));
-    acc.narrow(1, q_lo, rows).mul_(correction.unsqueeze(-1)).baddbmm_(p, v.narrow(1, ks, width));
+    add_product(acc.narrow(1, q_lo, rows).mul_(correction.unsqueeze(-1)), to_type(p, v.scalar_type()),
+                v.narrow(1, ks, width));
     m.copy_(new_max);
   }
   at::div_out(out, acc, row_sum.unsqueeze(-1));
@@ -82,15 +92,18 @@ void backward_chunk(const at::Tensor& dout, const at::Tensor& q, const at::Tenso
     const int64_t rows = tq - q_lo, width = std::min(tile, tk - ks);
     const at::Tensor qb = qs.narrow(1, q_lo, rows), dob = dout.narrow(1, q_lo, rows);
     const at::Tensor kb = k.narrow(1, ks, width), vb = v.narrow(1, ks, width);
-    at::Tensor s = at::bmm(qb, kb.transpose(1, 2));
+    at::Tensor s = widen(at::bmm(qb, kb.transpose(1, 2)));
     mask.apply(s, q_lo, ks);
     const at::Tensor p = s.sub_(lse.narrow(1, q_lo, rows).unsqueeze(-1)).exp_();
-    dv.narrow(1, ks, width).baddbmm_(p.transpose(1, 2), dob);
-    // dS = P * (dP - D), with dP = dO V^T: one GEMM whose input term is -D.
-    at::Tensor dp = at::baddbmm(delta.narrow(1, q_lo, rows).unsqueeze(-1), dob, vb.transpose(1, 2), -1, 1);
-    const at::Tensor ds = p.mul_(dp);
-    dq.narrow(1, q_lo, rows).baddbmm_(ds, kb, /*beta=*/1, scale);
-    dk.narrow(1, ks, width).baddbmm_(ds.transpose(1, 2), qb);  // qb carries the scale
+    add_product(dv.narrow(1, ks, width), to_type(p, q.scalar_type()).transpose(1, 2), dob);
+    // dS = P * (dP - D), with dP = dO V^T: one GEMM whose input term is -D (in the product's
+    // type), or the product widened and D subtracted.
+    const at::Tensor d = delta.narrow(1, q_lo, rows).unsqueeze(-1);
+    at::Tensor dp = d.scalar_type() == q.scalar_type() ? at::baddbmm(d, dob, vb.transpose(1, 2), -1, 1)
+                                                       : widen(at::bmm(dob, vb.transpose(1, 2))).sub_(d);
+    const at::Tensor ds = to_type(p.mul_(dp), q.scalar_type());
+    add_product(dq.narrow(1, q_lo, rows), ds, kb, scale);
+    add_product(dk.narrow(1, ks, width), ds.transpose(1, 2), qb);  // qb carries the scale
   }
 }
 
@@ -110,7 +123,7 @@ AttentionForward causal_attention_forward(const at::Tensor& q, const at::Tensor&
                                           int64_t tile, int64_t q_offset) {
   const at::Tensor q3 = rows(q), k3 = rows(k), v3 = rows(v);
   at::Tensor out = at::empty(q.sizes(), q.options());
-  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options());
+  at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(wide_type(q.scalar_type())));
   at::Tensor out3 = rows(out), lse2 = lse.view({-1, q.size(2)});
   for_each_chunk(q3.size(0), [&](int64_t b, int64_t e) {
     forward_chunk(q3.narrow(0, b, e - b), k3.narrow(0, b, e - b), v3.narrow(0, b, e - b), out3.narrow(0, b, e - b),
@@ -122,15 +135,17 @@ AttentionForward causal_attention_forward(const at::Tensor& q, const at::Tensor&
 AttentionGrads causal_attention_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                          const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
                                          int64_t tile, int64_t q_offset) {
+  // The sums over tiles accumulate in the wide type and are rounded to q's type at the end.
+  const auto wide = q.options().dtype(wide_type(q.scalar_type()));
   AttentionGrads g;
   if (q.sizes() == k.sizes()) {
-    g.packed = at::zeros({3, q.size(0), q.size(1), q.size(2), q.size(3)}, q.options());
+    g.packed = at::zeros({3, q.size(0), q.size(1), q.size(2), q.size(3)}, wide);
     g.dq = g.packed[0], g.dk = g.packed[1], g.dv = g.packed[2];
   } else {
-    g.dq = at::zeros(q.sizes(), q.options()), g.dk = at::zeros(k.sizes(), k.options());
-    g.dv = at::zeros(v.sizes(), v.options());
+    g.dq = at::zeros(q.sizes(), wide), g.dk = at::zeros(k.sizes(), wide), g.dv = at::zeros(v.sizes(), wide);
   }
-  const at::Tensor delta = (dout * out).sum(-1).reshape({-1, q.size(2)});  // D_i = sum_d dO_id O_id
+  // D_i = sum_d dO_id O_id
+  const at::Tensor delta = (widen(dout) * widen(out)).sum(-1).reshape({-1, q.size(2)});
   const at::Tensor do3 = rows(dout), q3 = rows(q), k3 = rows(k), v3 = rows(v), lse2 = lse.reshape({-1, q.size(2)});
   at::Tensor dq3 = rows(g.dq), dk3 = rows(g.dk), dv3 = rows(g.dv);
   for_each_chunk(q3.size(0), [&](int64_t b, int64_t e) {
@@ -138,6 +153,13 @@ AttentionGrads causal_attention_backward(const at::Tensor& dout, const at::Tenso
     backward_chunk(chunk(do3), chunk(q3), chunk(k3), chunk(v3), chunk(lse2), chunk(delta), chunk(dq3), chunk(dk3),
                    chunk(dv3), tile, q_offset);
   });
+  if (g.dq.scalar_type() == q.scalar_type()) return g;
+  if (g.packed.defined()) {
+    g.packed = g.packed.to(q.scalar_type());
+    g.dq = g.packed[0], g.dk = g.packed[1], g.dv = g.packed[2];
+  } else {
+    g.dq = g.dq.to(q.scalar_type()), g.dk = g.dk.to(q.scalar_type()), g.dv = g.dv.to(q.scalar_type());
+  }
   return g;
 }
 

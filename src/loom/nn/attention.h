@@ -11,8 +11,8 @@
 namespace loom::nn {
 
 struct AttentionForward {
-  at::Tensor out;  // [B, H, Tq, hd]
-  at::Tensor lse;  // [B, H, Tq]: log-sum-exp of each query's scaled scores
+  at::Tensor out;  // [B, H, Tq, hd], in q's type
+  at::Tensor lse;  // [B, H, Tq]: log-sum-exp of each query's scaled scores, in wide_type(q's type)
 };
 
 struct AttentionGrads {

@@ -46,6 +46,9 @@ struct Param {
   SparseRows* sparse = nullptr;
   at::Tensor value;
   at::Tensor grad;                  // same shape as value; zeroed by zero_grad
+  // value rounded to the activations' type under mixed precision (NOTE [Mixed precision]),
+  // refreshed after each optimizer step; undefined otherwise. Products read compute_value(p).
+  at::Tensor compute;
 
   // Elements of this rank's part (its tp shard; all of it for a table on the sparse path).
   int64_t numel() const {

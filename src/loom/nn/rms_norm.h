@@ -4,7 +4,8 @@
 // backward needs (rstd = 1 / rms, shape [..., 1]) and the owner keeps it; backward gives the
 // input gradient and the [dim] gain gradient in one pass, and `accumulate` adds the latter to
 // the gain's gradient in the owner's backward_weight. The statistic is computed in the input's
-// dtype, so a float64 model stays float64 throughout.
+// dtype, so a float64 model stays float64 throughout; bfloat16 inputs are widened to float32
+// (NOTE [Mixed precision]).
 #include "loom/nn/param.h"
 
 namespace loom::nn {

@@ -4,23 +4,26 @@
 #include <vector>
 
 #include "loom/core/error.h"
+#include "loom/nn/precision.h"
 
 namespace loom::nn {
 namespace {
 
 // Rotates each pair (i, i + hd/2) of x [..., T, hd] by +angle (sign = 1) or -angle (sign = -1):
-//   out_lo = x_lo cos - sign x_hi sin,   out_hi = x_hi cos + sign x_lo sin.
+//   out_lo = x_lo cos - sign x_hi sin,   out_hi = x_hi cos + sign x_lo sin,
+// in the table's type (float32 for bfloat16 activations), returned in x's.
 at::Tensor rotate(const at::Tensor& x, const RotaryTable& table, double sign) {
   const int64_t half = table.cos.size(-1);
   LOOM_CHECK(x.size(-1) == 2 * half, "rotary: head dim {} does not match the table's {}", x.size(-1), 2 * half);
   LOOM_CHECK(x.dim() >= 2 && x.size(-2) == table.cos.size(0), "rotary: {} tokens but the table has {} positions",
              x.dim() >= 2 ? x.size(-2) : 0, table.cos.size(0));
-  const at::Tensor lo = x.narrow(-1, 0, half), hi = x.narrow(-1, half, half);
-  at::Tensor out = at::empty(x.sizes(), x.options());
+  const at::Tensor xt = to_type(x, table.cos.scalar_type());
+  const at::Tensor lo = xt.narrow(-1, 0, half), hi = xt.narrow(-1, half, half);
+  at::Tensor out = at::empty(xt.sizes(), xt.options());
   at::Tensor out_lo = out.narrow(-1, 0, half), out_hi = out.narrow(-1, half, half);
   at::mul_out(out_lo, lo, table.cos).addcmul_(hi, table.sin, -sign);
   at::mul_out(out_hi, hi, table.cos).addcmul_(lo, table.sin, sign);
-  return out;
+  return to_type(out, x.scalar_type());
 }
 
 }  // namespace
@@ -59,11 +62,12 @@ at::Tensor apply_rotary(const at::Tensor& x, const RotaryTable& table) { return 
 at::Tensor apply_rotary_backward(const at::Tensor& dy, const RotaryTable& table) { return rotate(dy, table, -1.0); }
 
 at::Tensor apply_rotary(const at::Tensor& x, const at::Tensor& positions, double theta) {
-  return apply_rotary(x, RotaryTable::build(positions, x.size(-1), theta, x.options()));
+  return apply_rotary(x, RotaryTable::build(positions, x.size(-1), theta, x.options().dtype(wide_type(x.scalar_type()))));
 }
 
 at::Tensor apply_rotary_backward(const at::Tensor& dy, const at::Tensor& positions, double theta) {
-  return apply_rotary_backward(dy, RotaryTable::build(positions, dy.size(-1), theta, dy.options()));
+  return apply_rotary_backward(
+      dy, RotaryTable::build(positions, dy.size(-1), theta, dy.options().dtype(wide_type(dy.scalar_type()))));
 }
 
 }  // namespace loom::nn

@@ -3,6 +3,7 @@
 #include "loom/core/error.h"
 #include "loom/nn/attention.h"
 #include "loom/nn/grouped_heads.h"
+#include "loom/nn/precision.h"
 
 namespace loom::parallel {
 
@@ -157,8 +158,8 @@ at::Tensor RingCore::forward(const at::Tensor& q, const at::Tensor& k, const at:
     }
     for_visible_chunks(r, (r - step + n) % n, n, tc, [&](int64_t qc, int64_t kc, int64_t offset) {
       auto part = grouped_forward(q_chunks[qc], chunk_of(block[0], kc, tc), chunk_of(block[1], kc, tc), tile_, offset);
-      if (!out[qc].defined()) {
-        out[qc] = part.out, lse[qc] = part.lse;
+      if (!out[qc].defined()) {  // merged in the wide type (NOTE [Mixed precision])
+        out[qc] = nn::widen(part.out), lse[qc] = part.lse;
         return;
       }
       // Online softmax across blocks: weight both parts by their share of the merged sum.
@@ -173,14 +174,16 @@ at::Tensor RingCore::forward(const at::Tensor& q, const at::Tensor& k, const at:
     }
   }
   saved.q = q, saved.k = k, saved.v = v, saved.lse = at::cat({lse[0], lse[1]}, 2);
-  return at::cat({out[0], out[1]}, 2);
+  return nn::to_type(at::cat({out[0], out[1]}, 2), q.scalar_type());
 }
 
 AttentionInputGrads RingCore::backward(const at::Tensor& dout, const at::Tensor& out, const AttentionSaved& s) {
   const int64_t n = sp_.size(), r = sp_.rank(), tc = s.q.size(2) / 2;
   at::Tensor block = at::stack({s.k, s.v});
-  at::Tensor grads = at::zeros_like(block);  // dk, dv of the block held now; travels with it
-  at::Tensor dq = at::zeros_like(s.q);
+  // dk, dv of the block held now; travels with it. Both sums accumulate in the wide type.
+  const auto wide = block.options().dtype(nn::wide_type(block.scalar_type()));
+  at::Tensor grads = at::zeros(block.sizes(), wide);
+  at::Tensor dq = at::zeros(s.q.sizes(), wide);
   at::Tensor q_chunks[2], dout_chunks[2], out_chunks[2], lse_chunks[2];
   for (int64_t c = 0; c < 2; ++c) {
     q_chunks[c] = chunk_of(s.q, c, tc), dout_chunks[c] = chunk_of(dout, c, tc), out_chunks[c] = chunk_of(out, c, tc);
@@ -212,7 +215,8 @@ AttentionInputGrads RingCore::backward(const at::Tensor& dout, const at::Tensor&
       block = next;
     }
   }
-  return {dq, grads[0], grads[1]};
+  const auto type = s.q.scalar_type();
+  return {nn::to_type(dq, type), nn::to_type(grads[0], type), nn::to_type(grads[1], type)};
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "loom/parallel/tensor_parallel_linear.h"
 
 #include "loom/core/error.h"
+#include "loom/nn/precision.h"
 
 namespace loom::parallel {
 namespace {
@@ -37,12 +38,12 @@ ColumnParallelLinear::ColumnParallelLinear(const std::string& name, int64_t in_f
 }
 
 at::Tensor ColumnParallelLinear::forward(const at::Tensor& x) const {
-  const at::Tensor w = weight.value.view({local_out_, in_});
-  return bias.name.empty() ? at::linear(x, w) : at::linear(x, w, bias.value.view({local_out_}));
+  const at::Tensor w = nn::compute_value(weight).view({local_out_, in_});
+  return bias.name.empty() ? at::linear(x, w) : at::linear(x, w, nn::compute_value(bias).view({local_out_}));
 }
 
 at::Tensor ColumnParallelLinear::backward_input_partial(const at::Tensor& dy) const {
-  return at::matmul(dy, weight.value.view({local_out_, in_})).contiguous();
+  return at::matmul(dy, nn::compute_value(weight).view({local_out_, in_})).contiguous();
 }
 
 at::Tensor ColumnParallelLinear::backward_input(const at::Tensor& dy) const {
@@ -53,8 +54,8 @@ at::Tensor ColumnParallelLinear::backward_input(const at::Tensor& dy) const {
 
 void ColumnParallelLinear::backward_weight(const at::Tensor& x, const at::Tensor& dy) {
   const at::Tensor dy2 = dy.reshape({-1, local_out_});
-  weight.grad.view({local_out_, in_}).addmm_(dy2.t(), x.reshape({-1, in_}));
-  if (!bias.name.empty()) bias.grad.view({local_out_}).add_(dy2.sum(0));
+  nn::add_product(weight.grad.view({local_out_, in_}), dy2.t(), x.reshape({-1, in_}));
+  if (!bias.name.empty()) bias.grad.view({local_out_}).add_(nn::sum_rows(dy2, bias.grad.scalar_type()));
 }
 
 std::vector<nn::Param*> ColumnParallelLinear::params() {
@@ -72,11 +73,11 @@ RowParallelLinear::RowParallelLinear(const std::string& name, int64_t in_feature
 }
 
 at::Tensor RowParallelLinear::forward_partial(const at::Tensor& x_local) const {
-  return at::matmul(x_local, weight.value.t()).contiguous();
+  return at::matmul(x_local, nn::compute_value(weight).t()).contiguous();
 }
 
 void RowParallelLinear::add_bias(at::Tensor& y) const {
-  if (!bias.name.empty()) y.add_(bias.value);
+  if (!bias.name.empty()) y.add_(nn::compute_value(bias));
 }
 
 at::Tensor RowParallelLinear::forward(const at::Tensor& x_local) const {
@@ -86,12 +87,14 @@ at::Tensor RowParallelLinear::forward(const at::Tensor& x_local) const {
   return y;
 }
 
-at::Tensor RowParallelLinear::backward_input(const at::Tensor& dy) const { return at::matmul(dy, weight.value); }
+at::Tensor RowParallelLinear::backward_input(const at::Tensor& dy) const {
+  return at::matmul(dy, nn::compute_value(weight));
+}
 
 void RowParallelLinear::backward_weight(const at::Tensor& x_local, const at::Tensor& dy) {
   const at::Tensor dy2 = dy.reshape({-1, out_});
-  weight.grad.addmm_(dy2.t(), x_local.reshape({-1, local_in_}));
-  if (!bias.name.empty()) bias.grad.add_(dy2.sum(0));
+  nn::add_product(weight.grad, dy2.t(), x_local.reshape({-1, local_in_}));
+  if (!bias.name.empty()) bias.grad.add_(nn::sum_rows(dy2, bias.grad.scalar_type()));
 }
 
 std::vector<nn::Param*> RowParallelLinear::params() {

@@ -4,8 +4,9 @@
 
 namespace loom::replicas {
 
-GradientReducer::GradientReducer(FlatParams& flat, dist::Communicator& group, double bucket_mb)
-    : flat_(flat), group_(group) {
+GradientReducer::GradientReducer(FlatParams& flat, dist::Communicator& group, double bucket_mb,
+                                 std::optional<at::ScalarType> wire)
+    : flat_(flat), group_(group), wire_(wire.value_or(flat.grads.scalar_type())) {
   const auto limit = static_cast<int64_t>(bucket_mb * 1024 * 1024 / static_cast<double>(flat.grads.element_size()));
   for (const FlatSlot& s : flat.slots) {
     if (buckets_.empty() || buckets_.back().numel >= std::max<int64_t>(limit, 1))
@@ -25,22 +26,28 @@ void GradientReducer::layer_done(size_t layer) {
       b.work->test();  // progress for the ones in flight (see NOTE [Progress])
       continue;
     }
-    if (std::find(b.layers.begin(), b.layers.end(), layer) != b.layers.end() && --b.pending == 0) {
-      at::Tensor range = flat_.grads.narrow(0, b.offset, b.numel);
-      b.work = group_.all_reduce_async(range, dist::ReduceOp::Sum);
-    }
+    if (std::find(b.layers.begin(), b.layers.end(), layer) != b.layers.end() && --b.pending == 0) start(b);
   }
+}
+
+void GradientReducer::start(Bucket& b) {
+  at::Tensor range = flat_.grads.narrow(0, b.offset, b.numel);
+  if (wire_ != range.scalar_type()) range = b.narrow = range.to(wire_);
+  b.work = group_.all_reduce_async(range, dist::ReduceOp::Sum);
+}
+
+void GradientReducer::complete(Bucket& b) {
+  b.work->wait();
+  b.work.reset();
+  if (b.narrow.defined()) flat_.grads.narrow(0, b.offset, b.numel).copy_(b.narrow);
+  b.narrow.reset();
+  b.pending = b.layers.size();
 }
 
 void GradientReducer::finish() {
   for (Bucket& b : buckets_) {
-    if (!b.work) {  // a bucket whose layers have no gradient this step (never in a GPT)
-      at::Tensor range = flat_.grads.narrow(0, b.offset, b.numel);
-      b.work = group_.all_reduce_async(range, dist::ReduceOp::Sum);
-    }
-    b.work->wait();
-    b.work.reset();
-    b.pending = b.layers.size();
+    if (!b.work) start(b);  // a bucket whose layers have no gradient this step (never in a GPT)
+    complete(b);
   }
 }
 

@@ -9,8 +9,8 @@
 namespace loom::replicas {
 
 ShardedAdamW::ShardedAdamW(FlatParams& flat, dist::Communicator& dp, dist::Communicator& tp,
-                           dist::Communicator& pp, optim::AdamWOptions options)
-    : flat_(flat), dp_(dp), tp_(tp), pp_(pp) {
+                           dist::Communicator& pp, optim::AdamWOptions options, std::optional<at::ScalarType> wire)
+    : flat_(flat), dp_(dp), tp_(tp), pp_(pp), wire_(wire.value_or(flat.grads.scalar_type())) {
   LOOM_CHECK(flat.values.numel() % dp.size() == 0, "[zero] flat buffer of {} is not padded to {} shards",
              flat.values.numel(), dp.size());
   shard_numel_ = flat.values.numel() / dp.size();
@@ -34,7 +34,13 @@ ShardedAdamW::ShardedAdamW(FlatParams& flat, dist::Communicator& dp, dist::Commu
 
 double ShardedAdamW::step(double lr, double clip, std::pair<double, double> extra,
                           const std::function<void(double)>& before_update) {
-  dp_.reduce_scatter(flat_.grads, shard_grad_, dist::ReduceOp::Sum);
+  if (wire_ == flat_.grads.scalar_type()) {
+    dp_.reduce_scatter(flat_.grads, shard_grad_, dist::ReduceOp::Sum);
+  } else {  // parallel.grad_dtype: half the bytes, summed in the narrow type, widened back
+    at::Tensor shard = at::empty({shard_numel_}, shard_grad_.options().dtype(wire_));
+    dp_.reduce_scatter(flat_.grads.to(wire_), shard, dist::ReduceOp::Sum);
+    shard_grad_.copy_(shard);
+  }
   // Squared norms of this dp shard: [replicated, tp-sharded] parameters; summed over dp, and the
   // tp-sharded part also over tp.
   std::vector<nn::Param*> parts;

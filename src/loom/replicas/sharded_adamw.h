@@ -2,9 +2,11 @@
 // ZeRO stage 1: AdamW whose moments are sharded over the data-parallel group. Each rank owns one
 // equal, contiguous shard of the flat parameter buffer. A step reduce-scatters the flat gradient
 // (sum), clips by the global norm (an all-reduce of the shards' squared norms), updates the
-// owned shard and all-gathers the parameters.
+// owned shard and all-gathers the parameters. With a narrower `wire` type (parallel.grad_dtype)
+// the gradient is rounded to it for the reduce-scatter and widened into the float32 shard.
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "loom/dist/communicator.h"
@@ -18,7 +20,7 @@ class ShardedAdamW {
   // `tp`: the tensor-parallel group, over which the norm of tp-sharded parameters is summed;
   // `pp`: the pipeline group, over which the stages' norms are summed.
   ShardedAdamW(FlatParams& flat, dist::Communicator& dp, dist::Communicator& tp, dist::Communicator& pp,
-               optim::AdamWOptions options);
+               optim::AdamWOptions options, std::optional<at::ScalarType> wire = std::nullopt);
   // Returns the global gradient norm before clipping (clip <= 0: no clipping). `extra`: squared
   // norms [replicated, tp-sharded] of gradients outside the flat buffer (sparse tables), already
   // summed over the dp group; the caller clips those with the same rule.
@@ -32,6 +34,7 @@ class ShardedAdamW {
   dist::Communicator& dp_;
   dist::Communicator& tp_;
   dist::Communicator& pp_;
+  at::ScalarType wire_;  // the type the gradient is reduce-scattered in
   int64_t shard_offset_, shard_numel_;
   at::Tensor shard_grad_;
   std::vector<nn::Param> shard_params_;  // the parts of parameters inside the shard, as views
