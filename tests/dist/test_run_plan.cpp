@@ -24,6 +24,7 @@ Config tiny() {
   c.model.vocab = 4096, c.model.d_model = 256, c.model.n_layers = 4, c.model.n_heads = 4;
   c.model.seq_len = 256;
   c.train.steps = 2, c.train.global_batch = 8, c.train.micro_batch = 4, c.train.threads = 1;
+  c.parallel.sparse = SparseMode::On;  // the estimate's path, whatever "auto" would measure
   return c;
 }
 

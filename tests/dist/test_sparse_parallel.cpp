@@ -1,7 +1,12 @@
 // Sparsity-aware data parallelism (NOTE [Sparse exchange]) against the serial run, in float64 at
-// 1e-9: a DLRM and a GPT at dp = world size, with several partition counts, ZeRO on and off and
-// clipping active; steps where some rows are looked up by several ranks and some by none. Then
-// what travels: the exchange's exact bytes, against dense all-reduce, and where rows live.
+// 1e-9: a DLRM and a GPT at dp = world size, with several partition counts, ZeRO on and off,
+// both table updates and clipping active; steps where some rows are looked up by several ranks
+// and some by none. The exchange never changes the model: tables dense or on the sparse path
+// train the serial dense-table run under every axis (dp + ZeRO-1, tp with the vocabulary-parallel
+// embedding, pp, sp) and both updates, in float64 and in float32; "auto" agrees over the ranks.
+// Then what travels: the exchange's exact bytes, against dense all-reduce, and where rows live.
+#include <fmt/format.h>
+
 #include <set>
 
 #include "layout_harness.h"
@@ -85,7 +90,18 @@ struct SparseCase {
   std::string model;
   int64_t partitions;
   int64_t zero;
+  TableUpdate update = TableUpdate::Lazy;
 };
+
+std::string case_name(const SparseCase& p) {
+  return fmt::format("{}_P{}_zero{}_{}", p.model, p.partitions, p.zero, Option<TableUpdate>(p.update).name());
+}
+
+// The serial run with every table dense: the model whatever the exchange.
+TrainedRun run_serial_dense(Config c) {
+  c.parallel.sparse = "off";
+  return run_serial(c);
+}
 
 class SparseParallel : public ::testing::TestWithParam<SparseCase> {};
 
@@ -93,23 +109,25 @@ TEST_P(SparseParallel, MatchesTheSerialRunInFloat64) {
   const SparseCase& p = GetParam();
   if (12 % world().size() != 0) GTEST_SKIP() << "dp must divide the 12 micro-batches";
   Config c = p.model == "dlrm" ? dlrm_config() : gpt_config();
+  c.parallel.sparse = "on";
   c.parallel.sparse_partitions = p.partitions;
   c.parallel.zero = p.zero;
+  c.train.table_update = p.update;
   expect_shared_and_untouched_rows(c, p.model == "dlrm" ? c.model.table_rows : c.model.vocab);
   const TrainedRun serial = run_serial(c);
   const TrainedRun layout = train_run(c, world());
   EXPECT_GT(serial.records.front().grad_norm, c.train.clip) << "clipping must be active";
   expect_same_training(layout, serial, 1e-9, 1e-9);
+  expect_same_training(layout, run_serial_dense(c), 1e-9, 1e-9);  // the exchange is not the model
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, SparseParallel,
                          ::testing::Values(SparseCase{"dlrm", 0, 0}, SparseCase{"dlrm", 1, 0},
                                            SparseCase{"dlrm", 7, 1}, SparseCase{"gpt", 0, 0},
-                                           SparseCase{"gpt", 5, 1}),
-                         [](const auto& info) {
-                           return fmt::format("{}_P{}_zero{}", info.param.model, info.param.partitions,
-                                              info.param.zero);
-                         });
+                                           SparseCase{"gpt", 5, 1}, SparseCase{"dlrm", 0, 0, TableUpdate::Dense},
+                                           SparseCase{"dlrm", 7, 1, TableUpdate::Dense},
+                                           SparseCase{"gpt", 5, 1, TableUpdate::Dense}),
+                         [](const auto& info) { return case_name(info.param); });
 
 // The Llama on the sparse path: its token table is the one sparse table. Tied to the head, the
 // table is read whole each step, so it stays dense whatever parallel.sparse says; both train the
@@ -121,6 +139,7 @@ TEST_P(SparseParallelLlama, MatchesTheSerialRunInFloat64) {
   if (12 % world().size() != 0) GTEST_SKIP() << "dp must divide the 12 micro-batches";
   Config c = small_llama(97, 1, 16, 12, 1, /*kv_heads=*/4, p.model == "tied");
   c.train.clip = 0.05;
+  c.parallel.sparse = "on";
   c.parallel.dp = world().size();
   c.parallel.sparse_partitions = p.partitions;
   c.parallel.zero = p.zero;
@@ -141,13 +160,133 @@ INSTANTIATE_TEST_SUITE_P(Cases, SparseParallelLlama,
                                               info.param.zero);
                          });
 
-// sparse = "off" is the dense model (dense AdamW on the tables), in every layout too.
-TEST(SparseParallelOff, DenseTablesMatchTheSerialRun) {
+// sparse = "off": the tables are dense parameters (all-reduced or ZeRO-1's shards), updated by
+// AdamW over every row or, lazy, over the rows some rank looked up (NOTE [Lazy rows of dense
+// tables]): the same model as the sparse path's serial run.
+class SparseParallelOff : public ::testing::TestWithParam<SparseCase> {};
+
+TEST_P(SparseParallelOff, DenseTablesMatchTheSerialRun) {
+  const SparseCase& p = GetParam();
   if (12 % world().size() != 0) GTEST_SKIP();
-  Config c = dlrm_config();
+  Config c = p.model == "dlrm" ? dlrm_config() : gpt_config();
   c.parallel.sparse = "off";
-  expect_same_training(train_run(c, world()), run_serial(c), 1e-9, 1e-9);
+  c.parallel.zero = p.zero;
+  c.train.table_update = p.update;
+  const TrainedRun layout = train_run(c, world());
+  expect_same_training(layout, run_serial(c), 1e-9, 1e-9);
+  c.parallel.sparse = "on";
+  expect_same_training(layout, run_serial(c), 1e-9, 1e-9);
 }
+
+INSTANTIATE_TEST_SUITE_P(Cases, SparseParallelOff,
+                         ::testing::Values(SparseCase{"dlrm", 0, 0, TableUpdate::Dense},
+                                           SparseCase{"dlrm", 0, 1, TableUpdate::Lazy},
+                                           SparseCase{"gpt", 0, 0, TableUpdate::Lazy}),
+                         [](const auto& info) { return case_name(info.param); });
+
+// parallel.sparse = "auto": every rank of the group takes the same path for each table (the times
+// are agreed), and whatever it took, the model is the serial dense-table run's. Never a timing.
+TEST(SparseParallelAuto, ChoosesAlikeOnEveryRankAndTrainsTheSameModel) {
+  const int n = world().size();
+  if (12 % n != 0) GTEST_SKIP();
+  for (const TableUpdate update : {TableUpdate::Dense, TableUpdate::Lazy}) {
+    SCOPED_TRACE(Option<TableUpdate>(update).name());
+    Config c = dlrm_config();
+    c.parallel.sparse = "auto";
+    c.train.table_update = update;
+    train::Trainer trainer(c, world());
+    const auto records = trainer.run({.peak_flops = 1e9});
+    const std::vector<replicas::TableChoice> choices = trainer.table_choices();
+    ASSERT_EQ(static_cast<int64_t>(choices.size()), c.model.tables);
+    at::Tensor mine = at::zeros({2 * c.model.tables}, at::kLong), all = at::empty({n * 2 * c.model.tables}, at::kLong);
+    for (size_t t = 0; t < choices.size(); ++t) {
+      mine[static_cast<int64_t>(t)] = choices[t].sparse ? 1 : 0;
+      mine[c.model.tables + static_cast<int64_t>(t)] = choices[t].sparse == records.back().tables[t].sparse;
+      if (n > 1) EXPECT_GT(choices[t].dense_ms, 0) << choices[t].reason;  // measured
+      else EXPECT_FALSE(choices[t].sparse) << "one replica keeps its tables dense";
+    }
+    world().all_gather(mine, all);
+    for (int r = 1; r < n; ++r) EXPECT_TRUE(all.narrow(0, r * mine.numel(), mine.numel()).equal(all.narrow(0, 0, mine.numel())));
+    int sparse = 0;
+    for (nn::Param* p : trainer.model().params()) sparse += p->sparse != nullptr;
+    EXPECT_EQ(sparse, std::count_if(choices.begin(), choices.end(), [](const auto& x) { return x.sparse; }));
+    TrainedRun layout{.records = records};
+    for (nn::Param* p : trainer.model().params()) {
+      layout.names.push_back(p->name);
+      layout.weights.push_back(trainer.value_of(*p).clone());
+      layout.shards.push_back(p->shard);
+    }
+    expect_same_training(layout, run_serial_dense(c), 1e-9, 1e-9);
+  }
+}
+
+// The layout-equivalence suite with tables dense and on the sparse path: each axis (dp with
+// ZeRO-1; tp = 2 with the vocabulary-parallel embedding; pp = 2; sp = 2; the rest of the world
+// in dp) x parallel.sparse "off" / "on" x train.table_update "dense" / "lazy", against the serial
+// run with dense tables. "off" is what runs the tensor-parallel dense embedding, ZeRO-1 over the
+// embedding and the table's all-reduce; "on" its shard's exchange over the replicas.
+struct TableLayout {
+  std::string axis;    // "dp_zero1", "tp", "pp", "sp"
+  std::string sparse;  // "off" | "on"
+  TableUpdate update;
+  std::string dtype = "float64";
+};
+
+// The layout on `n` ranks, or "" when it does not exist there (tp, pp and sp need an even world).
+std::string apply_layout(const TableLayout& l, int n, Config& c) {
+  if (n == 1) return "a world of one is the serial run";
+  if (l.axis == "dp_zero1") {
+    if (12 % n != 0) return "dp must divide the 12 micro-batches";
+    c.parallel.dp = n, c.parallel.zero = 1;
+    return "";
+  }
+  if (n % 2 != 0) return "an axis of 2 needs an even world";
+  c.parallel.dp = n / 2;
+  (l.axis == "tp" ? c.parallel.tp : l.axis == "pp" ? c.parallel.pp : c.parallel.sp) = 2;
+  return "";
+}
+
+class SparseParallelLayouts : public ::testing::TestWithParam<TableLayout> {};
+
+TEST_P(SparseParallelLayouts, MatchTheSerialDenseTableRun) {
+  const TableLayout& l = GetParam();
+  Config c = small_gpt(97, 2, 16, 12, 1);  // vocabulary padded to 98 under tp = 2
+  c.model.dtype = l.dtype;
+  c.train.clip = 0.05;
+  c.train.table_update = l.update;
+  c.parallel.sparse = l.sparse;
+  if (const std::string skip = apply_layout(l, world().size(), c); !skip.empty()) GTEST_SKIP() << skip;
+  const TrainedRun layout = train_run(c, world());
+  if (l.dtype == "float64") {
+    expect_same_training(layout, run_serial_dense(c), 1e-9, 1e-9);
+  } else {
+    // float32: losses to 1e-5 relative, as the float32 dp check (test_data_parallel.cpp). Each
+    // layout sums the same terms in another order (tp's partial products, sp's attention pieces,
+    // the replicas' gradient sums), a few units of float32's roundoff 6e-8 per reduction, which
+    // three AdamW steps carry into the weights; the loss sees them at about 1e-6 relative. The
+    // weights only to 1e-3: AdamW divides by sqrt(v), so where a gradient element is near zero a
+    // rounding difference becomes a visible update difference. Float64 above is the strict proof.
+    expect_same_training(layout, run_serial_dense(c), 1e-5, 1e-3);
+  }
+}
+
+std::vector<TableLayout> table_layouts() {
+  std::vector<TableLayout> out;
+  for (const char* axis : {"dp_zero1", "tp", "pp", "sp"})
+    for (const char* sparse : {"off", "on"})
+      for (const TableUpdate update : {TableUpdate::Dense, TableUpdate::Lazy}) out.push_back({axis, sparse, update});
+  // Float32 layouts under tp, pp and sp, joining the float32 dp check: tables dense and sparse.
+  for (const char* axis : {"tp", "pp", "sp"}) {
+    out.push_back({axis, "off", TableUpdate::Dense, "float32"});
+    out.push_back({axis, "on", TableUpdate::Lazy, "float32"});
+  }
+  return out;
+}
+
+INSTANTIATE_TEST_SUITE_P(Axes, SparseParallelLayouts, ::testing::ValuesIn(table_layouts()), [](const auto& info) {
+  const TableLayout& l = info.param;
+  return fmt::format("{}_sparse_{}_{}_{}", l.axis, l.sparse, Option<TableUpdate>(l.update).name(), l.dtype);
+});
 
 // One DLRM step at dp = n. Per table: one all-to-all of counts (n int64), then all-to-all-v of
 // the ids this rank looks up (8 bytes each), of the owners' rows back, and of the row gradients
@@ -159,6 +298,7 @@ TEST(SparseParallelComm, ExchangeMovesExactlyTheLookedUpRows) {
   if (n < 2 || 12 % n != 0) GTEST_SKIP();
   Config c = dlrm_config();
   c.train.steps = 1;
+  c.parallel.sparse = "on";
   c.parallel.sparse_partitions = 2 * n;
   train::Trainer trainer(c, world());
   const auto records = trainer.run({.peak_flops = 1e9});
@@ -200,6 +340,7 @@ TEST(SparseParallelComm, ChosenPartitionCountAgreesOverRanks) {
   if (12 % n != 0) GTEST_SKIP();
   Config c = dlrm_config();
   c.train.steps = 1;
+  c.parallel.sparse = "on";
   train::Trainer trainer(c, world());
   const int64_t chosen = trainer.sparse_partitions();
   EXPECT_GE(chosen, 1);

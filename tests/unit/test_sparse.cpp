@@ -1,6 +1,7 @@
 // The sparse path in one process (a group of one): row partitions, lazy AdamW against its
-// formula and against dense AdamW, the partition-count fit, the DLRM layers against autograd
-// (and their sparse path against their dense one), and the synthetic clicks.
+// formula and against dense AdamW, the dense table update against dense AdamW row by row, lazy
+// on a dense table against lazy on the sparse path, the partition-count fit, the DLRM layers
+// against autograd (and their sparse path against their dense one), and the synthetic clicks.
 #include <unistd.h>
 
 #include <cmath>
@@ -14,6 +15,7 @@
 #include "loom/blocks/dlrm_layers.h"
 #include "loom/optim/adamw.h"
 #include "loom/parallel/sparse_table.h"
+#include "loom/replicas/sparse_tables.h"
 #include "unit/layer_check.h"
 
 namespace loom::test {
@@ -55,10 +57,11 @@ struct OneRankTable {
   dist::NullCommunicator alone;
   nn::Param param;
   std::unique_ptr<parallel::SparseTable> table;
-  OneRankTable(int64_t rows, int64_t width, int64_t partitions, const optim::AdamWOptions& options) {
+  OneRankTable(int64_t rows, int64_t width, int64_t partitions, const optim::AdamWOptions& options,
+               TableUpdate update = TableUpdate::Lazy) {
     param = nn::Param{.name = "t", .full_shape = {rows, width}, .init = nn::Init::Normal, .init_std = 1.0,
                       .weight_decay = true, .embedding = true};
-    table = std::make_unique<parallel::SparseTable>(param, alone, partitions, options);
+    table = std::make_unique<parallel::SparseTable>(param, alone, partitions, options, update);
     table->initialise(3, at::kDouble);
   }
 };
@@ -115,6 +118,80 @@ TEST(SparseTable, RowsTouchedEveryStepTrainLikeDenseAdamW) {
     reference.step(1e-2);
   }
   EXPECT_TENSOR_NEAR(t.table->gather_full(), dense.value, 1e-12);
+}
+
+// train.table_update = "dense" on the sparse path: the owner updates every row it owns, so rows
+// no step looks up still decay and their moments follow a zero gradient: dense AdamW, row by row.
+TEST(SparseTable, DenseUpdateMatchesDenseAdamWRowByRowUntouchedRowsIncluded) {
+  const optim::AdamWOptions options{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  OneRankTable t(9, 3, 4, options, TableUpdate::Dense);
+  nn::Param dense{.name = "t", .full_shape = {9, 3}, .weight_decay = true};
+  dense.value = t.table->gather_full().clone();
+  dense.grad = at::zeros_like(dense.value);
+  const at::Tensor initial = dense.value.clone();
+  optim::AdamW reference({&dense}, options);
+  // Rows 0, 2, 4, 6, 8 are never looked up; row 5 only in the second step.
+  const std::vector<std::vector<int64_t>> steps{{3, 1, 3, 7}, {5, 3}, {1, 7, 7}};
+  torch::manual_seed(6);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const double lr = 0.01 * static_cast<double>(s + 1);
+    const at::Tensor ids = at::tensor(steps[s], kLong), grads = at::randn({ids.numel(), 3}, kDouble);
+    t.table->pull(ids);
+    t.table->accumulate(ids, grads);
+    t.table->push();
+    t.table->step(lr);
+    dense.grad.zero_().index_add_(0, ids, grads);
+    reference.step(lr);
+    const at::Tensor got = t.table->gather_full();
+    for (int64_t r = 0; r < 9; ++r) {
+      SCOPED_TRACE(fmt::format("step {} row {}", s, r));
+      EXPECT_TENSOR_NEAR(got[r], dense.value[r], 1e-14);
+    }
+  }
+  EXPECT_FALSE(dense.value[0].equal(initial[0])) << "an untouched row decays under dense AdamW";
+}
+
+// train.table_update = "lazy" on a dense table (parallel.sparse = "off"): SparseTables notes the
+// rows the layers look up and AdamW, asked through its RowFilter, updates only those, as the
+// sparse path's owner does; a piece of the table (as ZeRO-1 cuts the flat buffer) gets the
+// elements of its own range.
+TEST(SparseTables, LazyDenseTableMatchesLazySparsePath) {
+  const optim::AdamWOptions options{.beta1 = 0.9, .beta2 = 0.95, .eps = 1e-8, .weight_decay = 0.1};
+  OneRankTable sparse(9, 3, 2, options, TableUpdate::Lazy);
+  nn::Param dense = sparse.param;
+  dense.value = sparse.table->gather_full().clone();
+  dense.grad = at::zeros_like(dense.value);
+  dist::NullCommunicator alone;
+  replicas::SparseTables tables({&dense}, {0.0}, alone, alone,
+                                {.mode = SparseMode::Off, .update = TableUpdate::Lazy, .adamw = options,
+                                 .dtype = at::kDouble},
+                                [] {});
+  ASSERT_NE(tables.row_filter(), nullptr);
+  EXPECT_EQ(tables.size(), 0u);
+  optim::AdamWOptions lazy = options;
+  lazy.lazy_rows = tables.row_filter();
+  optim::AdamW adamw({&dense}, lazy);
+  const std::vector<std::vector<int64_t>> steps{{3, 1, 3, 7}, {5, 3}, {-1, 7}};  // -1: another tp rank's id
+  torch::manual_seed(7);
+  for (size_t s = 0; s < steps.size(); ++s) {
+    const at::Tensor ids = at::tensor(steps[s], kLong), grads = at::randn({ids.numel(), 3}, kDouble);
+    tables.pull([&] { dense.sparse->pull(ids); });  // what a layer's pull_rows does
+    EXPECT_EQ(dense.sparse, nullptr) << "the recorder is gone before forward";
+    const at::Tensor valid = ids.ge(0).nonzero().squeeze(1);
+    dense.grad.zero_().index_add_(0, ids.index_select(0, valid), grads.index_select(0, valid));
+    sparse.table->pull(ids);
+    sparse.table->accumulate(ids, grads);
+    sparse.table->push();
+    sparse.table->step(1e-2);
+    tables.push();
+    if (s == 1) {  // rows 3 and 5: elements 9..11 and 15..17; the piece [10, 16) holds 10, 11, 15
+      const at::Tensor piece = dense.value.view({-1}).narrow(0, 10, 6);
+      EXPECT_TRUE(tables.row_filter()->elements_of(piece).equal(at::tensor(std::vector<int64_t>{0, 1, 5}, kLong)));
+      EXPECT_FALSE(tables.row_filter()->elements_of(at::zeros({3}, kDouble)).defined()) << "not the table";
+    }
+    adamw.step(1e-2);
+    EXPECT_TENSOR_NEAR(dense.value, sparse.table->gather_full(), 1e-14);
+  }
 }
 
 TEST(SparseTable, ForeignIdsReadZerosAndDropTheirGradient) {
@@ -196,7 +273,8 @@ TEST(DlrmLayers, SparsePathMatchesTheDensePath) {
   std::vector<std::unique_ptr<parallel::SparseTable>> tables;
   for (int64_t f = 0; f < kTables; ++f) {
     nn::initialise(dense.tables[f], 8, at::kDouble);
-    tables.push_back(std::make_unique<parallel::SparseTable>(sparse.tables[f], alone, 2, optim::AdamWOptions{}));
+    tables.push_back(
+        std::make_unique<parallel::SparseTable>(sparse.tables[f], alone, 2, optim::AdamWOptions{}, TableUpdate::Lazy));
     tables.back()->initialise(8, at::kDouble);
     sparse.tables[f].sparse = tables.back().get();
   }

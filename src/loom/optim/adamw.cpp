@@ -51,13 +51,30 @@ void adamw_update(at::Tensor& value, const at::Tensor& grad, at::Tensor& m, at::
   });
 }
 
+void adamw_update_elements(at::Tensor& value, const at::Tensor& grad, at::Tensor& m, at::Tensor& v,
+                           const at::Tensor& index, double lr, double decay, int64_t step, const AdamWOptions& options) {
+  if (index.numel() == 0) return;
+  at::Tensor flat_value = value.view({-1}), flat_m = m.view({-1}), flat_v = v.view({-1});
+  at::Tensor p = flat_value.index_select(0, index), mi = flat_m.index_select(0, index),
+             vi = flat_v.index_select(0, index);
+  const at::Tensor g = grad.reshape({-1}).index_select(0, index);
+  adamw_update(p, g, mi, vi, lr, decay, step, options);
+  flat_value.index_copy_(0, index, p);
+  flat_m.index_copy_(0, index, mi);
+  flat_v.index_copy_(0, index, vi);
+}
+
 void AdamW::step(double lr) {
   ++step_;
   for (size_t i = 0; i < params_.size(); ++i) {
     nn::Param& param = *params_[i];
     auto& [m, v] = state_[i];
     const double decay = param.weight_decay ? 1.0 - lr * options_.weight_decay : 1.0;
-    adamw_update(param.value, param.grad, m, v, lr, decay, step_, options_);
+    const at::Tensor lazy = options_.lazy_rows ? options_.lazy_rows->elements_of(param.value) : at::Tensor();
+    if (lazy.defined())
+      adamw_update_elements(param.value, param.grad, m, v, lazy, lr, decay, step_, options_);
+    else
+      adamw_update(param.value, param.grad, m, v, lr, decay, step_, options_);
   }
 }
 

@@ -1,6 +1,7 @@
 #include "loom/parallel/sparse_table.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <limits>
 
@@ -39,6 +40,19 @@ at::Tensor valid_ids(const at::Tensor& ids, at::Tensor* rows = nullptr) {
   return flat.index_select(0, keep);
 }
 
+// Adds the seconds the scope takes to `total`.
+class Stopwatch {
+ public:
+  explicit Stopwatch(double& total) : total_(total) {}
+  ~Stopwatch() { total_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count(); }
+  Stopwatch(const Stopwatch&) = delete;
+  Stopwatch& operator=(const Stopwatch&) = delete;
+
+ private:
+  double& total_;
+  std::chrono::steady_clock::time_point start_ = std::chrono::steady_clock::now();
+};
+
 }  // namespace
 
 std::vector<RowPartition> partition_rows(int64_t rows, int64_t partitions, int ranks) {
@@ -51,8 +65,10 @@ std::vector<RowPartition> partition_rows(int64_t rows, int64_t partitions, int r
   return out;
 }
 
-SparseTable::SparseTable(nn::Param& param, dist::Communicator& group, int64_t partitions, optim::AdamWOptions options)
-    : param_(param), group_(group), options_(options) {
+SparseTable::SparseTable(nn::Param& param, dist::Communicator& group, int64_t partitions, optim::AdamWOptions options,
+                         TableUpdate update)
+    : param_(param), group_(group), options_(options), update_(update) {
+  options_.lazy_rows = nullptr;  // the owner knows its touched rows itself
   LOOM_CHECK(param.full_shape.size() == 2, "[sparse] {} is not a table", param.name);
   const bool sharded = param.shard.dim == 0;
   rows_ = sharded ? param.shard.length : param.full_shape[0];
@@ -107,6 +123,7 @@ at::Tensor SparseTable::owned_index(const at::Tensor& rows) const {
 }
 
 void SparseTable::pull(const at::Tensor& ids) {
+  const Stopwatch watch(seconds_);
   const at::Tensor rows = valid_ids(ids);
   if (rows.numel() > 0) {
     const int64_t top = rows.max().item<int64_t>();
@@ -149,6 +166,7 @@ void SparseTable::accumulate(const at::Tensor& ids, const at::Tensor& grads) {
 }
 
 void SparseTable::push() {
+  const Stopwatch watch(seconds_);
   const at::Tensor sent = grads_.index_select(0, order_);
   at::Tensor received = at::empty({served_.numel(), width_}, grads_.options());
   group_.all_to_allv(sent, times(send_counts_, width_), received, times(recv_counts_, width_));
@@ -171,11 +189,17 @@ void SparseTable::scale_grads(double factor) {
 }
 
 void SparseTable::step(double lr) {
+  const Stopwatch watch(seconds_);
   ++step_;
-  if (touched_.defined() && touched_.numel() > 0) {
+  const double decay = param_.weight_decay ? 1.0 - lr * options_.weight_decay : 1.0;
+  const bool touched = touched_.defined() && touched_.numel() > 0;
+  if (update_ == TableUpdate::Dense) {  // every owned row; untouched ones see a zero gradient
+    at::Tensor grad = at::zeros_like(owned_);
+    if (touched) grad.index_copy_(0, touched_index_, touched_grad_);
+    optim::adamw_update(owned_, grad, m_, v_, lr, decay, step_, options_);
+  } else if (touched) {
     at::Tensor value = owned_.index_select(0, touched_index_), m = m_.index_select(0, touched_index_),
                v = v_.index_select(0, touched_index_);
-    const double decay = param_.weight_decay ? 1.0 - lr * options_.weight_decay : 1.0;
     optim::adamw_update(value, touched_grad_, m, v, lr, decay, step_, options_);
     owned_.index_copy_(0, touched_index_, value);
     m_.index_copy_(0, touched_index_, m);

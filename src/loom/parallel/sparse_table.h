@@ -14,16 +14,20 @@
 //   push   after backward: each rank sends its summed row gradients to the owners, in the order
 //          of the ids it sent in `pull` (so ids do not travel twice), and the owner sums the
 //          ranks' parts of every row it owns, in rank order;
-//   step   lazy AdamW: only rows some rank touched this step update their value and moments
-//          (decay included), with the bias corrections of the global step count.
-// The serial run takes the same path with a group of one, so every layout trains the same model;
-// parallel.sparse = "off" keeps a table dense (replicated, all-reduced, dense AdamW).
+//   step   AdamW on the owner, with the bias corrections of the global step count: under
+//          train.table_update = "dense" over every row it owns (rows no rank touched see a zero
+//          gradient: their moments decay and weight decay applies, exactly dense AdamW); under
+//          "lazy" only over the rows some rank touched (value, moments and decay).
+// The exchange never changes the model: the serial run (a group of one) and parallel.sparse =
+// "off" (a replicated, all-reduced table; lazy through NOTE [Lazy rows of dense tables]) train the
+// same numbers.
 //
 // With tensor parallelism the table is this rank's vocabulary shard; ids are local rows, and -1
 // marks a token another tp rank owns (read as zeros, gradient dropped).
 #include <memory>
 #include <vector>
 
+#include "loom/core/options.h"
 #include "loom/dist/communicator.h"
 #include "loom/nn/param.h"
 #include "loom/optim/adamw.h"
@@ -41,8 +45,10 @@ std::vector<RowPartition> partition_rows(int64_t rows, int64_t partitions, int r
 class SparseTable final : public nn::SparseRows {
  public:
   // `param`: the table (its full shape, and its shard under tensor parallelism); `group`: the
-  // replicas that share its gradient; `partitions` >= 1 and <= the rows.
-  SparseTable(nn::Param& param, dist::Communicator& group, int64_t partitions, optim::AdamWOptions options);
+  // replicas that share its gradient; `partitions` >= 1 and <= the rows; `update`: AdamW over
+  // every owned row or over the touched ones.
+  SparseTable(nn::Param& param, dist::Communicator& group, int64_t partitions, optim::AdamWOptions options,
+              TableUpdate update);
 
   // The owned rows from (seed, name), as the serial table's same rows; moments zero.
   void initialise(uint64_t seed, at::ScalarType dtype);
@@ -59,8 +65,11 @@ class SparseTable final : public nn::SparseRows {
   // The owners' part of the squared gradient norm (rows owned here; disjoint over the group).
   double grad_norm_square() const;
   void scale_grads(double factor);
-  // Lazy AdamW over the rows touched this step.
+  // AdamW over the owned rows ("dense") or over the rows touched this step ("lazy").
   void step(double lr);
+  // Seconds spent in pull, push and step since the last reset (the trials of parallel.sparse = "auto").
+  double seconds() const { return seconds_; }
+  void reset_seconds() { seconds_ = 0; }
 
   at::Tensor gather_full() const override;
 
@@ -80,6 +89,8 @@ class SparseTable final : public nn::SparseRows {
   nn::Param& param_;
   dist::Communicator& group_;
   optim::AdamWOptions options_;
+  TableUpdate update_;
+  double seconds_ = 0;
   int64_t rows_, width_, row_offset_;  // local rows, row width, first row in the full tensor
   std::vector<RowPartition> partitions_;
   at::Tensor part_begin_, part_owner_, part_offset_;  // per partition (int64)

@@ -16,6 +16,13 @@ namespace {
 
 int64_t dtype_bytes(const ModelConfig& m) { return m.dtype == DType::Float64 ? 8 : 4; }
 
+// Whether the estimate puts embedding tables on the sparse path: "on", or "auto" over more than
+// one replica. "auto" then measures both (NOTE [Table paths]) and may choose dense only where the
+// plan with every table dense fits as well, so this estimate is the sparse path's.
+bool on_sparse_path(const ParallelConfig& p) {
+  return p.sparse == SparseMode::On || (p.sparse == SparseMode::Auto && p.dp * p.sp > 1);
+}
+
 // The chain as tp rank 0 holds it (every tp rank's shard has the same shape), costed for one
 // micro-batch of this rank's tokens; layers only, nothing allocated.
 std::vector<LayerPlan> describe_chain(const Config& c, int64_t local_tokens) {
@@ -30,7 +37,7 @@ std::vector<LayerPlan> describe_chain(const Config& c, int64_t local_tokens) {
     for (const nn::Param* p : layer->params())
       plan.params.push_back({.numel = p->numel(),
                              .row_width = p->full_shape.size() > 1 ? p->full_shape[1] : 1,
-                             .table = p->embedding && c.parallel.sparse != SparseMode::Off});
+                             .table = p->embedding && on_sparse_path(c.parallel)});
     chain.push_back(std::move(plan));
   }
   return chain;

@@ -29,7 +29,7 @@ namespace loom::plan {
 struct ParamInfo {
   int64_t numel = 0;      // this rank's part
   int64_t row_width = 0;  // for a table: its row width
-  bool table = false;     // on the sparse path (parallel.sparse = "auto" and an embedding)
+  bool table = false;     // on the sparse path (an embedding under parallel.sparse = "on", or "auto" over replicas)
 };
 
 struct LayerPlan {

@@ -7,14 +7,16 @@ namespace loom::replicas {
 ReplicaOptimizer::ReplicaOptimizer(models::Model& model, dist::Communicator& replicas, dist::Communicator& tp,
                                    dist::Communicator& pp, const ReplicaOptions& options, SparseTables* sparse)
     : tp_(tp), pp_(pp), options_(options), sparse_(sparse) {
+  // Lazy dense tables update only their looked-up rows (NOTE [Lazy rows of dense tables]).
+  options_.adamw.lazy_rows = sparse ? sparse->row_filter() : nullptr;
   for (nn::Param* p : model.params())
     if (p->sparse == nullptr) dense_.push_back(p);
   flat_ = std::make_unique<FlatParams>(model, replicas.size());
   if (options.zero) {
-    sharded_ = std::make_unique<ShardedAdamW>(*flat_, replicas, tp, pp, options.adamw);
+    sharded_ = std::make_unique<ShardedAdamW>(*flat_, replicas, tp, pp, options_.adamw);
   } else {
     reducer_ = std::make_unique<GradientReducer>(*flat_, replicas, options.bucket_mb);
-    adamw_ = std::make_unique<optim::AdamW>(dense_, options.adamw);
+    adamw_ = std::make_unique<optim::AdamW>(dense_, options_.adamw);
   }
 }
 
@@ -30,7 +32,8 @@ auto ReplicaOptimizer::timed(const Timeline& timeline, const char* name, const c
 double ReplicaOptimizer::step(double lr, const std::function<void(double)>& before_update,
                               const Timeline& timeline) {
   const double clip = options_.clip;
-  // Sparse tables: row gradients to their owners, and their part of the global norm.
+  // Sparse tables: row gradients to their owners, and their part of the global norm (and the
+  // lazy dense tables' looked-up rows, before AdamW reads them).
   const std::pair<double, double> sparse = timed(timeline, "sparse_push", "communication", [&] {
     return sparse_ ? sparse_->push() : std::pair<double, double>{0, 0};
   });
@@ -50,7 +53,7 @@ double ReplicaOptimizer::step(double lr, const std::function<void(double)>& befo
       return 0;
     });
   }
-  timed(timeline, "sparse_adamw", "optimizer", [&] {  // lazy: the touched rows only
+  timed(timeline, "sparse_adamw", "optimizer", [&] {  // train.table_update: every owned row, or the touched ones
     if (sparse_) sparse_->step(lr, optim::clip_factor(norm, clip));
     return 0;
   });

@@ -2,8 +2,9 @@
 // One rank's optimizer step over parameters replicated on `replicas` (the dp group, or dp x sp:
 // NOTE [Sequence parallelism]): the dense gradients summed over the replicas (a bucketed
 // all-reduce that overlaps backward, or ZeRO-1's reduce-scatter and all-gather), the global
-// gradient norm over every group and clipping, AdamW; the sparse tables' row gradients pushed to
-// their owners and their touched rows updated lazily (NOTE [Sparse exchange]).
+// gradient norm over every group and clipping, AdamW (over the looked-up rows only for lazy dense
+// tables: NOTE [Lazy rows of dense tables]); the sparse tables' row gradients pushed to their
+// owners, which update them (NOTE [Sparse exchange]).
 #include <chrono>
 #include <functional>
 #include <memory>
@@ -31,7 +32,8 @@ using Timeline = std::function<void(const char*, const char*, std::chrono::stead
 
 class ReplicaOptimizer {
  public:
-  // `model`: this rank's layers, initialised; `sparse`: its tables on the sparse path, or null.
+  // `model`: this rank's layers, initialised; `sparse`: its embedding tables (on the sparse path
+  // or dense), or null.
   // `tp`, `pp`: the other groups the gradient norm spans.
   ReplicaOptimizer(models::Model& model, dist::Communicator& replicas, dist::Communicator& tp,
                    dist::Communicator& pp, const ReplicaOptions& options, SparseTables* sparse);

@@ -3,20 +3,194 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <chrono>
+#include <cstdint>
 #include <limits>
 
-namespace loom::replicas {
+#include "loom/core/error.h"
+#include "loom/replicas/table_trials.h"
 
-SparseTables::SparseTables(const std::vector<nn::Param*>& tables, dist::Communicator& group, int64_t partitions,
-                           optim::AdamWOptions options, at::ScalarType dtype, const std::function<void()>& pull)
-    : group_(group), options_(options), dtype_(dtype) {
-  set_ = partitions > 0;
-  partitions_ = set_ ? partitions : choose_partitions(tables, pull);
-  for (nn::Param* p : tables) {
-    tables_.push_back(std::make_unique<parallel::SparseTable>(*p, group, partitions_, options));
-    p->sparse = tables_.back().get();
+namespace loom::replicas {
+namespace {
+
+// A dense table's stand-in while the layers run pull_rows: it notes the rows looked up in `mask`
+// (float [rows]) and serves nothing (NOTE [Lazy rows of dense tables]).
+class RowRecorder final : public nn::SparseRows {
+ public:
+  RowRecorder(std::string name, at::Tensor mask) : name_(std::move(name)), mask_(std::move(mask)) {}
+  void pull(const at::Tensor& ids) override {
+    const at::Tensor flat = ids.reshape({-1});
+    mask_.index_fill_(0, flat.masked_select(flat.ge(0)), 1.0);
   }
+  at::Tensor lookup(const at::Tensor&) const override { throw misuse(); }
+  void accumulate(const at::Tensor&, const at::Tensor&) override { throw misuse(); }
+  at::Tensor gather_full() const override { throw misuse(); }
+
+ private:
+  Error misuse() const { return Error(fmt::format("[sparse] {} is dense: its row recorder only records", name_)); }
+  std::string name_;
+  at::Tensor mask_;
+};
+
+// Runs `pull` (the layers' pull_rows) with a recorder on each of `tables`; `masks[i]` (float
+// [rows of table i]) gets the rows this rank looks up.
+void record_rows(const std::vector<nn::Param*>& tables, const std::vector<at::Tensor>& masks,
+                 const std::function<void()>& pull) {
+  std::vector<std::unique_ptr<RowRecorder>> recorders;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    masks[i].zero_();
+    recorders.push_back(std::make_unique<RowRecorder>(tables[i]->name, masks[i]));
+    tables[i]->sparse = recorders.back().get();
+  }
+  try {
+    pull();
+  } catch (...) {
+    for (nn::Param* p : tables) p->sparse = nullptr;
+    throw;
+  }
+  for (nn::Param* p : tables) p->sparse = nullptr;
+}
+
+int64_t rows_of(const nn::Param& p) { return p.numel() / p.full_shape[1]; }
+
+}  // namespace
+
+// The lazy dense tables: each step's union of looked-up rows, and which elements AdamW updates.
+class SparseTables::LazyRows final : public optim::RowFilter {
+ public:
+  explicit LazyRows(std::vector<nn::Param*> tables) : tables_(std::move(tables)) {
+    int64_t rows = 0;
+    for (const nn::Param* p : tables_) rows += rows_of(*p);
+    masks_ = at::zeros({rows}, at::kFloat);
+    int64_t at = 0;
+    for (const nn::Param* p : tables_) views_.push_back(masks_.narrow(0, at, rows_of(*p))), at += rows_of(*p);
+  }
+  void record(const std::function<void()>& pull, dist::Communicator& group) {
+    record_rows(tables_, views_, pull);
+    work_ = group.all_reduce_async(masks_, dist::ReduceOp::Max);  // finished by finish(), before AdamW
+  }
+  void finish() {
+    if (work_) work_->wait(), work_.reset();
+  }
+  // The table whose memory `value` views, and the elements of `value` in its rows looked up.
+  at::Tensor elements_of(const at::Tensor& value) const override {
+    const auto begin = reinterpret_cast<uintptr_t>(value.data_ptr());
+    const auto size = static_cast<uintptr_t>(value.element_size());
+    for (size_t i = 0; i < tables_.size(); ++i) {
+      const at::Tensor& whole = tables_[i]->value;
+      if (!whole.defined() || whole.scalar_type() != value.scalar_type()) continue;
+      const auto base = reinterpret_cast<uintptr_t>(whole.data_ptr());
+      if (begin < base || begin >= base + static_cast<uintptr_t>(whole.numel()) * size) continue;
+      const auto lo = static_cast<int64_t>((begin - base) / size), hi = lo + value.numel();
+      LOOM_CHECK(hi <= whole.numel(), "[sparse] a piece of {} runs past its end", tables_[i]->name);
+      const at::Tensor elements = row_elements(views_[i], whole.size(1));
+      if (lo == 0 && hi == whole.numel()) return elements;
+      return elements.masked_select(elements.ge(lo).logical_and_(elements.lt(hi))).sub_(lo);
+    }
+    return {};
+  }
+
+ private:
+  std::vector<nn::Param*> tables_;
+  at::Tensor masks_;               // one float per row of every table, reduced with max over the group
+  std::vector<at::Tensor> views_;  // each table's rows of it
+  dist::WorkPtr work_;
+};
+
+SparseTables::SparseTables(const std::vector<nn::Param*>& tables, const std::vector<double>& window_flops,
+                           dist::Communicator& group, dist::Communicator& tp, const TableOptions& options,
+                           const std::function<void()>& pull)
+    : group_(group), options_(options) {
+  set_ = options.partitions > 0;
+  const std::vector<bool> sparse = choose_paths(tables, window_flops, tp, pull);
+  std::vector<nn::Param*> lazy;
+  for (size_t i = 0; i < tables.size(); ++i) {
+    if (sparse[i]) {
+      tables_.push_back(
+          std::make_unique<parallel::SparseTable>(*tables[i], group, partitions_, options.adamw, options.update));
+      tables[i]->sparse = tables_.back().get();
+    } else if (options.update == TableUpdate::Lazy) {
+      lazy.push_back(tables[i]);
+    }
+  }
+  if (!lazy.empty()) lazy_ = std::make_unique<LazyRows>(std::move(lazy));
+}
+
+SparseTables::~SparseTables() = default;
+
+std::vector<bool> SparseTables::choose_paths(const std::vector<nn::Param*>& tables,
+                                             const std::vector<double>& window_flops, dist::Communicator& tp,
+                                             const std::function<void()>& pull) {
+  const auto all = [&](bool sparse, const std::string& reason) {
+    for (const nn::Param* p : tables) choices_.push_back({.table = p->name, .sparse = sparse, .reason = reason});
+    if (sparse) partitions_ = set_ ? options_.partitions : choose_partitions(tables, pull);
+    return std::vector<bool>(tables.size(), sparse);
+  };
+  if (options_.mode == SparseMode::On) return all(true, "parallel.sparse = on");
+  if (options_.mode == SparseMode::Off) return all(false, "parallel.sparse = off");
+  if (group_.size() == 1) return all(false, "auto: one replica, nothing to exchange");
+  at::Tensor too_big = at::full({1}, options_.dense_fits ? 0 : 1, at::kLong);  // any rank's verdict holds
+  group_.all_reduce(too_big, dist::ReduceOp::Max);
+  tp.all_reduce(too_big, dist::ReduceOp::Max);
+  if (too_big.item<int64_t>() != 0) return all(true, "auto: dense tables would not fit in memory");
+  return measure_paths(tables, window_flops, tp, pull);
+}
+
+// NOTE [Table paths] (replicas/table_trials.h): the trials of both paths, agreed over the group and tp.
+std::vector<bool> SparseTables::measure_paths(const std::vector<nn::Param*>& tables,
+                                              const std::vector<double>& window_flops, dist::Communicator& tp,
+                                              const std::function<void()>& pull) {
+  partitions_ = set_ ? options_.partitions : choose_partitions(tables, pull);
+  const std::vector<double> sparse = sparse_trial(tables, partitions_, pull);
+  std::vector<at::Tensor> looked_up;
+  for (const nn::Param* p : tables) looked_up.push_back(at::zeros({rows_of(*p)}, at::kFloat));
+  if (options_.update == TableUpdate::Lazy) record_rows(tables, looked_up, pull);
+  const auto n = static_cast<int64_t>(tables.size());
+  at::Tensor seconds = at::zeros({2 * n}, at::kDouble);
+  for (int64_t i = 0; i < n; ++i) {
+    const DenseTrial trial{.window_flops = window_flops[static_cast<size_t>(i)], .update = options_.update,
+                           .adamw = options_.adamw, .dtype = options_.dtype,
+                           .looked_up = looked_up[static_cast<size_t>(i)]};
+    seconds[i] = sparse[static_cast<size_t>(i)];
+    seconds[n + i] = dense_trial_seconds(*tables[static_cast<size_t>(i)], trial, group_);
+  }
+  group_.all_reduce(seconds, dist::ReduceOp::Max);
+  tp.all_reduce(seconds, dist::ReduceOp::Max);
+  std::vector<bool> out;
+  for (int64_t i = 0; i < n; ++i) {
+    const double s = seconds[i].item<double>(), d = seconds[n + i].item<double>();
+    out.push_back(s < d);
+    choices_.push_back({.table = tables[static_cast<size_t>(i)]->name, .sparse = s < d,
+                        .reason = s < d ? "auto: measured sparse < dense" : "auto: measured dense <= sparse",
+                        .sparse_ms = s * 1e3, .dense_ms = d * 1e3});
+  }
+  return out;
+}
+
+std::vector<double> SparseTables::sparse_trial(const std::vector<nn::Param*>& tables, int64_t partitions,
+                                               const std::function<void()>& pull) {
+  std::vector<std::unique_ptr<parallel::SparseTable>> scratch;
+  for (nn::Param* p : tables) {
+    scratch.push_back(
+        std::make_unique<parallel::SparseTable>(*p, group_, partitions, options_.adamw, options_.update));
+    scratch.back()->initialise_zeros(options_.dtype);
+    p->sparse = scratch.back().get();
+  }
+  std::vector<std::vector<double>> runs(tables.size());
+  for (int run = 0; run < 3; ++run) {
+    group_.barrier();
+    for (auto& t : scratch) t->reset_seconds();
+    pull();
+    for (auto& t : scratch) t->push();
+    for (auto& t : scratch) t->step(0.0);
+    for (size_t i = 0; i < scratch.size(); ++i) runs[i].push_back(scratch[i]->seconds());
+  }
+  for (nn::Param* p : tables) p->sparse = nullptr;
+  std::vector<double> out;
+  for (auto& r : runs) {
+    std::sort(r.begin(), r.end());
+    out.push_back(r[1]);
+  }
+  return out;
 }
 
 // NOTE [Partition count]: Parallax chooses the number of partitions of its sparse tables from
@@ -24,14 +198,15 @@ SparseTables::SparseTables(const std::vector<nn::Param*>& tables, dist::Communic
 // and the hot rows, each one costs a fixed overhead. Candidates are multiples of the group size
 // n (n, 2n, 4n, 8n), so every rank owns the same number of partitions, and the choice is the
 // fitted minimum over the multiples of n up to 8n. Each candidate P runs the step-0 exchange
-// (pull, push, lazy update) three times on scratch tables of zeros, so the model is untouched;
-// every rank takes the group's slowest time, so all fit the same numbers and pick the same P.
-// The partition count never changes the numbers trained, only the time.
+// (pull, push, update) three times on scratch tables of zeros, so the model is untouched; the
+// time of P is the sum over tables of their medians, and every rank takes the group's slowest,
+// so all fit the same numbers and pick the same P. The partition count never changes the
+// numbers trained, only the time.
 int64_t SparseTables::choose_partitions(const std::vector<nn::Param*>& tables, const std::function<void()>& pull) {
   const int64_t n = group_.size();
   if (n == 1) return 1;  // one owner: partitions change nothing
   int64_t rows = std::numeric_limits<int64_t>::max();
-  for (const nn::Param* p : tables) rows = std::min(rows, p->numel() / p->full_shape[1]);
+  for (const nn::Param* p : tables) rows = std::min(rows, rows_of(*p));
   // Multiples of the group, so that every rank owns as many partitions as the next (what the
   // budget check assumes); a table of fewer rows than ranks gets one partition per row.
   std::vector<int64_t> candidates;
@@ -40,24 +215,9 @@ int64_t SparseTables::choose_partitions(const std::vector<nn::Param*>& tables, c
   if (candidates.empty()) return rows;
   at::Tensor seconds = at::zeros({static_cast<int64_t>(candidates.size())}, at::kDouble);
   for (size_t c = 0; c < candidates.size(); ++c) {
-    std::vector<std::unique_ptr<parallel::SparseTable>> scratch;
-    for (nn::Param* p : tables) {
-      scratch.push_back(std::make_unique<parallel::SparseTable>(*p, group_, candidates[c], options_));
-      scratch.back()->initialise_zeros(dtype_);
-      p->sparse = scratch.back().get();
-    }
-    std::vector<double> runs;
-    for (int run = 0; run < 3; ++run) {
-      group_.barrier();
-      const auto start = std::chrono::steady_clock::now();
-      pull();
-      for (auto& t : scratch) t->push();
-      for (auto& t : scratch) t->step(0.0);
-      runs.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
-    }
-    std::sort(runs.begin(), runs.end());
-    seconds[static_cast<int64_t>(c)] = runs[1];
-    for (nn::Param* p : tables) p->sparse = nullptr;
+    double total = 0;
+    for (double s : sparse_trial(tables, candidates[c], pull)) total += s;
+    seconds[static_cast<int64_t>(c)] = total;
   }
   group_.all_reduce(seconds, dist::ReduceOp::Max);
   std::vector<double> measured(candidates.size());
@@ -74,7 +234,18 @@ void SparseTables::initialise(uint64_t seed, at::ScalarType dtype) {
   for (auto& t : tables_) t->initialise(seed, dtype);
 }
 
+void SparseTables::pull(const std::function<void()>& pull_rows) {
+  if (lazy_)
+    lazy_->record(pull_rows, group_);  // the tables on the sparse path pull in the same pass
+  else if (!tables_.empty())
+    pull_rows();
+}
+
+const optim::RowFilter* SparseTables::row_filter() const { return lazy_.get(); }
+
 std::pair<double, double> SparseTables::push() {
+  if (lazy_) lazy_->finish();
+  if (tables_.empty()) return {0, 0};  // every rank of the group chose alike: none pushes
   at::Tensor sums = at::zeros({2}, at::kDouble);
   for (auto& t : tables_) {
     t->push();
@@ -92,10 +263,26 @@ void SparseTables::step(double lr, double clip_factor) {
 }
 
 std::string SparseTables::describe() const {
+  std::string line = "tables:";
+  const bool uniform = std::all_of(choices_.begin(), choices_.end(), [&](const TableChoice& c) {
+    return c.sparse == choices_.front().sparse && c.reason == choices_.front().reason && c.dense_ms == 0;
+  });
+  if (uniform && choices_.size() > 1) {
+    line += fmt::format(" {} {} ({})", choices_.size(), choices_.front().sparse ? "sparse" : "dense",
+                        choices_.front().reason);
+  } else {
+    for (const TableChoice& c : choices_) {
+      const std::string times =
+          c.dense_ms > 0 ? fmt::format(": sparse {:.2f} ms, dense {:.2f} ms per step", c.sparse_ms, c.dense_ms) : "";
+      line += fmt::format(" {} {} ({}{});", c.table, c.sparse ? "sparse" : "dense", c.reason, times);
+    }
+    if (line.back() == ';') line.pop_back();
+  }
+  if (tables_.empty()) return line;
   std::string trials;
   for (auto [p, seconds] : trials_) trials += fmt::format(" P={}: {:.2f} ms", p, seconds * 1e3);
-  return fmt::format("{} sparse table{} in {} partitions over {} ranks{}", size(), size() == 1 ? "" : "s",
-                     partitions(), group_.size(), trials.empty() ? (set_ ? " (set)" : "") : "; trials" + trials);
+  return line + fmt::format("; {} sparse table{} in {} partitions over {} ranks{}", size(), size() == 1 ? "" : "s",
+                            partitions_, group_.size(), trials.empty() ? (set_ ? " (set)" : "") : "; trials" + trials);
 }
 
 }  // namespace loom::replicas

@@ -1,48 +1,93 @@
 #pragma once
-// The tables of one rank's layers on the sparse path (NOTE [Sparse exchange]), sharing one replica
-// group and one partition count, and the choice of that count (NOTE [Partition count]).
+// The embedding tables of one rank's layers and how each trains: on the sparse path (NOTE [Sparse
+// exchange]) or dense in the flat buffers, chosen by parallel.sparse (NOTE [Table paths]); the
+// sparse ones share one replica group and one partition count (NOTE [Partition count]); under
+// train.table_update = "lazy" the dense ones update only the rows the group looked up (NOTE [Lazy
+// rows of dense tables]).
 #include <functional>
 #include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
+#include "loom/core/options.h"
 #include "loom/parallel/sparse_table.h"
 
 namespace loom::replicas {
 
+struct TableOptions {
+  SparseMode mode = SparseMode::On;        // parallel.sparse
+  TableUpdate update = TableUpdate::Dense;  // train.table_update
+  int64_t partitions = 0;                  // parallel.sparse_partitions; 0 = chosen by trials
+  optim::AdamWOptions adamw;
+  at::ScalarType dtype = at::kFloat;
+  bool dense_fits = true;  // "auto": the run fits in memory with every table dense
+};
+
+// One table's path and why; the times are auto's trials (the group's slowest rank, ms per step;
+// 0 when not measured).
+struct TableChoice {
+  std::string table;
+  bool sparse = false;
+  std::string reason;
+  double sparse_ms = 0, dense_ms = 0;
+  bool operator==(const TableChoice&) const = default;
+};
+
 class SparseTables {
  public:
-  // Puts every parameter of `tables` (non-empty) on the sparse path over `group`, `partitions`
-  // row partitions each; 0 chooses the count from trials, each of which runs `pull` (the layers'
-  // pull_rows for the step-0 micro-batches) against scratch tables of zeros in `dtype`.
-  // Collective over `group`.
-  SparseTables(const std::vector<nn::Param*>& tables, dist::Communicator& group, int64_t partitions,
-               optim::AdamWOptions options, at::ScalarType dtype, const std::function<void()>& pull);
+  // `tables`: every embedding table (Param::embedding) of this rank's layers, none allocated yet;
+  // `window_flops[i]`: the backward FLOPs that run after table i's gradient is final (what may
+  // hide its dense all-reduce). `pull` runs the layers' pull_rows for the step-0 micro-batches
+  // (the trials' traffic). Collective over `group` (the replicas) and, for auto's agreement, `tp`.
+  SparseTables(const std::vector<nn::Param*>& tables, const std::vector<double>& window_flops,
+               dist::Communicator& group, dist::Communicator& tp, const TableOptions& options,
+               const std::function<void()>& pull);
+  ~SparseTables();
 
+  // Tables on the sparse path.
   size_t size() const { return tables_.size(); }
-  // "N sparse tables in P partitions over R ranks", and how P was chosen.
+  const std::vector<TableChoice>& choices() const { return choices_; }
+  // One line: each table's path and why; then "N sparse tables in P partitions over R ranks" and
+  // how P was chosen, if any table is on the sparse path.
   std::string describe() const;
-  int64_t partitions() const { return partitions_; }
+  int64_t partitions() const { return tables_.empty() ? 0 : partitions_; }
   // (P, seconds) of each trial candidate; empty when the count was given or the group is one rank.
   const std::vector<std::pair<int64_t, double>>& trials() const { return trials_; }
 
   void initialise(uint64_t seed, at::ScalarType dtype);
+  // Collective over the group, before the step's forward: `pull_rows` runs the layers' pull_rows
+  // for this step's micro-batches; tables on the sparse path fetch their rows, lazy dense tables
+  // note the rows looked up, whose union over the group starts reducing (finished by push).
+  void pull(const std::function<void()>& pull_rows);
+  // What AdamW asks which elements of a lazy dense table update; null when there is none.
+  const optim::RowFilter* row_filter() const;
   // Collective: every table's row gradients to their owners. Returns the squared norms
   // [replicated, tp-sharded] of the owners' rows, summed over the group (owners hold disjoint rows).
   std::pair<double, double> push();
-  // Lazy AdamW on every table, its gradient first multiplied by `clip_factor`.
+  // AdamW on every table on the sparse path, its gradient first multiplied by `clip_factor`.
   void step(double lr, double clip_factor);
 
  private:
+  class LazyRows;
+  std::vector<bool> choose_paths(const std::vector<nn::Param*>& tables, const std::vector<double>& window_flops,
+                                 dist::Communicator& tp, const std::function<void()>& pull);
+  std::vector<bool> measure_paths(const std::vector<nn::Param*>& tables, const std::vector<double>& window_flops,
+                                  dist::Communicator& tp, const std::function<void()>& pull);
   int64_t choose_partitions(const std::vector<nn::Param*>& tables, const std::function<void()>& pull);
+  // Seconds per step of each table on the sparse path at `partitions`: the median of three runs
+  // of the step-0 exchange and update on scratch tables of zeros (one value per table).
+  std::vector<double> sparse_trial(const std::vector<nn::Param*>& tables, int64_t partitions,
+                                   const std::function<void()>& pull);
 
   dist::Communicator& group_;
-  optim::AdamWOptions options_;
-  at::ScalarType dtype_;
+  TableOptions options_;
   int64_t partitions_ = 0;
   bool set_ = false;  // the count was given (parallel.sparse_partitions), not chosen
   std::vector<std::pair<int64_t, double>> trials_;
+  std::vector<TableChoice> choices_;
   std::vector<std::unique_ptr<parallel::SparseTable>> tables_;
+  std::unique_ptr<LazyRows> lazy_;  // lazy dense tables, if any
 };
 
 }  // namespace loom::replicas

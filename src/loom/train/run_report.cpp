@@ -27,13 +27,27 @@ void RunReport::header(const std::string& lines) {
   if (options_.console != nullptr) *options_.console << lines << std::flush;  // a pipe sees it before step 1
 }
 
+namespace {
+
+// Each table's path, the reason and auto's measured times (NOTE [Table paths]).
+nlohmann::json tables_json(const std::vector<replicas::TableChoice>& choices) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const replicas::TableChoice& c : choices)
+    out.push_back({{"table", c.table}, {"path", c.sparse ? "sparse" : "dense"}, {"reason", c.reason},
+                   {"sparse_ms", c.sparse_ms}, {"dense_ms", c.dense_ms}});
+  return out;
+}
+
+}  // namespace
+
 void RunReport::step(StepRecord& r, double flops_per_step, double peak_flops) {
   const double seconds = r.step_ms / 1e3;
   r.tokens_per_s = static_cast<double>(options_.samples_per_step * options_.unit.per_sample) / seconds;
   r.mfu = flops_per_step / seconds / peak_flops;
   metrics_.write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                   {fmt::format("{}_per_s", options_.unit.items), r.tokens_per_s}, {"step_ms", r.step_ms},
-                  {"mfu", r.mfu}, {"sparse_partitions", r.sparse_partitions}, {"peak_bytes", r.peak_bytes},
+                  {"mfu", r.mfu}, {"sparse_partitions", r.sparse_partitions},
+                  {"sparse_tables", tables_json(r.tables)}, {"peak_bytes", r.peak_bytes},
                   {"comm_bytes_per_step", r.comm_bytes}, {"bubble_fraction", r.bubble_fraction},
                   {"predicted_bubble_fraction", r.predicted_bubble_fraction},
                   {"peak_bytes_by_stage", r.peak_bytes_by_stage}});

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loom/models/registry.h"
+#include "loom/replicas/sparse_tables.h"
 #include "loom/trace/chrome_trace.h"
 #include "loom/trace/metrics_writer.h"
 #include "loom/train/progress.h"
@@ -27,6 +28,7 @@ struct StepRecord {
   std::vector<int64_t> peak_bytes_by_stage;     // pp > 1: each pipeline stage's peak (this dp/tp slice)
   std::map<std::string, int64_t> comm_bytes;    // this rank's bytes by mesh axis
   int64_t sparse_partitions = 0;                // the sparse path's partition count (0: off)
+  std::vector<replicas::TableChoice> tables;    // rank 0's embedding tables: path and why (NOTE [Table paths])
 };
 
 struct ReportOptions {

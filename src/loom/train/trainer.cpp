@@ -148,18 +148,43 @@ std::vector<nn::MicroBatch> Trainer::local_microbatches(int64_t step) const {
   return out;
 }
 
+// Each embedding table's path (NOTE [Table paths]): "auto" measures both, with the backward that
+// follows a table as the window its dense all-reduce may hide in, and may choose dense only where
+// the run fits in memory with every table dense.
 void Trainer::attach_sparse_tables(const optim::AdamWOptions& adamw) {
-  if (config_.parallel.sparse == SparseMode::Off) return;
+  const auto& p = config_.parallel;
   std::vector<nn::Param*> tables;
-  for (nn::Param* p : model_.params())
-    if (p->embedding) tables.push_back(p);
+  std::vector<double> windows;
+  double backward_flops = 0;  // of the layers before this one: they run after it in backward
+  for (auto& layer : model_.chain) {
+    for (nn::Param* param : layer->params())
+      if (param->embedding) tables.push_back(param), windows.push_back(backward_flops);
+    const nn::Cost cost = layer->cost(config_.train.micro_batch, local_seq(), dtype_ == at::kDouble ? 8 : 4);
+    backward_flops += cost.backward_input_flops + cost.backward_weight_flops;
+  }
   if (tables.empty()) return;  // a pipeline stage without the embedding
-  const std::vector<nn::MicroBatch> step0 = config_.parallel.sparse_partitions > 0 ? std::vector<nn::MicroBatch>{}
-                                                                                    : local_microbatches(0);
-  sparse_ = std::make_unique<replicas::SparseTables>(tables, replicas(), config_.parallel.sparse_partitions, adamw,
-                                                     dtype_, [&] {
-                                                       for (auto& layer : model_.chain) layer->pull_rows(step0);
-                                                     });
+  const bool given = p.sparse_partitions > 0 && p.sparse != SparseMode::Auto;
+  const std::vector<nn::MicroBatch> step0 = given || p.sparse == SparseMode::Off ? std::vector<nn::MicroBatch>{}
+                                                                                  : local_microbatches(0);
+  bool dense_fits = true;
+  if (p.sparse == SparseMode::Auto) {
+    Config dense = config_;
+    dense.parallel.sparse = SparseMode::Off;
+    try {
+      plan::check_memory(plan::make_plan(dense, mesh_->world().size()), base_world_->local_ranks(),
+                         static_cast<double>(memory::live_bytes()));
+    } catch (const InputError&) {
+      dense_fits = false;
+    }
+  }
+  sparse_ = std::make_unique<replicas::SparseTables>(
+      tables, windows, replicas(), mesh_->tp(),
+      replicas::TableOptions{.mode = p.sparse, .update = config_.train.table_update,
+                             .partitions = p.sparse_partitions, .adamw = adamw, .dtype = dtype_,
+                             .dense_fits = dense_fits},
+      [&] {
+        for (auto& layer : model_.chain) layer->pull_rows(step0);
+      });
 }
 
 
@@ -197,9 +222,11 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
   r.lr = lr;
   optimizer_->zero_grad();
   const std::vector<nn::MicroBatch> microbatches = local_microbatches(step);
-  if (sparse_) {  // the rows this step looks up, from their owners
+  if (sparse_) {  // the rows this step looks up, from their owners (or noted, for lazy dense tables)
     const auto begin = Clock::now();
-    for (auto& layer : model_.chain) layer->pull_rows(microbatches);
+    sparse_->pull([&] {
+      for (auto& layer : model_.chain) layer->pull_rows(microbatches);
+    });
     if (trace_) trace_->add("sparse_pull", "communication", begin, Clock::now());
   }
   pipeline::ExecutorHooks hooks;
@@ -286,6 +313,7 @@ StepRecord Trainer::guarded_step(int64_t step, double lr) {
   try {
     StepRecord r = train_step(step, lr);
     r.sparse_partitions = sparse_partitions();
+    if (sparse_) r.tables = sparse_->choices();
     return r;
   } catch (const memory::OutOfMemory& e) {
     throw Error(fmt::format("{} in step {}; {}", e.what(), step + 1, plan::memory_text(plan_, estimate())));

@@ -80,6 +80,10 @@ class Trainer {
   // The sparse tables' partition count (0: no table on the sparse path), and the trials that
   // chose it when parallel.sparse_partitions = 0: (P, seconds) per candidate.
   int64_t sparse_partitions() const { return sparse_ ? sparse_->partitions() : 0; }
+  // This rank's embedding tables: each one's path and why (empty: none on this rank).
+  std::vector<replicas::TableChoice> table_choices() const {
+    return sparse_ ? sparse_->choices() : std::vector<replicas::TableChoice>{};
+  }
   const std::vector<std::pair<int64_t, double>>& partition_trials() const {
     static const std::vector<std::pair<int64_t, double>> none;
     return sparse_ ? sparse_->trials() : none;
@@ -99,7 +103,8 @@ class Trainer {
   // Sample `index` of the global micro-batch order of `step`, cut to this rank's sp chunks.
   nn::MicroBatch microbatch(int64_t step, int64_t index) const;
   std::vector<nn::MicroBatch> local_microbatches(int64_t step) const;
-  // parallel.sparse = "auto": every embedding table goes on the sparse path (NOTE [Sparse exchange]).
+  // Every embedding table on the sparse path (NOTE [Sparse exchange]) or dense, as parallel.sparse
+  // says or auto's trials choose (NOTE [Table paths]).
   void attach_sparse_tables(const optim::AdamWOptions& adamw);
   // This rank's slice of the full chain `model_` (the layers of its virtual stages, in chunk
   // order) and how its chunks run; `model_` keeps only those layers.

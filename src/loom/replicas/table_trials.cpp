@@ -1,0 +1,73 @@
+#include "loom/replicas/table_trials.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <vector>
+
+namespace loom::replicas {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Matrix products of about `flops` (the backward that follows a table), testing `work` between
+// them as the reducer tests its buckets between layers. Returns the seconds they took.
+double window(double flops, at::ScalarType dtype, dist::Work* work) {
+  constexpr int64_t kSide = 256;
+  const auto products = static_cast<int64_t>(std::ceil(flops / (2.0 * kSide * kSide * kSide)));
+  if (products == 0) return 0;
+  const at::Tensor a = at::full({kSide, kSide}, 1e-3, at::TensorOptions().dtype(dtype));
+  at::Tensor c = at::empty_like(a);
+  const auto start = Clock::now();
+  for (int64_t i = 0; i < products; ++i) {
+    at::mm_out(c, a, a);
+    if (work != nullptr) work->test();
+  }
+  return since(start);
+}
+
+}  // namespace
+
+at::Tensor row_elements(const at::Tensor& mask, int64_t width) {
+  const at::Tensor rows = mask.nonzero().squeeze(1);
+  return (rows.unsqueeze(1) * width + at::arange(width, rows.options())).reshape({-1});
+}
+
+double dense_trial_seconds(const nn::Param& table, const DenseTrial& trial, dist::Communicator& group) {
+  const int64_t width = table.full_shape[1], rows = table.numel() / width;
+  const auto options = at::TensorOptions().dtype(trial.dtype);
+  at::Tensor value = at::zeros({rows, width}, options), grad = at::zeros_like(value), m = at::zeros_like(value),
+             v = at::zeros_like(value);
+  const double alone = std::min(window(trial.window_flops, trial.dtype, nullptr),
+                                window(trial.window_flops, trial.dtype, nullptr));
+  std::vector<double> runs;
+  for (int run = 0; run < 3; ++run) {
+    group.barrier();
+    const auto start = Clock::now();
+    grad.zero_();
+    const auto reduce = Clock::now();
+    dist::WorkPtr work = group.all_reduce_async(grad, dist::ReduceOp::Sum);
+    window(trial.window_flops, trial.dtype, work.get());
+    work->wait();
+    const double exposed = std::max(0.0, since(reduce) - alone);
+    const auto update = Clock::now();
+    if (trial.update == TableUpdate::Lazy) {
+      at::Tensor mask = trial.looked_up.clone();
+      group.all_reduce(mask, dist::ReduceOp::Max);
+      optim::adamw_update_elements(value, grad, m, v, row_elements(mask, width), 0.0, 1.0, 1, trial.adamw);
+    } else {
+      optim::adamw_update(value, grad, m, v, 0.0, 1.0, 1, trial.adamw);
+    }
+    runs.push_back(std::chrono::duration<double>(reduce - start).count() + exposed + since(update));
+  }
+  return median(runs);
+}
+
+}  // namespace loom::replicas
