@@ -16,6 +16,9 @@ the simulator's prediction for the same action times. `tp-overlap` and `tp-seque
 and tp_sequence off against on, alternating the two in every round; the peer is the option off.
 `dlrm-sparse` and `gpt-bigvocab` compare the sparse tables' hybrid exchange with dense all-reduce
 at dp = 2 and 4 (bytes per step, step time), and loom's chosen partition count with the measured best.
+`sparse-choice` runs parallel.sparse = auto beside forced on and off for gpt-tiny@dp2,
+gpt-bigvocab@dp2 and dlrm-sparse@dp2/@dp4 (`sparse-choice:NAME@dpN` for one), with auto's step
+time over the better forced one.
 `NAME-bf16` (e.g. `gpt-small-bf16`, `llama-small-bf16@dp2`) runs configs/NAME.toml four ways, alternating
 in every round: loom with model.dtype = bfloat16, loom float32, PyTorch with torch.autocast("cpu",
 dtype=torch.bfloat16) over float32 weights, PyTorch float32 (DDP over gloo at dpN); it prints loom bf16 /
@@ -260,7 +263,7 @@ SPARSE = {"dlrm-sparse": "samples_per_s", "gpt-bigvocab": "tokens_per_s"}
 
 def sparse(workload, steps, rounds, threads, peak):
     """dlrm-sparse / gpt-bigvocab at dp = 2 and 4 (BENCH_DPS): the hybrid exchange (parallel.sparse
-    = auto, partition count chosen by loom's trials) against dense all-reduce (sparse = off),
+    = on, partition count chosen by loom's trials) against dense all-reduce (sparse = off),
     alternating in every round; bytes over dp per step, step time, peak memory. Then every
     partition count loom's trials consider, forced, to find the measured best beside the chosen one.
     BENCH_TABLE_ROWS shrinks DLRM's tables; a dense run that would not fit in this machine's memory
@@ -273,7 +276,7 @@ def sparse(workload, steps, rounds, threads, peak):
     mem_total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     for dp in [int(x) for x in os.environ.get("BENCH_DPS", "2,4").split(",")]:
         batch = [f"train.global_batch={t['micro_batch'] * dp}"] if workload == "gpt-bigvocab" else []
-        options = {"hybrid": base + batch + ["parallel.sparse=auto"], "dense": base + batch + ["parallel.sparse=off"]}
+        options = {"hybrid": base + batch + ["parallel.sparse=on"], "dense": base + batch + ["parallel.sparse=off"]}
         runs = {"hybrid": [], "dense": []}
         first = run_loom(path, steps, threads, peak, {"dp": dp}, options["hybrid"])
         table_params = (m["tables"] * rows if workload == "dlrm-sparse" else m["vocab"]) * m["d_model"]
@@ -407,6 +410,51 @@ def bf16(workload, steps, rounds, threads, peak):
                       for k, v in goals.items()}}
 
 
+# parallel.sparse = "auto" beside forced "on" and "off" (NOTE [Table paths]): the workloads of the
+# issue's goal, each at its dp. dlrm-sparse's tables shrink to BENCH_TABLE_ROWS (250,000 by
+# default) so that its dense run fits in memory at dp = 4.
+SPARSE_CHOICE = [("gpt-tiny", 2), ("gpt-bigvocab", 2), ("dlrm-sparse", 2), ("dlrm-sparse", 4)]
+
+
+def sparse_choice(steps, rounds, threads, peak, only=None):
+    """`sparse-choice` (or `sparse-choice:NAME@dpN`): loom with parallel.sparse = auto, on and off,
+    alternating in every round, all with the default train.table_update (dense: the same model
+    whichever path). Reports each variant's median step time, bytes over dp per step and auto's
+    choice per table with its measured times, and auto's step time over the better forced one
+    (goal: at most 1.05)."""
+    cases = SPARSE_CHOICE
+    if only:
+        name, _, layout = only.partition("@")
+        cases = [(name, int(layout[2:]) if layout.startswith("dp") else 2)]
+    for workload, dp in cases:
+        path, cfg = effective_config(workload)
+        m, t = cfg["model"], cfg["train"]
+        base = [f"train.global_batch={t['micro_batch'] * dp}"] if workload == "gpt-bigvocab" else []
+        if workload == "dlrm-sparse":
+            base.append(f"model.table_rows={int(os.environ.get('BENCH_TABLE_ROWS', '250000'))}")
+        runs = {mode: [] for mode in ("auto", "on", "off")}
+        for _ in range(rounds):
+            for mode in runs:
+                runs[mode].append(run_loom(path, steps, threads, peak, {"dp": dp}, base + [f"parallel.sparse={mode}"]))
+
+        def summary(mode):
+            ms = [r["step_ms"] for run in runs[mode] for r in run[WARMUP:]]
+            return {"step_ms": statistics.median(ms), "step_ms_spread": [min(ms), max(ms)],
+                    "comm_bytes_per_step_dp": runs[mode][0][-1]["comm_bytes_per_step"].get("dp", 0),
+                    "tables": [sorted({(c["path"], c["reason"]) for c in run[-1]["sparse_tables"]}) for run in runs[mode]],
+                    "loss_last": runs[mode][0][-1]["loss"]}
+
+        out = {"workload": f"{workload}@dp{dp}", "threads": threads, "ranks": dp, "cores": os.cpu_count(),
+               "steps": steps * rounds, "options": base, **{mode: summary(mode) for mode in runs}}
+        out["auto_measured_ms"] = [[{k: c[k] for k in ("table", "path", "sparse_ms", "dense_ms")}
+                                    for c in run[-1]["sparse_tables"]][:2] for run in runs["auto"]]
+        better = min(out["on"]["step_ms"], out["off"]["step_ms"])
+        out["better_forced"] = "on" if out["on"]["step_ms"] <= out["off"]["step_ms"] else "off"
+        out["auto_vs_better"] = out["auto"]["step_ms"] / better
+        out["on_speedup_vs_off"] = out["off"]["step_ms"] / out["on"]["step_ms"]
+        print(json.dumps(out), flush=True)
+
+
 def allreduce():
     out = subprocess.run(mpirun(2) + [os.path.join(ROOT, "build", "bin", "loom_bench_allreduce")], check=True,
                          capture_output=True, text=True)
@@ -429,6 +477,8 @@ def main():
             degrees = VARIANTS[workload][1]
         elif workload in SPARSE:
             degrees = {"dp": 2}
+        elif workload.startswith("sparse-choice"):
+            degrees = {"dp": 2}
         else:
             degrees = parse_layout(workload.partition("@")[2])[0]
         rank_threads = max(1, threads // (degrees.get("dp", 1) * degrees.get("tp", 1) * degrees.get("pp", 1)
@@ -446,6 +496,8 @@ def main():
             print(json.dumps(compare(workload, steps, rounds, threads, peak)), flush=True)
         elif workload in SPARSE:
             sparse(workload, steps, rounds, threads, peak)
+        elif workload.startswith("sparse-choice"):
+            sparse_choice(steps, rounds, threads, peak, workload.partition(":")[2] or None)
         elif workload.partition("@")[0].endswith("-bf16"):
             print(json.dumps(bf16(workload, steps, rounds, threads, peak)), flush=True)
         else:

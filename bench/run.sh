@@ -8,6 +8,8 @@
 # gpt-small-bf16, gpt-small-bf16@dp2, llama-small-bf16, llama-small-bf16@dp2 (any NAME-bf16[@dpN]:
 # loom model.dtype=bfloat16, loom float32, PyTorch autocast bf16 and PyTorch float32 alternating;
 # a loom bf16 run this build refuses is reported "unsupported").
+# sparse-choice: parallel.sparse = auto beside forced on and off (gpt-tiny@dp2, gpt-bigvocab@dp2,
+# dlrm-sparse@dp2 and @dp4; sparse-choice:NAME@dpN for one).
 # Environment: BENCH_STEPS (timed steps per round, 8), BENCH_ROUNDS (3), THREADS (all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."
