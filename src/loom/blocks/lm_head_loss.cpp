@@ -1,5 +1,6 @@
 #include "loom/blocks/lm_head_loss.h"
 
+#include <algorithm>
 #include <limits>
 
 #include "loom/blocks/embedding.h"
@@ -111,7 +112,10 @@ nn::Cost LmHeadLoss::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const
   c.backward_weight_flops = gemm;
   c.saved_bytes = static_cast<double>(rows * (rows_ + d_model_) * dtype_bytes);
   c.param_bytes = tied_ != nullptr ? 0.0 : static_cast<double>(rows_ * d_model_ * dtype_bytes);  // tied: the embedding's
-  c.workspace_bytes = static_cast<double>(rows * rows_ * dtype_bytes);  // the logits beside their gradient
+  // The logits and their log-softmax side by side, both in float32 or wider, before the gradient
+  // that is kept (saved above, in the activations' width) replaces them.
+  const int64_t wide = std::max<int64_t>(dtype_bytes, 4);
+  c.workspace_bytes = static_cast<double>(rows * rows_ * (2 * wide - dtype_bytes));
   return c;
 }
 

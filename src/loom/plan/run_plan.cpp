@@ -7,6 +7,7 @@
 #include "loom/core/error.h"
 #include "loom/dist/null_communicator.h"
 #include "loom/models/registry.h"
+#include "loom/nn/precision.h"
 #include "loom/pipeline/executor.h"
 #include "loom/pipeline/partition.h"
 #include "loom/schedule/simulator.h"
@@ -14,7 +15,15 @@
 namespace loom::plan {
 namespace {
 
-int64_t dtype_bytes(const ModelConfig& m) { return m.dtype == DType::Float64 ? 8 : 4; }
+// Bytes of a parameter element (its master value) and of an activation element (NOTE [Mixed
+// precision]): bfloat16 keeps float32 masters and their bfloat16 copies for the products.
+int64_t master_bytes(const ModelConfig& m) { return static_cast<int64_t>(at::elementSize(nn::master_type(m.dtype))); }
+int64_t activation_bytes(const ModelConfig& m) {
+  return static_cast<int64_t>(at::elementSize(nn::activation_type(m.dtype)));
+}
+int64_t compute_copy_bytes(const ModelConfig& m) {
+  return m.dtype == DType::BFloat16 ? activation_bytes(m) : 0;
+}
 
 // Whether the estimate puts embedding tables on the sparse path: "on", or "auto" over more than
 // one replica. "auto" then measures both (NOTE [Table paths]) and may choose dense only where the
@@ -33,11 +42,14 @@ std::vector<LayerPlan> describe_chain(const Config& c, int64_t local_tokens) {
                                                                   .sequence = c.parallel.tp_sequence}});
   std::vector<LayerPlan> chain;
   for (const auto& layer : model.chain) {
-    LayerPlan plan{.name = layer->name(), .cost = layer->cost(c.train.micro_batch, local_tokens, dtype_bytes(c.model))};
-    for (const nn::Param* p : layer->params())
+    LayerPlan plan{.name = layer->name(), .cost = layer->cost(c.train.micro_batch, local_tokens, activation_bytes(c.model))};
+    plan.cost.param_bytes = 0;  // the layer counted them at the activations' width; masters may be wider
+    for (const nn::Param* p : layer->params()) {
       plan.params.push_back({.numel = p->numel(),
                              .row_width = p->full_shape.size() > 1 ? p->full_shape[1] : 1,
                              .table = p->embedding && on_sparse_path(c.parallel)});
+      plan.cost.param_bytes += static_cast<double>(p->numel() * master_bytes(c.model));
+    }
     chain.push_back(std::move(plan));
   }
   return chain;
@@ -75,7 +87,7 @@ void decide_policies(RunPlan& plan) {
 // owner it serves and receives about as many rows as it pulls.
 double sparse_bytes(const RunPlan& plan, const ParamInfo& table) {
   const Config& c = plan.config;
-  const int64_t n = c.parallel.dp * c.parallel.sp, bytes = dtype_bytes(c.model);
+  const int64_t n = c.parallel.dp * c.parallel.sp, bytes = master_bytes(c.model);
   const int64_t rows = table.numel / table.row_width;
   const int64_t parts = c.parallel.sparse_partitions > 0 ? c.parallel.sparse_partitions : std::min(rows, n);
   const int64_t owned = (parts + n - 1) / n * ((rows + parts - 1) / parts);
@@ -86,24 +98,25 @@ double sparse_bytes(const RunPlan& plan, const ParamInfo& table) {
 
 MemoryEstimate estimate_stage(const RunPlan& plan, const std::vector<int64_t>& layers, int64_t stashed) {
   const Config& c = plan.config;
-  const int64_t bytes = dtype_bytes(c.model);
+  const int64_t bytes = activation_bytes(c.model);
   // A recomputing layer keeps its input: seq/tp tokens of d_model under tp_sequence.
   const int64_t shards = c.parallel.tp_sequence ? c.parallel.tp : 1;
   const auto input = static_cast<double>(c.train.micro_batch * plan.local_tokens / shards * c.model.d_model * bytes);
-  double params = 0, tables = 0, per_microbatch = 0, sparse = 0, transient = 0;
+  double dense = 0, per_microbatch = 0, sparse = 0, transient = 0;  // dense: parameter elements
   for (int64_t i : layers) {
     const LayerPlan& layer = plan.chain[i];
     const bool recomputed = layer.policy == nn::MemoryPolicy::Recompute;
-    params += layer.cost.param_bytes;
     per_microbatch += recomputed ? input : layer.cost.saved_bytes;
     transient = std::max(transient, (recomputed ? layer.cost.saved_bytes : 0) + layer.cost.workspace_bytes);
     for (const ParamInfo& p : layer.params)
-      if (p.table) tables += static_cast<double>(p.numel * bytes), sparse += sparse_bytes(plan, p);
+      if (p.table) sparse += sparse_bytes(plan, p);
+      else dense += static_cast<double>(p.numel);
   }
-  const double dense = params - tables;
-  // ZeRO-1 keeps 1/dp of the two AdamW moments.
-  const double moments = 2 * dense / (c.parallel.zero == 1 ? static_cast<double>(c.parallel.dp) : 1);
-  return {.weights = 2 * dense + moments,
+  // Value and gradient (and a product copy under mixed precision); ZeRO-1 keeps 1/dp of the two
+  // AdamW moments.
+  const auto master = static_cast<double>(master_bytes(c.model));
+  const double moments = 2 * dense * master / (c.parallel.zero == 1 ? static_cast<double>(c.parallel.dp) : 1);
+  return {.weights = dense * (2 * master + static_cast<double>(compute_copy_bytes(c.model))) + moments,
           .activations = per_microbatch * static_cast<double>(stashed),
           .sparse = sparse,
           .transient = transient,
@@ -113,7 +126,9 @@ MemoryEstimate estimate_stage(const RunPlan& plan, const std::vector<int64_t>& l
 std::map<std::string, double> comm_volume(const RunPlan& plan, int64_t pp_rank, const std::vector<int64_t>& layers) {
   const Config& c = plan.config;
   const auto& p = c.parallel;
-  const int64_t bytes = dtype_bytes(c.model), replicas = p.dp * p.sp;
+  const int64_t bytes = activation_bytes(c.model), replicas = p.dp * p.sp;
+  // Gradients cross the replicas in parallel.grad_dtype's width, or their own.
+  const int64_t grad_bytes = p.grad_dtype == GradDType::BFloat16 ? 2 : master_bytes(c.model);
   std::map<std::string, double> comm;
   if (replicas > 1) {
     int64_t dense = 0;
@@ -122,7 +137,7 @@ std::map<std::string, double> comm_volume(const RunPlan& plan, int64_t pp_rank, 
         if (!param.table) dense += param.numel;
     const int64_t padded = (dense + replicas - 1) / replicas * replicas;  // FlatParams pads to the group
     comm[p.sp > 1 ? "dp_sp" : "dp"] =
-        static_cast<double>((padded + (p.zero == 1 ? padded / replicas : 0)) * bytes);
+        static_cast<double>(padded * grad_bytes + (p.zero == 1 ? padded / replicas * master_bytes(c.model) : 0));
   }
   if (p.pp > 1) {  // per micro-batch, each slice sends its output forward and its input gradient back
     const int64_t shards = p.tp_sequence ? p.tp : 1;

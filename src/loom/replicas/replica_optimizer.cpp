@@ -13,9 +13,9 @@ ReplicaOptimizer::ReplicaOptimizer(models::Model& model, dist::Communicator& rep
     if (p->sparse == nullptr) dense_.push_back(p);
   flat_ = std::make_unique<FlatParams>(model, replicas.size());
   if (options.zero) {
-    sharded_ = std::make_unique<ShardedAdamW>(*flat_, replicas, tp, pp, options_.adamw);
+    sharded_ = std::make_unique<ShardedAdamW>(*flat_, replicas, tp, pp, options_.adamw, options.grad_wire);
   } else {
-    reducer_ = std::make_unique<GradientReducer>(*flat_, replicas, options.bucket_mb);
+    reducer_ = std::make_unique<GradientReducer>(*flat_, replicas, options.bucket_mb, options.grad_wire);
     adamw_ = std::make_unique<optim::AdamW>(dense_, options_.adamw);
   }
 }

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "loom/models/model.h"
@@ -24,6 +25,8 @@ struct ReplicaOptions {
   double bucket_mb = 25;   // the all-reduce's bucket size
   double clip = 0;         // global-norm limit; 0 = off
   optim::AdamWOptions adamw;
+  // The type gradients cross the replicas in (parallel.grad_dtype); nullopt: their own.
+  std::optional<at::ScalarType> grad_wire;
 };
 
 // An interval of the step for the trace: (name, category, begin, end); may be empty.

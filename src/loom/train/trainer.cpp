@@ -14,6 +14,7 @@
 #include "loom/dist/runtime.h"
 #include "loom/memory/accounting_allocator.h"
 #include "loom/models/registry.h"
+#include "loom/nn/precision.h"
 #include "loom/optim/lr_schedule.h"
 #include "loom/pipeline/partition.h"
 #include "loom/plan/run_plan.h"
@@ -25,8 +26,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-at::ScalarType dtype_of(DType dtype) { return dtype == DType::Float64 ? at::kDouble : at::kFloat; }
-
 int default_threads(const dist::Communicator& world) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return world.size() > 1 ? std::max(1, cores / world.local_ranks()) : cores;
@@ -35,7 +34,11 @@ int default_threads(const dist::Communicator& world) {
 }  // namespace
 
 Trainer::Trainer(Config config, dist::Communicator& world)
-    : config_(std::move(config)), dtype_(dtype_of(config_.model.dtype)), world_rank_(world.rank()), base_world_(&world) {
+    : config_(std::move(config)),
+      dtype_(nn::master_type(config_.model.dtype)),
+      activations_(nn::activation_type(config_.model.dtype)),
+      world_rank_(world.rank()),
+      base_world_(&world) {
   std::exception_ptr failure;
   try {
     check_input(world.size(), world.local_ranks());
@@ -63,7 +66,10 @@ Trainer::Trainer(Config config, dist::Communicator& world)
 }
 
 Trainer::Trainer(Config config, int world_size, int rank, int local_ranks)
-    : config_(std::move(config)), dtype_(dtype_of(config_.model.dtype)), world_rank_(rank) {
+    : config_(std::move(config)),
+      dtype_(nn::master_type(config_.model.dtype)),
+      activations_(nn::activation_type(config_.model.dtype)),
+      world_rank_(rank) {
   check_input(world_size, local_ranks);
 }
 
@@ -83,6 +89,7 @@ void Trainer::allocate() {
   const auto seed = static_cast<uint64_t>(config_.train.seed);
   model_.initialise(seed, dtype_);
   if (sparse_) sparse_->initialise(seed, dtype_);
+  refresh_compute_values();
   std::vector<std::vector<nn::Param*>> layer_params;
   for (auto& layer : model_.chain) layer_params.push_back(layer->params());
   sequence_grads_ = std::make_unique<parallel::SequenceGradReducer>(layer_params, mesh_->tp());
@@ -91,13 +98,24 @@ void Trainer::allocate() {
   optimizer_ = std::make_unique<replicas::ReplicaOptimizer>(
       model_, replicas(), mesh_->tp(), mesh_->pp(),
       replicas::ReplicaOptions{.zero = config_.parallel.zero == 1, .bucket_mb = config_.parallel.bucket_mb,
-                               .clip = config_.train.clip, .adamw = adamw},
+                               .clip = config_.train.clip, .adamw = adamw, .grad_wire = grad_wire()},
       sparse_.get());
   const auto& m = config_.model;
   const int64_t tokens = config_.parallel.tp_sequence ? local_seq() / config_.parallel.tp : local_seq();
   executor_ = std::make_unique<pipeline::PipelineExecutor>(
       plan_.schedule, mesh_->pp(), std::move(chunks), std::vector<int64_t>{config_.train.micro_batch, tokens, m.d_model},
-      dtype_);
+      activations_);
+}
+
+// parallel.grad_dtype: the type gradients cross the replicas in (nullopt: the parameters').
+std::optional<at::ScalarType> Trainer::grad_wire() const {
+  if (config_.parallel.grad_dtype == GradDType::BFloat16) return at::kBFloat16;
+  return std::nullopt;
+}
+
+// The products' copies of the parameters after they change (NOTE [Mixed precision]).
+void Trainer::refresh_compute_values() {
+  for (nn::Param* p : model_.params()) nn::refresh_compute(*p, activations_);
 }
 
 models::Model Trainer::build_model(dist::Communicator& tp, parallel::SpOptions sp) const {
@@ -251,6 +269,7 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
     r.loss = summed_loss(result.loss);
     check_finite(r.step, r.loss, norm);
   }, timeline);
+  refresh_compute_values();
   r.comm_bytes = comm_stats_.bytes_by_axis();
   measure_step(r, result, *mesh_, plan_.schedule);
   r.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
@@ -275,7 +294,7 @@ double Trainer::flops_per_step() const {
 
 std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
   const auto& t = config_.train;
-  const double peak_flops = options.peak_flops > 0 ? options.peak_flops : plan::measure_gemm_peak(dtype_, 0.2);
+  const double peak_flops = options.peak_flops > 0 ? options.peak_flops : plan::measure_gemm_peak(activations_, 0.2);  // the type the products run in
   const double flops = flops_per_step();
   const optim::LrSchedule schedule{t.lr, t.min_lr_ratio, t.warmup, t.steps};
   memory::reset_peak();  // the GEMM probe above is not part of the run

@@ -12,6 +12,7 @@
 #include <iosfwd>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -106,6 +107,8 @@ class Trainer {
   // Every embedding table on the sparse path (NOTE [Sparse exchange]) or dense, as parallel.sparse
   // says or auto's trials choose (NOTE [Table paths]).
   void attach_sparse_tables(const optim::AdamWOptions& adamw);
+  void refresh_compute_values();
+  std::optional<at::ScalarType> grad_wire() const;
   // This rank's slice of the full chain `model_` (the layers of its virtual stages, in chunk
   // order) and how its chunks run; `model_` keeps only those layers.
   std::vector<nn::MemoryPolicy> policies() const;
@@ -117,7 +120,8 @@ class Trainer {
   dist::Communicator& replicas();  // the group weight gradients are summed over: dp, or dp x sp
 
   Config config_;
-  at::ScalarType dtype_;
+  at::ScalarType dtype_;        // the parameters' (master) type
+  at::ScalarType activations_;  // the activations' and products' type (NOTE [Mixed precision])
   int world_rank_;
   dist::Communicator* base_world_ = nullptr;  // unrecorded: the trainer's own agreements
   const models::ModelKind* kind_ = nullptr;  // model.kind
