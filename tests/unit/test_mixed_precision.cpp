@@ -22,6 +22,7 @@
 #include "loom/models/model.h"
 #include "loom/models/registry.h"
 #include "loom/nn/precision.h"
+#include "loom/plan/gemm_peak.h"
 #include "unit/layer_check.h"
 
 namespace loom {
@@ -129,6 +130,16 @@ TEST(MixedPrecisionParams, GradientsAccumulateInFloat32) {
   const at::Tensor a = at::full({1, 1}, 1.0 / 512, at::kBFloat16), b = at::ones({1, 1}, at::kBFloat16);
   for (int i = 0; i < 512; ++i) nn::add_product(acc, a, b);
   EXPECT_EQ(acc.item<float>(), 2.0f);
+}
+
+// The warning for CPUs that emulate bfloat16 reads the flags line of /proc/cpuinfo.
+TEST(MixedPrecisionCpu, NativeBfloat16IsReadFromTheFlagsLine) {
+  EXPECT_TRUE(plan::cpuinfo_has_native_bfloat16("processor\t: 0\nflags\t\t: fpu sse avx512f avx512_bf16 amx_tile\n"));
+  EXPECT_TRUE(plan::cpuinfo_has_native_bfloat16("flags\t\t: fpu amx_bf16\n"));
+  EXPECT_FALSE(plan::cpuinfo_has_native_bfloat16("flags\t\t: fpu sse avx2 avx512f avx512_bf16x\n"));
+  EXPECT_FALSE(plan::cpuinfo_has_native_bfloat16("model name\t: avx512_bf16 in a name is not a flag\nflags\t: sse\n"));
+  EXPECT_FALSE(plan::cpuinfo_has_native_bfloat16(""));
+  EXPECT_EQ(plan::bfloat16_speed_warning().empty(), plan::native_bfloat16());
 }
 
 }  // namespace

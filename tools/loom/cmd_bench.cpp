@@ -6,6 +6,7 @@
 
 #include "commands.h"
 #include "loom/core/error.h"
+#include "loom/nn/precision.h"
 #include "loom/plan/gemm_peak.h"
 
 namespace loom::cli {
@@ -23,15 +24,17 @@ Action add_bench(CLI::App& app) {
   auto o = std::make_shared<Options>();
   gemm->add_option("--sizes", o->sizes, "matrix sizes n (n x n x n)");
   gemm->add_option("--seconds", o->seconds, "minimum time per size");
-  gemm->add_option("--dtype", o->dtype, "float32 | float64");
+  gemm->add_option("--dtype", o->dtype, "float32 | float64 | bfloat16 (the type MFU is measured against)");
   gemm->add_option("--threads", o->threads, "libtorch threads (0 = all cores)");
   return [gemm, o](dist::Runtime&) {
     if (!*gemm) return;
-    LOOM_CHECK_INPUT(o->dtype == "float32" || o->dtype == "float64", "--dtype {} is not float32 or float64", o->dtype);
+    const DType type = option_from<DType>("--dtype", o->dtype);
     LOOM_CHECK_INPUT(o->seconds > 0, "--seconds {} must be positive", o->seconds);
     for (int64_t n : o->sizes) LOOM_CHECK_INPUT(n > 0, "--sizes: {} is not a positive size", n);
     at::set_num_threads(o->threads > 0 ? o->threads : static_cast<int>(std::thread::hardware_concurrency()));
-    const auto dtype = o->dtype == "float64" ? at::kDouble : at::kFloat;
+    const auto dtype = nn::activation_type(type);  // the type the products of such a model run in
+    if (type == DType::BFloat16 && !plan::native_bfloat16())
+      std::cerr << "loom: warning: " << plan::bfloat16_speed_warning() << '\n';
     double peak = 0;
     nlohmann::json sizes = nlohmann::json::array();
     for (int64_t n : o->sizes) {

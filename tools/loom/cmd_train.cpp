@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "config_options.h"
 #include "loom/core/error.h"
+#include "loom/plan/gemm_peak.h"
 #include "loom/dist/input_agreement.h"
 #include "loom/train/trainer.h"
 
@@ -72,6 +73,8 @@ Action add_train(CLI::App& app) {
     train::Trainer trainer(std::move(loaded), runtime.world());
     if (runtime.world().rank() == 0)  // after every check: a refused run prints only its error
       for (const std::string& warning : config_warnings(trainer.config())) std::cerr << "loom: warning: " << warning << '\n';
+      if (trainer.config().model.dtype == DType::BFloat16 && !plan::native_bfloat16())
+        std::cerr << "loom: warning: " << plan::bfloat16_speed_warning() << '\n';
     options->progress = *quiet ? nullptr : &std::cout;
     options->interrupts = &runtime.interrupts();
     runtime.interrupts().arm();  // from here a signal stops the run after its step

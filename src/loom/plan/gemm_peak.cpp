@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
 
 namespace loom::plan {
 
@@ -27,6 +30,31 @@ double measure_gemm_peak(at::ScalarType dtype, double min_seconds_per_size, cons
   double peak = 0;
   for (int64_t n : sizes) peak = std::max(peak, measure_gemm(n, dtype, min_seconds_per_size).flops_per_s);
   return peak;
+}
+
+bool cpuinfo_has_native_bfloat16(std::string_view cpuinfo) {
+  std::istringstream lines{std::string(cpuinfo)};
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("flags")) continue;
+    std::istringstream flags(line.substr(line.find(':') + 1));
+    for (std::string flag; flags >> flag;)
+      if (flag == "avx512_bf16" || flag == "amx_bf16") return true;
+  }
+  return false;
+}
+
+bool native_bfloat16() {
+  std::ifstream file("/proc/cpuinfo");
+  std::ostringstream text;
+  text << file.rdbuf();
+  return file && cpuinfo_has_native_bfloat16(text.str());
+}
+
+std::string bfloat16_speed_warning() {
+  if (native_bfloat16()) return "";
+  return "model.dtype = \"bfloat16\": this CPU has no native bfloat16 products (neither avx512_bf16 nor amx_bf16 "
+         "in /proc/cpuinfo), so libtorch emulates them and they run slower than float32; hint: train in "
+         "\"float32\" here, or compare with `loom bench gemm --dtype bfloat16`";
 }
 
 }  // namespace loom::plan

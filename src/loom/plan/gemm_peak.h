@@ -3,6 +3,7 @@
 // against. A measurement, never an assertion.
 #include <ATen/ATen.h>
 
+#include <string_view>
 #include <vector>
 
 namespace loom::plan {
@@ -19,5 +20,15 @@ GemmMeasurement measure_gemm(int64_t size, at::ScalarType dtype, double min_seco
 // The best median over `sizes`: the peak MFU is computed against.
 double measure_gemm_peak(at::ScalarType dtype, double min_seconds_per_size,
                          const std::vector<int64_t>& sizes = {512, 1024});
+
+// Whether /proc/cpuinfo's text names an instruction set that multiplies bfloat16 natively
+// (avx512_bf16 or amx_bf16); without one, libtorch emulates bfloat16 products in float32, slower
+// than float32 itself.
+bool cpuinfo_has_native_bfloat16(std::string_view cpuinfo);
+// The same for this machine (false where /proc/cpuinfo cannot be read).
+bool native_bfloat16();
+// One warning line for model.dtype = "bfloat16" on this machine, or "" when it multiplies
+// bfloat16 natively.
+std::string bfloat16_speed_warning();
 
 }  // namespace loom::plan
