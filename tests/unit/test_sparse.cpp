@@ -162,7 +162,7 @@ TEST(SparseTables, LazyDenseTableMatchesLazySparsePath) {
   dense.value = sparse.table->gather_full().clone();
   dense.grad = at::zeros_like(dense.value);
   dist::NullCommunicator alone;
-  replicas::SparseTables tables({&dense}, {0.0}, alone, alone,
+  replicas::SparseTables tables({&dense}, {replicas::TableContext{}}, alone, alone,
                                 {.mode = SparseMode::Off, .update = TableUpdate::Lazy, .adamw = options,
                                  .dtype = at::kDouble},
                                 [] {});

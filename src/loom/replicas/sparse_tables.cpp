@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdint>
 #include <limits>
 
@@ -96,12 +97,12 @@ class SparseTables::LazyRows final : public optim::RowFilter {
   dist::WorkPtr work_;
 };
 
-SparseTables::SparseTables(const std::vector<nn::Param*>& tables, const std::vector<double>& window_flops,
+SparseTables::SparseTables(const std::vector<nn::Param*>& tables, const std::vector<TableContext>& contexts,
                            dist::Communicator& group, dist::Communicator& tp, const TableOptions& options,
                            const std::function<void()>& pull)
     : group_(group), options_(options) {
   set_ = options.partitions > 0;
-  const std::vector<bool> sparse = choose_paths(tables, window_flops, tp, pull);
+  const std::vector<bool> sparse = choose_paths(tables, contexts, tp, pull);
   std::vector<nn::Param*> lazy;
   for (size_t i = 0; i < tables.size(); ++i) {
     if (sparse[i]) {
@@ -118,7 +119,7 @@ SparseTables::SparseTables(const std::vector<nn::Param*>& tables, const std::vec
 SparseTables::~SparseTables() = default;
 
 std::vector<bool> SparseTables::choose_paths(const std::vector<nn::Param*>& tables,
-                                             const std::vector<double>& window_flops, dist::Communicator& tp,
+                                             const std::vector<TableContext>& contexts, dist::Communicator& tp,
                                              const std::function<void()>& pull) {
   const auto all = [&](bool sparse, const std::string& reason) {
     for (const nn::Param* p : tables) choices_.push_back({.table = p->name, .sparse = sparse, .reason = reason});
@@ -132,22 +133,24 @@ std::vector<bool> SparseTables::choose_paths(const std::vector<nn::Param*>& tabl
   group_.all_reduce(too_big, dist::ReduceOp::Max);
   tp.all_reduce(too_big, dist::ReduceOp::Max);
   if (too_big.item<int64_t>() != 0) return all(true, "auto: dense tables would not fit in memory");
-  return measure_paths(tables, window_flops, tp, pull);
+  return measure_paths(tables, contexts, tp, pull);
 }
 
 // NOTE [Table paths] (replicas/table_trials.h): the trials of both paths, agreed over the group and tp.
 std::vector<bool> SparseTables::measure_paths(const std::vector<nn::Param*>& tables,
-                                              const std::vector<double>& window_flops, dist::Communicator& tp,
+                                              const std::vector<TableContext>& contexts, dist::Communicator& tp,
                                               const std::function<void()>& pull) {
   partitions_ = set_ ? options_.partitions : choose_partitions(tables, pull);
-  const std::vector<double> sparse = sparse_trial(tables, partitions_, pull);
+  int64_t companions = 0;  // the tables of one layer share a bucket: its dense rest
+  for (const TableContext& c : contexts) companions = std::max(companions, c.companions);
+  const std::vector<double> sparse = sparse_trial(tables, partitions_, pull, companions);
   std::vector<at::Tensor> looked_up;
   for (const nn::Param* p : tables) looked_up.push_back(at::zeros({rows_of(*p)}, at::kFloat));
   if (options_.update == TableUpdate::Lazy) record_rows(tables, looked_up, pull);
   const auto n = static_cast<int64_t>(tables.size());
   at::Tensor seconds = at::zeros({2 * n}, at::kDouble);
   for (int64_t i = 0; i < n; ++i) {
-    const DenseTrial trial{.window_flops = window_flops[static_cast<size_t>(i)], .update = options_.update,
+    const DenseTrial trial{.context = contexts[static_cast<size_t>(i)], .update = options_.update,
                            .adamw = options_.adamw, .dtype = options_.dtype,
                            .looked_up = looked_up[static_cast<size_t>(i)]};
     seconds[i] = sparse[static_cast<size_t>(i)];
@@ -167,7 +170,8 @@ std::vector<bool> SparseTables::measure_paths(const std::vector<nn::Param*>& tab
 }
 
 std::vector<double> SparseTables::sparse_trial(const std::vector<nn::Param*>& tables, int64_t partitions,
-                                               const std::function<void()>& pull) {
+                                               const std::function<void()>& pull, int64_t companions) {
+  at::Tensor bucket = at::zeros({companions}, at::TensorOptions().dtype(options_.dtype));
   std::vector<std::unique_ptr<parallel::SparseTable>> scratch;
   for (nn::Param* p : tables) {
     scratch.push_back(
@@ -180,9 +184,14 @@ std::vector<double> SparseTables::sparse_trial(const std::vector<nn::Param*>& ta
     group_.barrier();
     for (auto& t : scratch) t->reset_seconds();
     pull();
+    dist::WorkPtr work = companions > 0 ? group_.all_reduce_async(bucket, dist::ReduceOp::Sum) : nullptr;
     for (auto& t : scratch) t->push();
+    const auto waited = std::chrono::steady_clock::now();
+    if (work) work->wait();
+    const double rest = std::chrono::duration<double>(std::chrono::steady_clock::now() - waited).count();
     for (auto& t : scratch) t->step(0.0);
-    for (size_t i = 0; i < scratch.size(); ++i) runs[i].push_back(scratch[i]->seconds());
+    for (size_t i = 0; i < scratch.size(); ++i)
+      runs[i].push_back(scratch[i]->seconds() + rest / static_cast<double>(scratch.size()));
   }
   for (nn::Param* p : tables) p->sparse = nullptr;
   std::vector<double> out;

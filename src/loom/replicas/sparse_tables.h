@@ -12,6 +12,7 @@
 
 #include "loom/core/options.h"
 #include "loom/parallel/sparse_table.h"
+#include "loom/replicas/table_trials.h"
 
 namespace loom::replicas {
 
@@ -37,10 +38,10 @@ struct TableChoice {
 class SparseTables {
  public:
   // `tables`: every embedding table (Param::embedding) of this rank's layers, none allocated yet;
-  // `window_flops[i]`: the backward FLOPs that run after table i's gradient is final (what may
-  // hide its dense all-reduce). `pull` runs the layers' pull_rows for the step-0 micro-batches
-  // (the trials' traffic). Collective over `group` (the replicas) and, for auto's agreement, `tp`.
-  SparseTables(const std::vector<nn::Param*>& tables, const std::vector<double>& window_flops,
+  // `contexts[i]`: where table i sits in the step (table_contexts), for auto's trials. `pull`
+  // runs the layers' pull_rows for the step-0 micro-batches (the trials' traffic). Collective
+  // over `group` (the replicas) and, for auto's agreement, `tp`.
+  SparseTables(const std::vector<nn::Param*>& tables, const std::vector<TableContext>& contexts,
                dist::Communicator& group, dist::Communicator& tp, const TableOptions& options,
                const std::function<void()>& pull);
   ~SparseTables();
@@ -70,15 +71,16 @@ class SparseTables {
 
  private:
   class LazyRows;
-  std::vector<bool> choose_paths(const std::vector<nn::Param*>& tables, const std::vector<double>& window_flops,
+  std::vector<bool> choose_paths(const std::vector<nn::Param*>& tables, const std::vector<TableContext>& contexts,
                                  dist::Communicator& tp, const std::function<void()>& pull);
-  std::vector<bool> measure_paths(const std::vector<nn::Param*>& tables, const std::vector<double>& window_flops,
+  std::vector<bool> measure_paths(const std::vector<nn::Param*>& tables, const std::vector<TableContext>& contexts,
                                   dist::Communicator& tp, const std::function<void()>& pull);
   int64_t choose_partitions(const std::vector<nn::Param*>& tables, const std::function<void()>& pull);
   // Seconds per step of each table on the sparse path at `partitions`: the median of three runs
-  // of the step-0 exchange and update on scratch tables of zeros (one value per table).
+  // of the step-0 exchange and update on scratch tables of zeros (one value per table), the
+  // pushes made while `companions` elements are all-reduced (their wait shared by the tables).
   std::vector<double> sparse_trial(const std::vector<nn::Param*>& tables, int64_t partitions,
-                                   const std::function<void()>& pull);
+                                   const std::function<void()>& pull, int64_t companions = 0);
 
   dist::Communicator& group_;
   TableOptions options_;

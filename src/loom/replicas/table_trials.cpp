@@ -35,6 +35,34 @@ double window(double flops, at::ScalarType dtype, dist::Work* work) {
 
 }  // namespace
 
+std::vector<TableContext> table_contexts(const models::Model& model, const std::vector<nn::Param*>& tables,
+                                         int64_t batch, int64_t seq, int64_t bucket_elements) {
+  std::vector<TableContext> out(tables.size());
+  const auto index_of = [&](const nn::Param* p) { return std::find(tables.begin(), tables.end(), p) - tables.begin(); };
+  double backward = 0;  // of the layers before this one: they run after it in backward
+  for (const auto& layer : model.chain) {
+    for (const nn::Param* p : layer->params())
+      if (const auto i = index_of(p); i < static_cast<int64_t>(tables.size())) out[static_cast<size_t>(i)].window_flops = backward;
+    const nn::Cost cost = layer->cost(batch, seq, 4);
+    backward += cost.backward_input_flops + cost.backward_weight_flops;
+  }
+  std::vector<std::pair<const nn::Param*, int64_t>> bucket;  // the bucket being cut
+  int64_t filled = 0;
+  const auto close = [&] {
+    for (auto [p, numel] : bucket)
+      if (const auto i = index_of(p); i < static_cast<int64_t>(tables.size())) out[static_cast<size_t>(i)].companions = filled - numel;
+    bucket.clear(), filled = 0;
+  };
+  for (size_t l = model.chain.size(); l-- > 0;) {
+    for (const nn::Param* p : model.chain[l]->params()) {
+      if (!bucket.empty() && filled >= std::max<int64_t>(bucket_elements, 1)) close();
+      bucket.emplace_back(p, p->numel()), filled += p->numel();
+    }
+  }
+  close();
+  return out;
+}
+
 at::Tensor row_elements(const at::Tensor& mask, int64_t width) {
   const at::Tensor rows = mask.nonzero().squeeze(1);
   return (rows.unsqueeze(1) * width + at::arange(width, rows.options())).reshape({-1});
@@ -43,18 +71,19 @@ at::Tensor row_elements(const at::Tensor& mask, int64_t width) {
 double dense_trial_seconds(const nn::Param& table, const DenseTrial& trial, dist::Communicator& group) {
   const int64_t width = table.full_shape[1], rows = table.numel() / width;
   const auto options = at::TensorOptions().dtype(trial.dtype);
-  at::Tensor value = at::zeros({rows, width}, options), grad = at::zeros_like(value), m = at::zeros_like(value),
-             v = at::zeros_like(value);
-  const double alone = std::min(window(trial.window_flops, trial.dtype, nullptr),
-                                window(trial.window_flops, trial.dtype, nullptr));
+  at::Tensor bucket = at::zeros({rows * width + trial.context.companions}, options);
+  at::Tensor value = at::zeros({rows, width}, options), m = at::zeros_like(value), v = at::zeros_like(value);
+  const at::Tensor grad = bucket.narrow(0, 0, rows * width).view({rows, width});
+  const double flops = trial.context.window_flops;
+  const double alone = std::min(window(flops, trial.dtype, nullptr), window(flops, trial.dtype, nullptr));
   std::vector<double> runs;
   for (int run = 0; run < 3; ++run) {
     group.barrier();
     const auto start = Clock::now();
     grad.zero_();
     const auto reduce = Clock::now();
-    dist::WorkPtr work = group.all_reduce_async(grad, dist::ReduceOp::Sum);
-    window(trial.window_flops, trial.dtype, work.get());
+    dist::WorkPtr work = group.all_reduce_async(bucket, dist::ReduceOp::Sum);
+    window(flops, trial.dtype, work.get());
     work->wait();
     const double exposed = std::max(0.0, since(reduce) - alone);
     const auto update = Clock::now();

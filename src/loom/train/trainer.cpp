@@ -167,20 +167,15 @@ std::vector<nn::MicroBatch> Trainer::local_microbatches(int64_t step) const {
 }
 
 // Each embedding table's path (NOTE [Table paths]): "auto" measures both, with the backward that
-// follows a table as the window its dense all-reduce may hide in, and may choose dense only where
-// the run fits in memory with every table dense.
+// follows a table and the rest of its gradient bucket as they are in a step, and may choose dense
+// only where the run fits in memory with every table dense.
 void Trainer::attach_sparse_tables(const optim::AdamWOptions& adamw) {
   const auto& p = config_.parallel;
   std::vector<nn::Param*> tables;
-  std::vector<double> windows;
-  double backward_flops = 0;  // of the layers before this one: they run after it in backward
-  for (auto& layer : model_.chain) {
-    for (nn::Param* param : layer->params())
-      if (param->embedding) tables.push_back(param), windows.push_back(backward_flops);
-    const nn::Cost cost = layer->cost(config_.train.micro_batch, local_seq(), dtype_ == at::kDouble ? 8 : 4);
-    backward_flops += cost.backward_input_flops + cost.backward_weight_flops;
-  }
+  for (nn::Param* param : model_.params())
+    if (param->embedding) tables.push_back(param);
   if (tables.empty()) return;  // a pipeline stage without the embedding
+  const auto bucket = static_cast<int64_t>(p.bucket_mb * 1024 * 1024 / static_cast<double>(at::elementSize(dtype_)));
   const bool given = p.sparse_partitions > 0 && p.sparse != SparseMode::Auto;
   const std::vector<nn::MicroBatch> step0 = given || p.sparse == SparseMode::Off ? std::vector<nn::MicroBatch>{}
                                                                                   : local_microbatches(0);
@@ -196,7 +191,8 @@ void Trainer::attach_sparse_tables(const optim::AdamWOptions& adamw) {
     }
   }
   sparse_ = std::make_unique<replicas::SparseTables>(
-      tables, windows, replicas(), mesh_->tp(),
+      tables, replicas::table_contexts(model_, tables, config_.train.micro_batch, local_seq(), bucket), replicas(),
+      mesh_->tp(),
       replicas::TableOptions{.mode = p.sparse, .update = config_.train.table_update,
                              .partitions = p.sparse_partitions, .adamw = adamw, .dtype = dtype_,
                              .dense_fits = dense_fits},
