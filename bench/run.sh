@@ -15,4 +15,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/bin/loom ] || { echo "loom: error: build/bin/loom is missing; run 'make' first" >&2; exit 2; }
 export OMP_NUM_THREADS=1
+# NOTE [BLAS kernel]: loom asks OpenBLAS for its AVX-512 (or AVX2) kernel where OpenBLAS would fall
+# back to its generic one; the PyTorch peer gets the kernel loom ends up with, so that ratios
+# compare like with like (the JSON's host block names it).
+if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
+  core=$(OPENBLAS_VERBOSE=2 build/bin/loom --version 2>&1 | sed -n 's/^Core: //p' | tail -1)
+  [ -z "$core" ] || export OPENBLAS_CORETYPE=$core
+fi
 exec /usr/bin/python3 bench/run.py "$@"

@@ -8,11 +8,13 @@
 #include <iostream>
 
 #include "commands.h"
+#include "loom/core/blas_kernel.h"
 #include "loom/core/error.h"
 #include "loom/dist/input_agreement.h"
 #include "loom/version.h"
 
 int main(int argc, char** argv) {
+  loom::select_blas_kernel(argv);  // NOTE [BLAS kernel]: may execute loom again, before MPI starts
   CLI::App app{"loom: train large neural networks across many processes", "loom"};
   app.set_version_flag("--version", std::string("loom ") + loom::kVersion);
   app.require_subcommand(1);
