@@ -2,6 +2,7 @@
 // a byte-level text file, with grouped kv heads and with the head tied to the token table; and
 // its config checks, each one InputError naming the values and a hint.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
@@ -60,7 +61,9 @@ TEST_P(LlamaTraining, LossFallsOnTheSyntheticChain) {
 }
 
 TEST_P(LlamaTraining, LossFallsOnATextFile) {
-  const std::filesystem::path path = std::filesystem::path(::testing::TempDir()) / "loom_llama_text.txt";
+  // One file per case and process: ctest runs the tied and untied cases at the same time.
+  const std::filesystem::path path = std::filesystem::path(::testing::TempDir()) /
+                                     fmt::format("loom_llama_text_{}_{}.txt", GetParam() ? "tied" : "untied", getpid());
   {
     std::ofstream out(path);
     for (int i = 0; i < 200; ++i)
