@@ -4,26 +4,13 @@
 #include <unistd.h>
 
 #include <cstdlib>
-#include <fstream>
-#include <set>
-#include <sstream>
 #include <string>
 #include <strings.h>
 
+#include "loom/core/cpu_flags.h"
+
 namespace loom {
 namespace {
-
-std::set<std::string> cpu_flags() {
-  std::ifstream file("/proc/cpuinfo");
-  for (std::string line; std::getline(file, line);) {
-    if (!line.starts_with("flags")) continue;
-    std::istringstream words(line.substr(line.find(':') + 1));
-    std::set<std::string> flags;
-    for (std::string w; words >> w;) flags.insert(w);
-    return flags;
-  }
-  return {};
-}
 
 // The kernel to ask for on this CPU, or nullptr when OpenBLAS's own choice stands.
 const char* better_kernel(const char* chosen) {

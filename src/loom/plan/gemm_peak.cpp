@@ -2,9 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
-#include <sstream>
+#include <set>
 #include <string>
+
+#include "loom/core/cpu_flags.h"
 
 namespace loom::plan {
 
@@ -32,23 +33,15 @@ double measure_gemm_peak(at::ScalarType dtype, double min_seconds_per_size, cons
   return peak;
 }
 
-bool cpuinfo_has_native_bfloat16(std::string_view cpuinfo) {
-  std::istringstream lines{std::string(cpuinfo)};
-  for (std::string line; std::getline(lines, line);) {
-    if (!line.starts_with("flags")) continue;
-    std::istringstream flags(line.substr(line.find(':') + 1));
-    for (std::string flag; flags >> flag;)
-      if (flag == "avx512_bf16" || flag == "amx_bf16") return true;
-  }
-  return false;
+namespace {
+bool has_native_bfloat16(const std::set<std::string>& flags) {
+  return flags.count("avx512_bf16") > 0 || flags.count("amx_bf16") > 0;
 }
+}  // namespace
 
-bool native_bfloat16() {
-  std::ifstream file("/proc/cpuinfo");
-  std::ostringstream text;
-  text << file.rdbuf();
-  return file && cpuinfo_has_native_bfloat16(text.str());
-}
+bool cpuinfo_has_native_bfloat16(std::string_view cpuinfo) { return has_native_bfloat16(cpu_flags_in(cpuinfo)); }
+
+bool native_bfloat16() { return has_native_bfloat16(cpu_flags()); }
 
 std::string bfloat16_speed_warning() {
   if (native_bfloat16()) return "";
