@@ -9,7 +9,7 @@ packages=(
   build-essential cmake make pkg-config ccache
   libtorch-dev
   libopenmpi-dev openmpi-bin
-  libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev
+  libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas0-openmp
   python3 python3-torch

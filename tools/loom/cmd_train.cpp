@@ -16,22 +16,32 @@
 namespace loom::cli {
 namespace {
 
-// NOTE [Fault injection]: LOOM_FAULT="rank=R,step=S,kind=throw|hang" makes rank R fail at the
-// start of step S (counted from 0): `throw` raises an error (the CLI must end every rank with it),
-// `hang` stops taking part in collectives (the others' time-outs must end the job). Used by the
-// failure tests; read here, at the edge, and handed to the trainer as a hook.
-std::function<void(int, int64_t)> fault_hook() {
+// NOTE [Fault injection]: LOOM_FAULT="rank=R,step=S,kind=throw|hang|save-hang" makes rank R fail:
+// `throw` raises an error at the start of step S (counted from 0; the CLI must end every rank
+// with it), `hang` stops taking part in collectives there (the others' time-outs must end the
+// job), `save-hang` stops after writing its file of the checkpoint of step S (counted from 1,
+// as checkpoints are), before the ranks agree: a save killed half way. Used by the failure and
+// checkpoint tests; read here, at the edge, and handed to the trainer as hooks.
+void add_fault_hooks(train::TrainOptions& options) {
   const char* spec = std::getenv("LOOM_FAULT");
-  if (spec == nullptr) return {};
+  if (spec == nullptr) return;
   int rank = -1;
   long long step = -1;
-  char kind[16] = {0};
-  LOOM_CHECK_INPUT(std::sscanf(spec, "rank=%d,step=%lld,kind=%15s", &rank, &step, kind) == 3 &&
-                       (std::string(kind) == "throw" || std::string(kind) == "hang"),
-                   "LOOM_FAULT = \"{}\" is not rank=R,step=S,kind=throw|hang", spec);
-  return [rank, step, hang = std::string(kind) == "hang"](int my_rank, int64_t at) {
+  char kind_text[16] = {0};
+  const bool parsed = std::sscanf(spec, "rank=%d,step=%lld,kind=%15s", &rank, &step, kind_text) == 3;
+  const std::string kind = kind_text;
+  LOOM_CHECK_INPUT(parsed && (kind == "throw" || kind == "hang" || kind == "save-hang"),
+                   "LOOM_FAULT = \"{}\" is not rank=R,step=S,kind=throw|hang|save-hang", spec);
+  const auto hang = [] { std::this_thread::sleep_for(std::chrono::hours(1)); };
+  if (kind == "save-hang") {
+    options.after_checkpoint_file = [rank, step, hang](int my_rank, int64_t at) {
+      if (my_rank == rank && at == step) hang();
+    };
+    return;
+  }
+  options.before_step = [rank, step, hang, kind](int my_rank, int64_t at) {
     if (my_rank != rank || at != step) return;
-    if (hang) std::this_thread::sleep_for(std::chrono::hours(1));
+    if (kind == "hang") hang();
     throw Error(fmt::format("injected fault at step {} (LOOM_FAULT)", step));
   };
 }
@@ -48,7 +58,12 @@ Action add_train(CLI::App& app) {
   cmd->add_option("--trace", options->trace_path, "write a Chrome trace (opens in Perfetto) to FILE");
   auto* peak = cmd->add_option("--peak-flops", options->peak_flops, "GEMM FLOP/s for MFU (default: measured at start)");
   cmd->add_flag("--quiet,-q", *quiet, "no progress lines");
-  return [cmd, config, options, quiet, peak](dist::Runtime& runtime) {
+  auto resume = std::make_shared<std::string>();
+  cmd->add_option("--resume", *resume,
+                  "continue from a checkpoint: \"auto\" (the latest in checkpoint.dir, or start fresh) or its directory");
+  cmd->add_option("--stop-after", options->stop_after,
+                  "end the run after step K as a preemption would (saving a checkpoint when checkpoint.dir is set)");
+  return [cmd, config, options, quiet, peak, resume](dist::Runtime& runtime) {
     if (!*cmd) return;
     // Every rank reads the config; all agree before going on (dist/input_agreement.h).
     Config loaded;
@@ -58,7 +73,9 @@ Action add_train(CLI::App& app) {
       LOOM_CHECK_INPUT(peak->count() == 0 || (std::isfinite(options->peak_flops) && options->peak_flops > 0),
                        "--peak-flops {} must be a positive number of FLOP/s (e.g. 1e11), or omitted to measure it",
                        options->peak_flops);
-      options->before_step = fault_hook();
+      LOOM_CHECK_INPUT(options->stop_after >= 0, "--stop-after {} must be a step >= 1 (or 0: run to the end)",
+                       options->stop_after);
+      add_fault_hooks(*options);
       // Rank 0 writes the metrics and the trace (every rank's events): check before anyone trains.
       if (runtime.world().rank() == 0) {
         std::vector<PathUse> outputs;
@@ -70,11 +87,12 @@ Action add_train(CLI::App& app) {
       failure = std::current_exception();
     }
     dist::agree_on_input(runtime.world(), failure);
-    train::Trainer trainer(std::move(loaded), runtime.world());
-    if (runtime.world().rank() == 0)  // after every check: a refused run prints only its error
+    train::Trainer trainer(std::move(loaded), runtime.world(), *resume);
+    if (runtime.world().rank() == 0) {  // after every check: a refused run prints only its error
       for (const std::string& warning : config_warnings(trainer.config())) std::cerr << "loom: warning: " << warning << '\n';
       if (trainer.config().model.dtype == DType::BFloat16 && !plan::native_bfloat16())
         std::cerr << "loom: warning: " << plan::bfloat16_speed_warning() << '\n';
+    }
     options->progress = *quiet ? nullptr : &std::cout;
     options->interrupts = &runtime.interrupts();
     runtime.interrupts().arm();  // from here a signal stops the run after its step

@@ -69,6 +69,8 @@ const std::vector<KeySpec>& key_specs() {
       LOOM_KEY(train, log_every),      LOOM_KEY(train, table_update),
       LOOM_KEY(data, source),          LOOM_KEY(data, token_dtype),
       LOOM_KEY(data, zipf),
+      LOOM_KEY(checkpoint, dir),       LOOM_KEY(checkpoint, every),
+      LOOM_KEY(checkpoint, keep),      LOOM_KEY(checkpoint, async),
   };
   return specs;
 }
@@ -413,6 +415,13 @@ std::string to_toml(const Config& config) {
     }
     out += fmt::format("{} = {}\n", spec.name, toml_value(spec.field(copy)));
   }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> config_values(const Config& config) {
+  Config copy = config;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const auto& spec : key_specs()) out.emplace_back(spec.full(), toml_value(spec.field(copy)));
   return out;
 }
 

@@ -1,11 +1,12 @@
 #pragma once
-// The run configuration: TOML sections [model] [parallel] [memory] [train] [data], with the names
+// The run configuration: TOML sections [model] [parallel] [memory] [train] [data] [checkpoint], with the names
 // of the user-facing vocabulary (docs/config.md). Every key can be overridden with `--set section.key=value`.
 // Parsing refuses unknown sections and keys (naming the closest known one) and wrongly typed values;
 // `validate` refuses inconsistent values. Both throw InputError (exit 2) before anything runs.
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "loom/core/options.h"
@@ -91,12 +92,22 @@ struct DataConfig {
   bool operator==(const DataConfig&) const = default;
 };
 
+// [checkpoint] (NOTE [Checkpoints], docs/checkpoint.md): "" = none.
+struct CheckpointConfig {
+  std::string dir;     // where step-NNNNNNN/ directories go
+  int64_t every = 0;   // save every N steps (0: only at the end of the run and when it is stopped)
+  int64_t keep = 2;    // complete checkpoints kept, newest first
+  bool async = false;  // write in a background thread after taking a copy
+  bool operator==(const CheckpointConfig&) const = default;
+};
+
 struct Config {
   ModelConfig model;
   ParallelConfig parallel;
   MemoryConfig memory;
   TrainConfig train;
   DataConfig data;
+  CheckpointConfig checkpoint;
   bool operator==(const Config&) const = default;
 
   int64_t position_count() const { return model.max_positions > 0 ? model.max_positions : model.seq_len; }
@@ -121,6 +132,8 @@ void validate(const Config& config);
 std::vector<std::string> config_warnings(const Config& config);
 // The effective configuration as TOML, every key present.
 std::string to_toml(const Config& config);
+// Every key ("section.key") with its value as TOML writes it, in the order of the key table.
+std::vector<std::pair<std::string, std::string>> config_values(const Config& config);
 
 // All keys as "section.key", for suggestions and documentation.
 std::vector<std::string> config_keys();

@@ -90,6 +90,16 @@ void validate_train(const TrainConfig& t) {
                    t.threads);
 }
 
+void validate_checkpoint(const CheckpointConfig& c) {
+  LOOM_CHECK_INPUT(c.every >= 0, "checkpoint.every = {} must be >= 0 (0 = save only at the end of the run and when "
+                   "it is stopped)", c.every);
+  LOOM_CHECK_INPUT(c.keep >= 1, "checkpoint.keep = {} must be >= 1: the newest complete checkpoint is always kept",
+                   c.keep);
+  LOOM_CHECK_INPUT(!c.dir.empty() || (c.every == 0 && !c.async),
+                   "checkpoint.every / checkpoint.async are set but checkpoint.dir is empty; hint: set "
+                   "checkpoint.dir = \"PATH\"");
+}
+
 // The global batch splits into micro-batches, and the micro-batches evenly over dp ranks.
 void validate_batch_split(const TrainConfig& t, const ParallelConfig& p) {
   const int64_t micro_batches = t.global_batch / t.micro_batch;
@@ -110,6 +120,7 @@ void validate(const Config& config) {
   validate_parallel(config.parallel);
   validate_memory(config.memory, config.parallel);
   validate_train(config.train);
+  validate_checkpoint(config.checkpoint);
   check_product("the samples of the run",
                 {{"train.steps", config.train.steps}, {"train.global_batch", config.train.global_batch}});
   validate_batch_split(config.train, config.parallel);

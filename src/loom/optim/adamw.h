@@ -52,6 +52,12 @@ class AdamW {
   AdamW(std::vector<nn::Param*> params, AdamWOptions options);
   void step(double lr);  // uses each Param::grad as it is (clip before)
   int64_t step_count() const { return step_; }
+  // A resumed run's steps so far (the bias corrections continue from them).
+  void set_step_count(int64_t steps) { step_ = steps; }
+  const std::vector<nn::Param*>& params() const { return params_; }
+  // The first and second moments of params()[i] (its shape), for checkpoints.
+  const at::Tensor& exp_avg(size_t i) const { return state_[i].m; }
+  const at::Tensor& exp_avg_sq(size_t i) const { return state_[i].v; }
 
  private:
   struct State {

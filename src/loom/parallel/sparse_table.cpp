@@ -103,6 +103,13 @@ void SparseTable::initialise(uint64_t seed, at::ScalarType dtype) {
   step_ = 0;
 }
 
+std::vector<std::pair<int64_t, int64_t>> SparseTable::owned_ranges() const {
+  std::vector<std::pair<int64_t, int64_t>> out;
+  for (const RowPartition& p : partitions_)
+    if (p.owner == group_.rank()) out.emplace_back(row_offset_ + p.begin, p.end - p.begin);
+  return out;
+}
+
 void SparseTable::initialise_zeros(at::ScalarType dtype) {
   int64_t n = 0;
   for (const RowPartition& p : partitions_)

@@ -74,6 +74,15 @@ class SparseTable final : public nn::SparseRows {
   at::Tensor gather_full() const override;
 
   nn::Param& param() { return param_; }
+  const nn::Param& param() const { return param_; }
+  // The rows this rank owns as (first row of the full table, count), in the order of owned():
+  // with owned(), exp_avg() and exp_avg_sq() (all [owned rows, d]) what a checkpoint stores.
+  std::vector<std::pair<int64_t, int64_t>> owned_ranges() const;
+  const at::Tensor& owned() const { return owned_; }
+  const at::Tensor& exp_avg() const { return m_; }
+  const at::Tensor& exp_avg_sq() const { return v_; }
+  int64_t step_count() const { return step_; }
+  void set_step_count(int64_t steps) { step_ = steps; }
   int64_t partitions() const { return static_cast<int64_t>(partitions_.size()); }
   int64_t rows() const { return rows_; }
   int64_t owned_rows() const { return owned_.defined() ? owned_.size(0) : 0; }

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "loom/ckpt/checkpointer.h"
 #include "loom/models/model.h"
 #include "loom/optim/adamw.h"
 #include "loom/replicas/flat_params.h"
@@ -49,6 +50,15 @@ class ReplicaOptimizer {
   // Returns the global gradient norm; `before_update(norm)` runs once it is known and before any
   // weight changes (it may throw to stop the step: NOTE [Non-finite guard]).
   double step(double lr, const std::function<void(double)>& before_update, const Timeline& timeline);
+
+  // Everything this rank holds of the run's state, as pieces of full tensors (NOTE
+  // [Checkpoints]): each parameter's value (its tp shard), its AdamW moments (the whole shard, or
+  // under ZeRO-1 the runs of it inside this rank's optimizer shard), and the sparse tables' owned
+  // rows and their moments. Views of the live state. replicas/optimizer_state.cpp.
+  std::vector<ckpt::TensorPiece> state_pieces() const;
+  // Optimizer steps taken (the bias corrections' count); set when a run resumes.
+  int64_t step_count() const;
+  void set_step_count(int64_t steps);
 
  private:
   template <class Fn>

@@ -26,6 +26,7 @@ ShardedAdamW::ShardedAdamW(FlatParams& flat, dist::Communicator& dp, dist::Commu
     part.value = flat.values.narrow(0, lo, hi - lo);
     part.grad = shard_grad_.narrow(0, lo - shard_offset_, hi - lo);
     shard_params_.push_back(std::move(part));
+    parts_.push_back({s.param, lo - s.offset});
   }
   std::vector<nn::Param*> pointers;
   for (nn::Param& p : shard_params_) pointers.push_back(&p);

@@ -29,6 +29,16 @@ class ShardedAdamW {
   double step(double lr, double clip, std::pair<double, double> extra = {0, 0},
               const std::function<void(double)>& before_update = {});
 
+  // The parts of parameters inside this rank's shard: each one's parameter and its first element
+  // (in the parameter's row-major flattening); their moments are adamw()'s, in the same order.
+  struct Part {
+    nn::Param* param;
+    int64_t begin;
+  };
+  const std::vector<Part>& parts() const { return parts_; }
+  optim::AdamW& adamw() { return *adamw_; }
+  const optim::AdamW& adamw() const { return *adamw_; }
+
  private:
   FlatParams& flat_;
   dist::Communicator& dp_;
@@ -38,6 +48,7 @@ class ShardedAdamW {
   int64_t shard_offset_, shard_numel_;
   at::Tensor shard_grad_;
   std::vector<nn::Param> shard_params_;  // the parts of parameters inside the shard, as views
+  std::vector<Part> parts_;              // whose parts they are
   std::unique_ptr<optim::AdamW> adamw_;
 };
 

@@ -129,11 +129,30 @@ std::vector<bool> SparseTables::choose_paths(const std::vector<nn::Param*>& tabl
   if (options_.mode == SparseMode::On) return all(true, "parallel.sparse = on");
   if (options_.mode == SparseMode::Off) return all(false, "parallel.sparse = off");
   if (group_.size() == 1) return all(false, "auto: one replica, nothing to exchange");
+  if (!options_.saved.empty()) return saved_paths(tables, pull);
   at::Tensor too_big = at::full({1}, options_.dense_fits ? 0 : 1, at::kLong);  // any rank's verdict holds
   group_.all_reduce(too_big, dist::ReduceOp::Max);
   tp.all_reduce(too_big, dist::ReduceOp::Max);
   if (too_big.item<int64_t>() != 0) return all(true, "auto: dense tables would not fit in memory");
   return measure_paths(tables, contexts, tp, pull);
+}
+
+// The saved run's choices, table by table (the tables of this rank must all be among them; else
+// they are measured as usual). Every rank of the group decides from the same manifest.
+std::vector<bool> SparseTables::saved_paths(const std::vector<nn::Param*>& tables, const std::function<void()>& pull) {
+  std::vector<bool> out;
+  for (const nn::Param* p : tables) {
+    const auto it = std::find_if(options_.saved.begin(), options_.saved.end(),
+                                 [&](const TableChoice& c) { return c.table == p->name; });
+    LOOM_CHECK(it != options_.saved.end(), "[sparse] table {} has no saved choice", p->name);
+    choices_.push_back(*it);
+    out.push_back(it->sparse);
+  }
+  if (std::find(out.begin(), out.end(), true) != out.end())
+    partitions_ = set_                            ? options_.partitions
+                  : options_.saved_partitions > 0 ? options_.saved_partitions
+                                                  : choose_partitions(tables, pull);
+  return out;
 }
 
 // NOTE [Table paths] (replicas/table_trials.h): the trials of both paths, agreed over the group and tp.

@@ -16,15 +16,6 @@
 
 namespace loom::replicas {
 
-struct TableOptions {
-  SparseMode mode = SparseMode::On;        // parallel.sparse
-  TableUpdate update = TableUpdate::Dense;  // train.table_update
-  int64_t partitions = 0;                  // parallel.sparse_partitions; 0 = chosen by trials
-  optim::AdamWOptions adamw;
-  at::ScalarType dtype = at::kFloat;
-  bool dense_fits = true;  // "auto": the run fits in memory with every table dense
-};
-
 // One table's path and why; the times are auto's trials (the group's slowest rank, ms per step;
 // 0 when not measured).
 struct TableChoice {
@@ -34,6 +25,20 @@ struct TableChoice {
   double sparse_ms = 0, dense_ms = 0;
   bool operator==(const TableChoice&) const = default;
 };
+
+struct TableOptions {
+  SparseMode mode = SparseMode::On;        // parallel.sparse
+  TableUpdate update = TableUpdate::Dense;  // train.table_update
+  int64_t partitions = 0;                  // parallel.sparse_partitions; 0 = chosen by trials
+  optim::AdamWOptions adamw;
+  at::ScalarType dtype = at::kFloat;
+  bool dense_fits = true;  // "auto": the run fits in memory with every table dense
+  // "auto" resuming a run of the same layout: the saved run's choices and partition count, kept
+  // instead of measured again (NOTE [Resuming]); empty: choose.
+  std::vector<TableChoice> saved;
+  int64_t saved_partitions = 0;
+};
+
 
 class SparseTables {
  public:
@@ -57,6 +62,8 @@ class SparseTables {
   const std::vector<std::pair<int64_t, double>>& trials() const { return trials_; }
 
   void initialise(uint64_t seed, at::ScalarType dtype);
+  // The tables on the sparse path (for checkpoints).
+  const std::vector<std::unique_ptr<parallel::SparseTable>>& tables() const { return tables_; }
   // Collective over the group, before the step's forward: `pull_rows` runs the layers' pull_rows
   // for this step's micro-batches; tables on the sparse path fetch their rows, lazy dense tables
   // note the rows looked up, whose union over the group starts reducing (finished by push).
@@ -71,6 +78,7 @@ class SparseTables {
 
  private:
   class LazyRows;
+  std::vector<bool> saved_paths(const std::vector<nn::Param*>& tables, const std::function<void()>& pull);
   std::vector<bool> choose_paths(const std::vector<nn::Param*>& tables, const std::vector<TableContext>& contexts,
                                  dist::Communicator& tp, const std::function<void()>& pull);
   std::vector<bool> measure_paths(const std::vector<nn::Param*>& tables, const std::vector<TableContext>& contexts,

@@ -50,7 +50,7 @@ void RunReport::step(StepRecord& r, double flops_per_step, double peak_flops) {
                   {"sparse_tables", tables_json(r.tables)}, {"peak_bytes", r.peak_bytes},
                   {"comm_bytes_per_step", r.comm_bytes}, {"bubble_fraction", r.bubble_fraction},
                   {"predicted_bubble_fraction", r.predicted_bubble_fraction},
-                  {"peak_bytes_by_stage", r.peak_bytes_by_stage}});
+                  {"peak_bytes_by_stage", r.peak_bytes_by_stage}, {"checkpoint_s", r.checkpoint_s}});
   if ((r.step - 1) % options_.log_every == 0 || r.step == options_.steps) progress_.print(r);
 }
 

@@ -29,6 +29,7 @@ struct StepRecord {
   std::map<std::string, int64_t> comm_bytes;    // this rank's bytes by mesh axis
   int64_t sparse_partitions = 0;                // the sparse path's partition count (0: off)
   std::vector<replicas::TableChoice> tables;    // rank 0's embedding tables: path and why (NOTE [Table paths])
+  double checkpoint_s = 0;                      // seconds a checkpoint save held this step's end (0: none)
 };
 
 struct ReportOptions {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <thread>
 
+#include "loom/ckpt/checkpoint_dir.h"
 #include "loom/core/error.h"
 #include "loom/data/sampler.h"
 #include "loom/dist/input_agreement.h"
@@ -33,7 +34,7 @@ int default_threads(const dist::Communicator& world) {
 
 }  // namespace
 
-Trainer::Trainer(Config config, dist::Communicator& world)
+Trainer::Trainer(Config config, dist::Communicator& world, const std::string& resume)
     : config_(std::move(config)),
       dtype_(nn::master_type(config_.model.dtype)),
       activations_(nn::activation_type(config_.model.dtype)),
@@ -41,7 +42,7 @@ Trainer::Trainer(Config config, dist::Communicator& world)
       base_world_(&world) {
   std::exception_ptr failure;
   try {
-    check_input(world.size(), world.local_ranks());
+    check_input(world.size(), world.local_ranks(), resume);
   } catch (const InputError&) {
     failure = std::current_exception();
   }
@@ -55,6 +56,7 @@ Trainer::Trainer(Config config, dist::Communicator& world)
   if (budget > 0) memory::set_budget(budget);
   try {
     allocate();
+    if (resume_) restore();
   } catch (const memory::OutOfMemory& e) {
     memory::set_budget(0);
     throw Error(fmt::format("{} while setting up the run; {}", e.what(), plan::memory_text(plan_, estimate())));
@@ -65,16 +67,16 @@ Trainer::Trainer(Config config, dist::Communicator& world)
   comm_stats_.clear();  // set-up traffic (communicator splits) is not a step's
 }
 
-Trainer::Trainer(Config config, int world_size, int rank, int local_ranks)
+Trainer::Trainer(Config config, int world_size, int rank, int local_ranks, const std::string& resume)
     : config_(std::move(config)),
       dtype_(nn::master_type(config_.model.dtype)),
       activations_(nn::activation_type(config_.model.dtype)),
       world_rank_(rank) {
-  check_input(world_size, local_ranks);
+  check_input(world_size, local_ranks, resume);
 }
 
-plan::RunPlan Trainer::check(const Config& config, int world_size, int local_ranks) {
-  Trainer checked(config, world_size, 0, local_ranks);  // every stage's memory is checked on the plan
+plan::RunPlan Trainer::check(const Config& config, int world_size, int local_ranks, const std::string& resume) {
+  Trainer checked(config, world_size, 0, local_ranks, resume);  // every stage's memory is checked on the plan
   return std::move(checked.plan_);
 }
 
@@ -126,8 +128,10 @@ models::Model Trainer::build_model(dist::Communicator& tp, parallel::SpOptions s
 
 
 // Every check that can fail on bad input, on the plan: nothing is allocated and nothing sent.
-void Trainer::check_input(int world_size, int local_ranks) {
+void Trainer::check_input(int world_size, int local_ranks, const std::string& resume) {
   models::validate_config(config_);
+  if (!config_.checkpoint.dir.empty()) ckpt::check_writable_dir(config_.checkpoint.dir);
+  check_resume(resume);
   memory::install_accounting_allocator();
   kind_ = &models::model_kind(config_.model.kind);
   data_ = kind_->open_data(config_);
@@ -180,7 +184,10 @@ void Trainer::attach_sparse_tables(const optim::AdamWOptions& adamw) {
   const std::vector<nn::MicroBatch> step0 = given || p.sparse == SparseMode::Off ? std::vector<nn::MicroBatch>{}
                                                                                   : local_microbatches(0);
   bool dense_fits = true;
-  if (p.sparse == SparseMode::Auto) {
+  int64_t saved_partitions = 0;
+  std::vector<replicas::TableChoice> saved =
+      p.sparse == SparseMode::Auto ? saved_table_choices(&saved_partitions) : std::vector<replicas::TableChoice>{};
+  if (p.sparse == SparseMode::Auto && saved.empty()) {
     Config dense = config_;
     dense.parallel.sparse = SparseMode::Off;
     try {
@@ -195,7 +202,8 @@ void Trainer::attach_sparse_tables(const optim::AdamWOptions& adamw) {
       mesh_->tp(),
       replicas::TableOptions{.mode = p.sparse, .update = config_.train.table_update,
                              .partitions = p.sparse_partitions, .adamw = adamw, .dtype = dtype_,
-                             .dense_fits = dense_fits},
+                             .dense_fits = dense_fits, .saved = std::move(saved),
+                             .saved_partitions = saved_partitions},
       [&] {
         for (auto& layer : model_.chain) layer->pull_rows(step0);
       });
@@ -278,7 +286,14 @@ std::string Trainer::header() const {
                                  model_.param_count(), config_.model.dtype.name(), mesh_->dp().size(),
                                  config_.parallel.zero ? " (ZeRO-1)" : "", mesh_->world().size(), at::get_num_threads(),
                                  data_->describe());
-  return sparse_ ? text + fmt::format("loom: {}\n", sparse_->describe()) : text;
+  if (sparse_) text += fmt::format("loom: {}\n", sparse_->describe());
+  for (const std::string& note : resume_notes_) text += fmt::format("loom: {}\n", note);
+  if (resume_)
+    text += fmt::format("loom: resumed from {} at step {} (saved with {} ranks, dp={} tp={} pp={} sp={}; read {:.1f} MB)\n",
+                        resume_dir_, start_step_, resume_->layout.value("ranks", 0), resume_->layout.value("dp", 0),
+                        resume_->layout.value("tp", 0), resume_->layout.value("pp", 0), resume_->layout.value("sp", 0),
+                        static_cast<double>(resume_bytes_) / 1e6);
+  return text;
 }
 
 // MFU of this rank: its own micro-batches' FLOPs against its cores' GEMM peak.
@@ -303,24 +318,60 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     trace_ = std::make_unique<trace::ChromeTrace>(mesh_->rank());
   }
   report.header(header());
+  if (!config_.checkpoint.dir.empty()) {
+    auto hook = options.after_checkpoint_file;
+    checkpointer_ = std::make_unique<ckpt::Checkpointer>(
+        ckpt::SaveOptions{.dir = config_.checkpoint.dir, .keep = config_.checkpoint.keep,
+                          .async = config_.checkpoint.async,
+                          .after_file = hook ? std::function<void(int64_t)>([hook, rank = mesh_->rank()](int64_t step) {
+                            hook(rank, step);
+                          })
+                                             : std::function<void(int64_t)>()},
+        *base_world_);
+  }
+  const int64_t last = options.stop_after > 0 ? std::min(options.stop_after, t.steps) : t.steps;
   std::vector<StepRecord> records;
   const auto start = Clock::now();
-  for (int64_t step = 0; step < t.steps; ++step) {
+  for (int64_t step = start_step_; step < last; ++step) {
     if (options.before_step) options.before_step(mesh_->rank(), step);
     records.push_back(guarded_step(step, schedule.at(step)));
-    report.step(records.back(), flops, peak_flops);
+    StepRecord& record = records.back();
+    if (checkpointer_) checkpointer_->poll();  // an async save commits once every rank wrote it
+    const int signal = options.interrupts ? options.interrupts->agreed_signal(*base_world_) : 0;
+    if (checkpoint_due(record.step, signal != 0 || record.step == last)) record.checkpoint_s = save_checkpoint(record.step);
+    report.step(record, flops, peak_flops);
     if (trace_) trace_->flush_gathered(*base_world_, report.trace_file());
-    if (const int signal = options.interrupts ? options.interrupts->agreed_signal(*base_world_) : 0; signal != 0) {
+    if (signal != 0) {
+      if (checkpointer_) checkpointer_->finish();
       report.close();
-      throw AgreedError(fmt::format("interrupted at step {} by {}; metrics and trace flushed", records.back().step,
-                                    dist::signal_name(signal)),
+      throw AgreedError(fmt::format("interrupted at step {} by {}; metrics and trace flushed{}", record.step,
+                                    dist::signal_name(signal), saved_text()),
                         128 + signal, false);
     }
   }
+  if (checkpointer_) checkpointer_->finish();
   report.close();
   trace_.reset();
   report.summary(records, std::chrono::duration<double>(Clock::now() - start).count());
+  if (last < t.steps && mesh_->rank() == 0 && options.progress != nullptr)
+    *options.progress << fmt::format("loom: stopped after step {} of {} (--stop-after){}\n", last, t.steps,
+                                     saved_text())
+                      << std::flush;
   return records;
+}
+
+// After step `done` (from 1): every checkpoint.every steps, at the run's last step, and when the
+// run is stopped (a signal, --stop-after).
+bool Trainer::checkpoint_due(int64_t done, bool stopping) const {
+  if (!checkpointer_) return false;
+  const int64_t every = config_.checkpoint.every;
+  return stopping || done == config_.train.steps || (every > 0 && done % every == 0);
+}
+
+// "; checkpoint: DIR" for the closing lines, when a checkpoint was committed.
+std::string Trainer::saved_text() const {
+  const std::string last = last_checkpoint();
+  return last.empty() ? std::string() : fmt::format("; checkpoint: {}", last);
 }
 
 // A step whose allocation fails names the memory estimate and the keys that size it.

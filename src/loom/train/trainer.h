@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "loom/ckpt/checkpointer.h"
+#include "loom/ckpt/manifest.h"
 #include "loom/core/config.h"
 #include "loom/data/batches.h"
 #include "loom/dist/interrupt.h"
@@ -47,19 +49,33 @@ struct TrainOptions {
   // Called on every rank before each step (rank, 0-based step): the failure tests' fault hook
   // (NOTE [Fault injection], tools/loom/cmd_train.cpp).
   std::function<void(int, int64_t)> before_step;
+  // End the run after this step (counted from 1) as a preemption would, writing a checkpoint when
+  // checkpoint.dir is set; the LR schedule stays that of train.steps. 0 = run to the end.
+  int64_t stop_after = 0;
+  // Called on every rank after it wrote its file of a checkpoint (rank, step): the kill test's hook.
+  std::function<void(int, int64_t)> after_checkpoint_file;
 };
 
 
 
 class Trainer {
  public:
-  Trainer(Config config, dist::Communicator& world);
+  // `resume`: "" (start fresh), "auto" (the latest complete checkpoint in checkpoint.dir, or fresh
+  // when there is none) or a checkpoint directory (NOTE [Resuming]).
+  Trainer(Config config, dist::Communicator& world, const std::string& resume = "");
   ~Trainer();
   // Every check the constructor runs on bad input (config, data, layout against `world_size`
   // ranks, schedule, memory against the budget or against this machine shared by `local_ranks`),
   // for every pipeline stage, with no communicator and nothing allocated. Throws InputError.
   // Returns the plan those checks ran on (NOTE [Run plan]).
-  static plan::RunPlan check(const Config& config, int world_size, int local_ranks);
+  static plan::RunPlan check(const Config& config, int world_size, int local_ranks, const std::string& resume = "");
+  // The step a resumed run starts from (0: a fresh run), and what it loaded.
+  int64_t start_step() const { return start_step_; }
+  const std::string& resumed_from() const { return resume_dir_; }
+  int64_t resumed_bytes() const { return resume_bytes_; }
+  // The last checkpoint this run committed ("" none), and the seconds its writing took.
+  std::string last_checkpoint() const { return checkpointer_ ? checkpointer_->last_committed() : ""; }
+  double last_checkpoint_seconds() const { return checkpointer_ ? checkpointer_->last_seconds() : 0; }
 
   std::vector<StepRecord> run(const TrainOptions& options);
   models::Model& model() { return model_; }
@@ -91,8 +107,18 @@ class Trainer {
   }
 
  private:
-  Trainer(Config config, int world_size, int rank, int local_ranks);  // check() only
-  void check_input(int world_size, int local_ranks);
+  Trainer(Config config, int world_size, int rank, int local_ranks, const std::string& resume);  // check() only
+  void check_input(int world_size, int local_ranks, const std::string& resume);
+  // Checkpoints (train/checkpointing.cpp).
+  void check_resume(const std::string& spec);
+  void restore();
+  std::vector<replicas::TableChoice> saved_table_choices(int64_t* partitions) const;
+  ckpt::CheckpointMeta checkpoint_meta(int64_t steps_done);
+  double save_checkpoint(int64_t steps_done);  // seconds the save held the run
+  // After step `done` (counted from 1): whether this run saves a checkpoint now.
+  bool checkpoint_due(int64_t done, bool stopping) const;
+  std::string saved_text() const;
+  int64_t replicas_size() const { return config_.parallel.dp * config_.parallel.sp; }
   void allocate();
   StepRecord train_step(int64_t step, double lr);
   double summed_loss(double local);
@@ -136,6 +162,12 @@ class Trainer {
   std::unique_ptr<replicas::ReplicaOptimizer> optimizer_;
   std::unique_ptr<trace::ChromeTrace> trace_;              // set while a run records a trace
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
+  std::unique_ptr<ckpt::Checkpointer> checkpointer_;  // set while a run saves checkpoints
+  std::string resume_dir_;                  // the checkpoint resumed from ("" none)
+  std::optional<ckpt::Manifest> resume_;    // its manifest, until restored
+  std::vector<std::string> resume_notes_;   // for the header
+  int64_t start_step_ = 0;
+  int64_t resume_bytes_ = 0;
 };
 
 }  // namespace loom::train

@@ -1,0 +1,84 @@
+// The run's state as checkpoint pieces (NOTE [Checkpoints]): ReplicaOptimizer's view of what this
+// rank holds.
+#include "loom/replicas/replica_optimizer.h"
+
+namespace loom::replicas {
+namespace {
+
+// The box of the full parameter that this rank's part (its tp shard) covers.
+ckpt::Box box_of(const nn::Param& p) {
+  ckpt::Box box = ckpt::whole(p.full_shape);
+  if (p.shard.dim >= 0) {
+    box.offset[static_cast<size_t>(p.shard.dim)] = p.shard.start;
+    box.size[static_cast<size_t>(p.shard.dim)] = p.shard.length;
+  }
+  return box;
+}
+
+std::string moment_name(const nn::Param& p, int which) { return p.name + (which == 0 ? ":exp_avg" : ":exp_avg_sq"); }
+
+void add(std::vector<ckpt::TensorPiece>& out, std::string name, const nn::Param& p, ckpt::Box box, at::Tensor data) {
+  if (box.numel() == 0) return;
+  out.push_back({.name = std::move(name), .full_shape = p.full_shape, .box = std::move(box),
+                 .data = std::move(data)});
+}
+
+// A ZeRO-1 part's moments: elements [begin, begin + n) of the parameter's shard, as boxes.
+void add_runs(std::vector<ckpt::TensorPiece>& out, const std::string& name, const nn::Param& p, int64_t begin,
+              const at::Tensor& moment) {
+  int64_t at = 0;
+  for (const ckpt::Box& box : ckpt::boxes_of_range(box_of(p), begin, begin + moment.numel())) {
+    add(out, name, p, box, moment.narrow(0, at, box.numel()).view(box.size));
+    at += box.numel();
+  }
+}
+
+void add_table(std::vector<ckpt::TensorPiece>& out, const parallel::SparseTable& table) {
+  const nn::Param& p = table.param();
+  const int64_t width = p.full_shape[1];
+  int64_t store = 0;
+  for (const auto& [row, count] : table.owned_ranges()) {
+    const ckpt::Box box{{row, 0}, {count, width}};
+    add(out, p.name, p, box, table.owned().narrow(0, store, count));
+    add(out, moment_name(p, 0), p, box, table.exp_avg().narrow(0, store, count));
+    add(out, moment_name(p, 1), p, box, table.exp_avg_sq().narrow(0, store, count));
+    store += count;
+  }
+}
+
+}  // namespace
+
+std::vector<ckpt::TensorPiece> ReplicaOptimizer::state_pieces() const {
+  std::vector<ckpt::TensorPiece> out;
+  for (const nn::Param* p : dense_) add(out, p->name, *p, box_of(*p), p->value);
+  if (sharded_) {
+    optim::AdamW& adamw = sharded_->adamw();
+    for (size_t i = 0; i < sharded_->parts().size(); ++i) {
+      const ShardedAdamW::Part& part = sharded_->parts()[i];
+      add_runs(out, moment_name(*part.param, 0), *part.param, part.begin, adamw.exp_avg(i));
+      add_runs(out, moment_name(*part.param, 1), *part.param, part.begin, adamw.exp_avg_sq(i));
+    }
+  } else {
+    for (size_t i = 0; i < adamw_->params().size(); ++i) {
+      const nn::Param& p = *adamw_->params()[i];
+      add(out, moment_name(p, 0), p, box_of(p), adamw_->exp_avg(i));
+      add(out, moment_name(p, 1), p, box_of(p), adamw_->exp_avg_sq(i));
+    }
+  }
+  if (sparse_)
+    for (const auto& table : sparse_->tables()) add_table(out, *table);
+  return out;
+}
+
+int64_t ReplicaOptimizer::step_count() const {
+  return sharded_ ? sharded_->adamw().step_count() : adamw_->step_count();
+}
+
+void ReplicaOptimizer::set_step_count(int64_t steps) {
+  if (sharded_) sharded_->adamw().set_step_count(steps);
+  else adamw_->set_step_count(steps);
+  if (sparse_)
+    for (const auto& table : sparse_->tables()) table->set_step_count(steps);
+}
+
+}  // namespace loom::replicas

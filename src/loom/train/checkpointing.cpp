@@ -1,0 +1,136 @@
+// The trainer's checkpoints (NOTE [Checkpoints], NOTE [Resuming]): what a checkpoint says about
+// the run besides its tensors, which config keys a resumed run may change, saving and restoring.
+#include <filesystem>
+
+#include "loom/ckpt/checkpoint_dir.h"
+#include "loom/core/error.h"
+#include "loom/optim/lr_schedule.h"
+#include "loom/train/trainer.h"
+#include "loom/version.h"
+
+namespace loom::train {
+namespace {
+
+// NOTE [Resuming]
+// A resumed run continues the saved one: micro-batch i of step s is the same samples in every
+// layout (data::Batches), initial values and data order come from the seed, the LR schedule is a
+// function of the step, so the step, the weights and the optimizer state are the whole state.
+// The model must be the same and so must what decides the data (the seed, the global batch); the
+// layout (parallel.*), memory policy, micro-batch size, threads, logging, checkpoint keys and
+// train.steps may differ (a longer run resumes a shorter one; the cosine then spans the new
+// length). Other train and data keys may change with a warning: the run is then no longer the
+// one that was saved (a new learning rate, other data). model.dtype may change between the types
+// whose weights are float32 and float64 with a warning (the stored values are converted).
+bool must_match(const std::string& key) {
+  return (key.starts_with("model.") && key != "model.dtype") || key == "train.seed" || key == "train.global_batch";
+}
+
+bool free_to_change(const std::string& key) {
+  return key.starts_with("parallel.") || key.starts_with("memory.") || key.starts_with("checkpoint.") ||
+         key == "train.steps" || key == "train.micro_batch" || key == "train.threads" || key == "train.log_every";
+}
+
+}  // namespace
+
+// --resume: "auto" (the latest complete checkpoint of checkpoint.dir, or a fresh start) or a
+// checkpoint's directory. Everything that can be checked without allocating: the manifest, the
+// files' sizes, the config against this run's.
+void Trainer::check_resume(const std::string& spec) {
+  if (spec.empty()) return;
+  std::string dir = spec;
+  if (spec == "auto") {
+    LOOM_CHECK_INPUT(!config_.checkpoint.dir.empty(), "--resume auto needs checkpoint.dir (it is empty); hint: "
+                     "--set checkpoint.dir=PATH, or --resume PATH/step-NNNNNNN");
+    const std::optional<std::string> latest = ckpt::latest_checkpoint(config_.checkpoint.dir);
+    if (!latest) {
+      resume_notes_.push_back(fmt::format("no checkpoint in {} yet: starting fresh", config_.checkpoint.dir));
+      return;
+    }
+    dir = *latest;
+  }
+  ckpt::Manifest manifest = ckpt::read_manifest(dir);
+  ckpt::check_files(dir, manifest);
+  const Config saved = parse_config(manifest.config, dir + "/manifest.json");
+  const auto before = config_values(saved), now = config_values(config_);
+  std::vector<std::string> differ, changed;
+  for (size_t i = 0; i < now.size(); ++i) {
+    if (before[i].second == now[i].second) continue;
+    const std::string text = fmt::format("{} = {} (saved: {})", now[i].first, now[i].second, before[i].second);
+    if (must_match(now[i].first)) differ.push_back(text);
+    else if (!free_to_change(now[i].first)) changed.push_back(text);
+  }
+  LOOM_CHECK_INPUT(differ.empty(), "checkpoint {} was saved from another run: {}; hint: these keys must equal the "
+                   "saved run's (the layout, memory policy and train.steps may change)", dir, fmt::join(differ, ", "));
+  LOOM_CHECK_INPUT(manifest.step < config_.train.steps, "checkpoint {} is at step {}, and train.steps is {}: nothing "
+                   "is left to train; hint: raise train.steps", dir, manifest.step, config_.train.steps);
+  if (!changed.empty())
+    resume_notes_.push_back(fmt::format("resuming with changed settings: {}", fmt::join(changed, ", ")));
+  resume_dir_ = dir;
+  resume_ = std::move(manifest);
+}
+
+// Loads the checkpoint into the allocated state: every rank reads what its pieces need.
+void Trainer::restore() {
+  const std::vector<ckpt::TensorPiece> pieces = optimizer_->state_pieces();
+  resume_bytes_ = ckpt::load(resume_dir_, *resume_, pieces, *base_world_);
+  optimizer_->set_step_count(resume_->step);
+  refresh_compute_values();
+  start_step_ = resume_->step;
+}
+
+// The sparse path's choices of the saved run, when this run's layout is the same (its replica
+// group and tp): "auto" then keeps them instead of measuring again, so the continued run is the
+// very same one.
+std::vector<replicas::TableChoice> Trainer::saved_table_choices(int64_t* partitions) const {
+  std::vector<replicas::TableChoice> out;
+  if (!resume_ || !resume_->state.contains("sparse")) return out;
+  const nlohmann::json& s = resume_->state.at("sparse");
+  if (s.value("replicas", -1) != replicas_size() || s.value("tp", -1) != config_.parallel.tp) return out;
+  *partitions = s.value("partitions", int64_t{0});
+  for (const auto& t : s.at("tables"))
+    out.push_back({.table = t.at("table"), .sparse = t.at("sparse"), .reason = "auto: as the saved run chose"});
+  return out;
+}
+
+ckpt::CheckpointMeta Trainer::checkpoint_meta(int64_t steps_done) {
+  const auto& t = config_.train;
+  const auto& p = config_.parallel;
+  const optim::LrSchedule schedule{t.lr, t.min_lr_ratio, t.warmup, t.steps};
+  // Every rank's tables (only the stages with an embedding have any), by name.
+  nlohmann::json mine = nlohmann::json::array();
+  for (const replicas::TableChoice& c : table_choices())
+    mine.push_back({{"table", c.table}, {"sparse", c.sparse}, {"reason", c.reason}});
+  std::map<std::string, nlohmann::json> tables;
+  for (const std::string& list : ckpt::all_gather_text(*base_world_, mine.dump()))
+    for (const auto& c : nlohmann::json::parse(list)) tables.emplace(c.at("table").get<std::string>(), c);
+  nlohmann::json table_list = nlohmann::json::array();
+  for (const auto& [name, c] : tables) table_list.push_back(c);
+  at::Tensor parts = at::full({1}, sparse_partitions(), at::TensorOptions().dtype(at::kLong));
+  base_world_->all_reduce(parts, dist::ReduceOp::Max);
+  ckpt::CheckpointMeta meta{.step = steps_done, .config = to_toml(config_)};
+  meta.layout = {{"ranks", mesh_->world().size()}, {"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"sp", p.sp},
+                 {"zero", p.zero}, {"chunks", p.chunks}, {"schedule", p.schedule}, {"sp_mode", p.sp_mode.name()},
+                 {"tp_sequence", p.tp_sequence}, {"cuts", plan_.cuts}};
+  meta.state = {
+      {"data", {{"next_step", steps_done}, {"samples", steps_done * t.global_batch},
+                {"order", "micro-batch i of step s is the same samples in every layout, from (train.seed, s, i)"}}},
+      {"rng", {{"seed", t.seed}, {"generator", "counter-based: (seed, name, element) for values, (seed, step, "
+                                               "sample) for synthetic data; no other random state"}}},
+      {"lr_schedule", {{"kind", "linear warmup, cosine decay"}, {"lr", t.lr}, {"min_lr_ratio", t.min_lr_ratio},
+                       {"warmup", t.warmup}, {"steps", t.steps}, {"next_lr", schedule.at(steps_done)}}},
+      {"optimizer", {{"kind", "adamw"}, {"step", optimizer_->step_count()}, {"beta1", t.beta1}, {"beta2", t.beta2},
+                     {"weight_decay", t.weight_decay}, {"clip", t.clip}, {"table_update", t.table_update.name()}}},
+      {"sparse", {{"partitions", parts.item<int64_t>()}, {"replicas", replicas_size()}, {"tp", p.tp},
+                  {"tables", table_list}}}};
+  return meta;
+}
+
+double Trainer::save_checkpoint(int64_t steps_done) {
+  const auto begin = std::chrono::steady_clock::now();
+  checkpointer_->save(checkpoint_meta(steps_done), optimizer_->state_pieces());
+  const auto end = std::chrono::steady_clock::now();
+  if (trace_) trace_->add("checkpoint_save", "checkpoint", begin, end);
+  return std::chrono::duration<double>(end - begin).count();
+}
+
+}  // namespace loom::train
