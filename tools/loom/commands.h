@@ -16,5 +16,6 @@ Action add_config(CLI::App& app);
 Action add_bench(CLI::App& app);
 Action add_data(CLI::App& app);
 Action add_schedule(CLI::App& app);
+Action add_ckpt(CLI::App& app);
 
 }  // namespace loom::cli

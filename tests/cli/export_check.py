@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""export_check.py WEIGHTS TOKENS SEQ HEADS FFN_MULT LOSS: loads a `loom ckpt export` file with a
+reader of the safetensors layout written here (8-byte header length, JSON header, raw data), into
+bench/torch_reference.py's GPT of the same shapes, and checks that its loss on the one sample the
+token file holds (seq + 1 tokens: every window is the whole file) is LOSS, loom's loss for those
+weights, within 1e-5 relative (float32)."""
+import json
+import os
+import struct
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
+from torch_reference import GPT  # noqa: E402
+
+DTYPES = {"F32": torch.float32, "F64": torch.float64, "BF16": torch.bfloat16}
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for key, entry in header.items():
+        if key == "__metadata__":
+            continue
+        begin, end = entry["data_offsets"]
+        raw = bytearray(data[8 + n + begin:8 + n + end])
+        out[key] = torch.frombuffer(raw, dtype=DTYPES[entry["dtype"]]).reshape(entry["shape"])
+    return out
+
+
+def loom_to_reference(w, layers):
+    """loom's names and shapes -> the reference module's state dict."""
+    sd = {"tok.weight": w["embedding.wte"], "pos.weight": w["embedding.wpe"],
+          "ln_f.weight": w["final_norm.weight"], "ln_f.bias": w["final_norm.bias"], "head.weight": w["head.weight"]}
+    for i in range(layers):
+        b, r = f"blocks.{i}.", f"blocks.{i}."
+        sd[r + "ln1.weight"], sd[r + "ln1.bias"] = w[b + "attn.norm.weight"], w[b + "attn.norm.bias"]
+        sd[r + "qkv.weight"] = w[b + "attn.qkv.weight"].reshape(-1, w[b + "attn.qkv.weight"].shape[-1])
+        sd[r + "qkv.bias"] = w[b + "attn.qkv.bias"].reshape(-1)
+        sd[r + "proj.weight"], sd[r + "proj.bias"] = w[b + "attn.proj.weight"], w[b + "attn.proj.bias"]
+        sd[r + "ln2.weight"], sd[r + "ln2.bias"] = w[b + "mlp.norm.weight"], w[b + "mlp.norm.bias"]
+        sd[r + "fc1.weight"], sd[r + "fc1.bias"] = w[b + "mlp.up.weight"], w[b + "mlp.up.bias"]
+        sd[r + "fc2.weight"], sd[r + "fc2.bias"] = w[b + "mlp.down.weight"], w[b + "mlp.down.bias"]
+    return sd
+
+
+def main():
+    weights, tokens, seq, heads, ffn_mult, loss = sys.argv[1:7]
+    seq, heads, ffn_mult, loss = int(seq), int(heads), int(ffn_mult), float(loss)
+    w = read_safetensors(weights)
+    assert all(t.dtype == torch.float32 for t in w.values()), "export must be float32"
+    vocab, d = w["embedding.wte"].shape
+    layers = len({k.split(".")[1] for k in w if k.startswith("blocks.")})
+    model = GPT(vocab, d, layers, heads, seq, ffn_mult)
+    sd = loom_to_reference(w, layers)
+    missing = set(model.state_dict()) - set(sd)
+    assert not missing, f"no loom tensor for {sorted(missing)}"
+    model.load_state_dict(sd, strict=True)
+    ids = torch.frombuffer(bytearray(open(tokens, "rb").read()), dtype=torch.int16).to(torch.long)
+    assert ids.numel() == seq + 1, f"the token file holds {ids.numel()} tokens, not seq + 1 = {seq + 1}"
+    with torch.no_grad():
+        got = model(ids[:-1].unsqueeze(0), ids[1:].unsqueeze(0)).item()
+    rel = abs(got - loss) / abs(loss)
+    print(f"reference loss {got:.8f}, loom {loss:.8f}, relative difference {rel:.2e}")
+    assert rel < 1e-5, f"the exported weights give loss {got}, loom's was {loss}"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,40 @@
+#include <iostream>
+
+#include "commands.h"
+#include "loom/ckpt/inspect.h"
+
+namespace loom::cli {
+
+// `loom ckpt inspect|verify|export`: one process reads a checkpoint of any layout.
+Action add_ckpt(CLI::App& app) {
+  auto* cmd = app.add_subcommand("ckpt", "inspect, verify or export a checkpoint");
+  cmd->require_subcommand(1);
+  struct Options {
+    std::string dir, out;
+    bool all = false;
+  };
+  auto o = std::make_shared<Options>();
+  auto* inspect = cmd->add_subcommand("inspect", "step, layout, files and tensors of a checkpoint; checks every checksum");
+  inspect->add_option("DIR", o->dir, "a checkpoint directory (step-NNNNNNN)")->required();
+  inspect->add_flag("--tensors", o->all, "list every tensor");
+  auto* verify = cmd->add_subcommand("verify", "read every byte of a checkpoint and check it; exit 2 on damage");
+  verify->add_option("DIR", o->dir, "a checkpoint directory (step-NNNNNNN)")->required();
+  auto* out = cmd->add_subcommand("export", "write the weights as one safetensors file of full float32 tensors");
+  out->add_option("DIR", o->dir, "a checkpoint directory (step-NNNNNNN)")->required();
+  out->add_option("--out", o->out, "the safetensors file to write")->required();
+  return [inspect, verify, out, o](dist::Runtime&) {
+    if (*inspect) std::cout << ckpt::describe(ckpt::verify(o->dir), o->all);
+    if (*verify) {
+      const ckpt::CheckpointSummary s = ckpt::verify(o->dir);
+      std::cout << fmt::format("checkpoint {} (step {}): {} tensors, {} files, {:.2f} MB; every checksum ok\n", o->dir,
+                               s.manifest.step, s.tensors.size(), s.manifest.files.size(),
+                               static_cast<double>(s.bytes) / 1e6);
+    }
+    if (*out) {
+      const int64_t n = ckpt::export_weights(o->dir, o->out);
+      std::cout << fmt::format("wrote {} tensors (float32, full shapes, loom's names) to {}\n", n, o->out);
+    }
+  };
+}
+
+}  // namespace loom::cli
