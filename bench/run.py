@@ -19,6 +19,11 @@ at dp = 2 and 4 (bytes per step, step time), and loom's chosen partition count w
 `sparse-choice` runs parallel.sparse = auto beside forced on and off for gpt-tiny@dp2,
 gpt-bigvocab@dp2 and dlrm-sparse@dp2/@dp4 (`sparse-choice:NAME@dpN` for one), with auto's step
 time over the better forced one.
+`checkpoint` saves gpt-small (weights and AdamW moments, float32) on one rank and reports the save's
+bandwidth over this machine's sequential write bandwidth measured by dd (with fsync) into the same
+directory in the same run, how much of the save an async save hides behind training steps
+(1 - its exposed time over the synchronous save's, each against a run that saves nothing), and the
+load time of a resume.
 `NAME-bf16` (e.g. `gpt-small-bf16`, `llama-small-bf16@dp2`) runs configs/NAME.toml four ways, alternating
 in every round: loom with model.dtype = bfloat16, loom float32, PyTorch with torch.autocast("cpu",
 dtype=torch.bfloat16) over float32 weights, PyTorch float32 (DDP over gloo at dpN); it prints loom bf16 /
@@ -455,6 +460,70 @@ def sparse_choice(steps, rounds, threads, peak, only=None):
         print(json.dumps(out), flush=True)
 
 
+def dd_write_bandwidth(directory, megabytes):
+    """Bytes/s of a sequential write of `megabytes` MiB with fsync, as dd reports it."""
+    target = os.path.join(directory, "dd.bin")
+    out = subprocess.run(["dd", "if=/dev/zero", f"of={target}", "bs=16M", f"count={megabytes // 16}",
+                          "conv=fsync"], check=True, capture_output=True, text=True).stderr
+    os.remove(target)
+    last = out.strip().splitlines()[-1]  # "N bytes (...) copied, S s, R MB/s"
+    return int(last.split()[0]) / float(last.split(",")[-2].split()[0])
+
+
+def checkpoint(threads, rounds):
+    """gpt-small: save bandwidth against dd's, async hiding, load time (one rank)."""
+    path = os.path.join(ROOT, "configs", "gpt-small.toml")
+    steps, every = 6, 2  # saves after steps 2 and 4 are measured; the one at the last step is not
+    with tempfile.TemporaryDirectory(dir=os.environ.get("BENCH_CKPT_DIR")) as tmp:
+        def run(mode, extra=()):
+            sets = [f"train.steps={steps}", f"train.threads={threads}"] + list(extra)
+            if mode != "none":
+                sets += [f"checkpoint.dir={tmp}/{mode}", f"checkpoint.every={every}",
+                         f"checkpoint.async={'true' if mode == 'async' else 'false'}", "checkpoint.keep=1"]
+            metrics = os.path.join(tmp, f"{mode}.jsonl")
+            if os.path.exists(metrics):
+                os.remove(metrics)
+            out = subprocess.run([LOOM, "train", "-c", path, "--metrics", metrics, "--peak-flops", "1e11"]
+                                 + [a for x in sets for a in ("--set", x)], check=True, capture_output=True, text=True)
+            with open(metrics) as f:
+                return [json.loads(line) for line in f], out.stdout
+
+        def measured(records):  # steps 2 .. steps-1 (after warm-up, before the last save)
+            return sum(r["step_ms"] / 1e3 + r["checkpoint_s"] for r in records[1:steps - 1])
+
+        totals = {"none": [], "sync": [], "async": []}
+        save_s, bandwidth, dds, files = [], [], [], 0
+        for _ in range(rounds):
+            dd = dd_write_bandwidth(tmp, 512)
+            dds.append(dd)
+            for mode in totals:
+                records, _ = run(mode)
+                totals[mode].append(measured(records))
+                if mode == "sync":
+                    ck = os.path.join(tmp, "sync", sorted(d for d in os.listdir(os.path.join(tmp, "sync"))
+                                                          if d.startswith("step-"))[-1])
+                    files = sum(os.path.getsize(os.path.join(ck, f)) for f in os.listdir(ck))
+                    saves = [r["checkpoint_s"] for r in records[:steps - 1] if r["checkpoint_s"] > 0]
+                    save_s.append(statistics.median(saves))
+                    bandwidth.append(files / save_s[-1] / dd)
+        resume = subprocess.run([LOOM, "train", "-c", path, "--peak-flops", "1e11", "--resume",
+                                 os.path.join(tmp, "sync", f"step-{steps:07d}")]
+                                + [a for x in [f"train.steps={steps + 1}", f"train.threads={threads}"]
+                                   for a in ("--set", x)], check=True, capture_output=True, text=True).stdout
+        load = [line for line in resume.splitlines() if "resumed from" in line]
+        load_s = float(load[0].split(" in ")[-1].split(" s)")[0]) if load else None
+        med = {mode: statistics.median(v) for mode, v in totals.items()}
+        exposed_sync, exposed_async = med["sync"] - med["none"], med["async"] - med["none"]
+        print(json.dumps({
+            "workload": "checkpoint", "config": "gpt-small", "checkpoint_bytes": files,
+            "save_s": round(statistics.median(save_s), 3), "dd_write_bytes_per_s": round(statistics.median(dds)),
+            "save_over_dd": round(statistics.median(bandwidth), 3), "goal_save_over_dd": 0.70,
+            "exposed_sync_s": round(exposed_sync, 3), "exposed_async_s": round(exposed_async, 3),
+            "async_hidden": round(1 - exposed_async / exposed_sync, 3) if exposed_sync > 0 else None,
+            "goal_async_hidden": 0.80, "load_s": load_s, "rounds": rounds,
+            "note": "one rank, train.threads = all cores; the async writer shares them"}), flush=True)
+
+
 def allreduce():
     out = subprocess.run(mpirun(2) + [os.path.join(ROOT, "build", "bin", "loom_bench_allreduce")], check=True,
                          capture_output=True, text=True)
@@ -483,11 +552,13 @@ def main():
             degrees = parse_layout(workload.partition("@")[2])[0]
         rank_threads = max(1, threads // (degrees.get("dp", 1) * degrees.get("tp", 1) * degrees.get("pp", 1)
                                           * degrees.get("sp", 1)))
-        if workload != "allreduce" and rank_threads not in peaks:
+        if workload not in ("allreduce", "checkpoint") and rank_threads not in peaks:
             peaks[rank_threads] = gemm_peak(rank_threads)
         peak = peaks.get(rank_threads)
         if workload == "allreduce":
             allreduce()
+        elif workload == "checkpoint":
+            checkpoint(threads, rounds)
         elif workload == "pipelines":
             pipelines(steps, threads, peak)
         elif workload in ("long-sequences", "gpt-long"):

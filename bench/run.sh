@@ -10,6 +10,8 @@
 # a loom bf16 run this build refuses is reported "unsupported").
 # sparse-choice: parallel.sparse = auto beside forced on and off (gpt-tiny@dp2, gpt-bigvocab@dp2,
 # dlrm-sparse@dp2 and @dp4; sparse-choice:NAME@dpN for one).
+# checkpoint: gpt-small's save bandwidth against dd's into the same directory (BENCH_CKPT_DIR, else
+# the temporary directory), the share of it an async save hides, and the load time.
 # Environment: BENCH_STEPS (timed steps per round, 8), BENCH_ROUNDS (3), THREADS (all cores).
 set -euo pipefail
 cd "$(dirname "$0")/.."

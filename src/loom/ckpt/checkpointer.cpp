@@ -20,8 +20,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-std::string key_of(const TensorPiece& p) {
-  return fmt::format("{}@{}", p.name, fmt::join(p.box.offset, ","));
+// A box's key in its tensor file: NAME@OFFSETS.
+std::string piece_key(const std::string& name, const Box& box) {
+  return fmt::format("{}@{}", name, fmt::join(box.offset, ","));
 }
 
 // One piece of the state as every rank sees it when planning who writes what.
@@ -67,6 +68,36 @@ std::vector<PieceInfo> plan_writers(const std::vector<std::string>& lists) {
 }
 
 std::string file_name(int rank) { return fmt::format("rank-{:05d}.safetensors", rank); }
+
+// The manifest of a save: the meta, each rank's file, each piece's box with its writer's checksum.
+Manifest build_manifest(const CheckpointMeta& meta, const std::vector<PieceInfo>& plan,
+                        const std::vector<std::string>& reports) {
+  Manifest m{.loom_version = kVersion, .step = meta.step, .config = meta.config, .layout = meta.layout,
+             .state = meta.state};
+  std::map<std::string, std::string> sums;
+  for (size_t r = 0; r < reports.size(); ++r) {
+    const nlohmann::json rep = nlohmann::json::parse(reports[r]);
+    if (rep.at("file_bytes").get<int64_t>() > 0) m.files.push_back({file_name(static_cast<int>(r)), rep.at("file_bytes")});
+    for (const auto& e : rep.at("entries")) sums[e.at("key")] = e.at("checksum");
+  }
+  std::map<std::string, size_t> index;
+  for (const PieceInfo& info : plan) {
+    auto [it, fresh] = index.try_emplace(info.name, m.tensors.size());
+    if (fresh) m.tensors.push_back({.name = info.name, .shape = info.shape, .dtype = info.dtype});
+    const std::string key = piece_key(info.name, info.box);
+    m.tensors[it->second].boxes.push_back(
+        {.box = info.box, .file = file_name(info.writer), .key = key, .checksum = sums.at(key)});
+  }
+  return m;
+}
+
+void write_text_synced(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  LOOM_CHECK(f != nullptr, "cannot write {}", path);
+  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
+  LOOM_CHECK(std::fclose(f) == 0 && ok, "cannot write {}", path);
+  sync_path(path);
+}
 
 // Every rank's outcome of a phase: throws the first failure on every rank (exit 1).
 void agree_on_outcome(dist::Communicator& world, const std::string& mine, const char* what) {
@@ -146,12 +177,12 @@ double Checkpointer::save(const CheckpointMeta& meta, const std::vector<TensorPi
   agree_on_outcome(world_, made, "the checkpoint save");
   p->partial = (fs::path(options_.dir) / partial_name(meta.step)).string();
   std::map<std::string, const TensorPiece*> mine;
-  for (const TensorPiece& piece : pieces) mine.emplace(key_of(piece), &piece);
+  for (const TensorPiece& piece : pieces) mine.emplace(piece_key(piece.name, piece.box), &piece);
   for (const PieceInfo& info : p->plan) {
     if (info.writer != world_.rank()) continue;
-    const TensorPiece& piece = *mine.at(fmt::format("{}@{}", info.name, fmt::join(info.box.offset, ",")));
+    const TensorPiece& piece = *mine.at(piece_key(info.name, info.box));
     at::Tensor data = options_.async ? piece.data.clone(at::MemoryFormat::Contiguous) : piece.data.contiguous();
-    p->entries.emplace_back(key_of(piece), data);
+    p->entries.emplace_back(piece_key(piece.name, piece.box), data);
   }
   pending_ = std::move(p);
   if (!options_.async) {
@@ -199,31 +230,8 @@ void Checkpointer::commit() {
   std::string failure;
   if (world_.rank() == 0) {
     try {
-      Manifest m{.loom_version = kVersion, .step = p->meta.step, .config = p->meta.config, .layout = p->meta.layout,
-                 .state = p->meta.state};
-      std::map<std::string, std::string> sums;
-      for (size_t r = 0; r < reports.size(); ++r) {
-        const nlohmann::json rep = nlohmann::json::parse(reports[r]);
-        if (rep.at("file_bytes").get<int64_t>() > 0) m.files.push_back({file_name(static_cast<int>(r)), rep.at("file_bytes")});
-        for (const auto& e : rep.at("entries")) sums[e.at("key")] = e.at("checksum");
-      }
-      std::map<std::string, size_t> index;
-      for (const PieceInfo& info : p->plan) {
-        auto [it, fresh] = index.try_emplace(info.name, m.tensors.size());
-        if (fresh) m.tensors.push_back({.name = info.name, .shape = info.shape, .dtype = info.dtype});
-        const std::string key = fmt::format("{}@{}", info.name, fmt::join(info.box.offset, ","));
-        m.tensors[it->second].boxes.push_back(
-            {.box = info.box, .file = file_name(info.writer), .key = key, .checksum = sums.at(key)});
-      }
       const std::string path = (fs::path(p->partial) / "manifest.json").string();
-      {
-        std::FILE* f = std::fopen(path.c_str(), "w");
-        LOOM_CHECK(f != nullptr, "cannot write {}", path);
-        const std::string text = manifest_text(m);
-        const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-        LOOM_CHECK(std::fclose(f) == 0 && ok, "cannot write {}", path);
-        sync_path(path);
-      }
+      write_text_synced(path, manifest_text(build_manifest(p->meta, p->plan, reports)));
       commit_partial(options_.dir, p->meta.step, options_.keep);
     } catch (const std::exception& e) {
       failure = e.what();

@@ -24,6 +24,8 @@ std::string memory_text(const RunPlan& plan, const MemoryEstimate& need) {
   if (need.sparse > 0) text += fmt::format(", {} for sparse table rows", format_bytes(need.sparse));
   if (need.transient > 0)
     text += fmt::format(", {} for the busiest layer's temporaries", format_bytes(need.transient));
+  if (need.checkpoint > 0)
+    text += fmt::format(", {} for the async checkpoint's copy (checkpoint.async)", format_bytes(need.checkpoint));
   return text;
 }
 
@@ -81,10 +83,11 @@ std::string RunPlan::describe() const {
     const MemoryEstimate& m = stage.memory;
     text += fmt::format(
         "# stage {}: {} layers ({} .. {}), {} recomputed; memory per rank {}: weights+grads+moments {}, "
-        "activations {} ({} micro-batch{} held), sparse rows {}, transient {}\n",
+        "activations {} ({} micro-batch{} held), sparse rows {}, transient {}{}\n",
         s, stage.layers.size(), chain[stage.layers.front()].name, chain[stage.layers.back()].name, recomputed,
         format_bytes(m.total()), format_bytes(m.weights), format_bytes(m.activations), m.stashed,
-        m.stashed == 1 ? "" : "es", format_bytes(m.sparse), format_bytes(m.transient));
+        m.stashed == 1 ? "" : "es", format_bytes(m.sparse), format_bytes(m.transient),
+        m.checkpoint > 0 ? fmt::format(", async checkpoint copy {}", format_bytes(m.checkpoint)) : "");
     for (const auto& [axis, bytes] : stage.comm_bytes)
       text += fmt::format("#   comm {}: {} per rank per step\n", axis, format_bytes(bytes));
   }
@@ -105,7 +108,8 @@ nlohmann::json RunPlan::to_json() const {
     const MemoryEstimate& m = stage.memory;
     stages_json.push_back({{"virtual_stages", stage.virtual_stages}, {"layers", layers},
                            {"memory", {{"weights", m.weights}, {"activations", m.activations}, {"sparse", m.sparse},
-                                       {"transient", m.transient}, {"stashed_microbatches", m.stashed}, {"total", m.total()}}},
+                                       {"transient", m.transient}, {"checkpoint", m.checkpoint},
+                                       {"stashed_microbatches", m.stashed}, {"total", m.total()}}},
                            {"comm_bytes_per_step", stage.comm_bytes}});
   }
   nlohmann::json ranks = nlohmann::json::array();

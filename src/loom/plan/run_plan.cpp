@@ -116,10 +116,15 @@ MemoryEstimate estimate_stage(const RunPlan& plan, const std::vector<int64_t>& l
   // AdamW moments.
   const auto master = static_cast<double>(master_bytes(c.model));
   const double moments = 2 * dense * master / (c.parallel.zero == 1 ? static_cast<double>(c.parallel.dp) : 1);
+  // An async checkpoint copies what this rank writes: the replicas share the stage's values and
+  // moments (NOTE [Checkpoints]); a sparse owner writes its own rows.
+  const bool async = !c.checkpoint.dir.empty() && c.checkpoint.async;
+  const double replicas = static_cast<double>(c.parallel.dp * c.parallel.sp);
   return {.weights = dense * (2 * master + static_cast<double>(compute_copy_bytes(c.model))) + moments,
           .activations = per_microbatch * static_cast<double>(stashed),
           .sparse = sparse,
           .transient = transient,
+          .checkpoint = async ? 3 * dense * master / replicas + sparse : 0,
           .stashed = stashed};
 }
 

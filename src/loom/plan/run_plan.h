@@ -46,8 +46,11 @@ struct LayerPlan {
 // temporaries, nn::Cost::workspace_bytes).
 struct MemoryEstimate {
   double weights = 0, activations = 0, sparse = 0, transient = 0;
+  // checkpoint.async: the copy of the state this rank writes (its share of the stage's weights
+  // and moments over the replicas, and its sparse rows), held while the save is written.
+  double checkpoint = 0;
   int64_t stashed = 1;  // micro-batches held at once (the schedule's peak)
-  double total() const { return weights + activations + sparse + transient; }
+  double total() const { return weights + activations + sparse + transient + checkpoint; }
 };
 
 struct StagePlan {

@@ -1,5 +1,6 @@
 // The trainer's checkpoints (NOTE [Checkpoints], NOTE [Resuming]): what a checkpoint says about
 // the run besides its tensors, which config keys a resumed run may change, saving and restoring.
+#include <chrono>
 #include <filesystem>
 
 #include "loom/ckpt/checkpoint_dir.h"
@@ -71,8 +72,10 @@ void Trainer::check_resume(const std::string& spec) {
 
 // Loads the checkpoint into the allocated state: every rank reads what its pieces need.
 void Trainer::restore() {
+  const auto begin = std::chrono::steady_clock::now();
   const std::vector<ckpt::TensorPiece> pieces = optimizer_->state_pieces();
   resume_bytes_ = ckpt::load(resume_dir_, *resume_, pieces, *base_world_);
+  resume_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   optimizer_->set_step_count(resume_->step);
   refresh_compute_values();
   start_step_ = resume_->step;

@@ -289,10 +289,12 @@ std::string Trainer::header() const {
   if (sparse_) text += fmt::format("loom: {}\n", sparse_->describe());
   for (const std::string& note : resume_notes_) text += fmt::format("loom: {}\n", note);
   if (resume_)
-    text += fmt::format("loom: resumed from {} at step {} (saved with {} ranks, dp={} tp={} pp={} sp={}; read {:.1f} MB)\n",
-                        resume_dir_, start_step_, resume_->layout.value("ranks", 0), resume_->layout.value("dp", 0),
-                        resume_->layout.value("tp", 0), resume_->layout.value("pp", 0), resume_->layout.value("sp", 0),
-                        static_cast<double>(resume_bytes_) / 1e6);
+    text += fmt::format(
+        "loom: resumed from {} at step {} (saved with {} ranks, dp={} tp={} pp={} sp={}; rank 0 read {:.1f} MB in "
+        "{:.3f} s)\n",
+        resume_dir_, start_step_, resume_->layout.value("ranks", 0), resume_->layout.value("dp", 0),
+        resume_->layout.value("tp", 0), resume_->layout.value("pp", 0), resume_->layout.value("sp", 0),
+        static_cast<double>(resume_bytes_) / 1e6, resume_seconds_);
   return text;
 }
 
@@ -305,6 +307,12 @@ double Trainer::flops_per_step() const {
 
 std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
   const auto& t = config_.train;
+  // Every rank sees the same step and flag: all refuse together.
+  if (options.stop_after > 0 && options.stop_after <= start_step_)
+    throw AgreedError(fmt::format("--stop-after {} is not after step {}, where the run resumes from {}: nothing to "
+                                  "train; hint: a later step, or no --stop-after",
+                                  options.stop_after, start_step_, resume_dir_),
+                      2);
   const double peak_flops = options.peak_flops > 0 ? options.peak_flops : plan::measure_gemm_peak(activations_, 0.2);  // the type the products run in
   const double flops = flops_per_step();
   const optim::LrSchedule schedule{t.lr, t.min_lr_ratio, t.warmup, t.steps};
@@ -318,17 +326,7 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     trace_ = std::make_unique<trace::ChromeTrace>(mesh_->rank());
   }
   report.header(header());
-  if (!config_.checkpoint.dir.empty()) {
-    auto hook = options.after_checkpoint_file;
-    checkpointer_ = std::make_unique<ckpt::Checkpointer>(
-        ckpt::SaveOptions{.dir = config_.checkpoint.dir, .keep = config_.checkpoint.keep,
-                          .async = config_.checkpoint.async,
-                          .after_file = hook ? std::function<void(int64_t)>([hook, rank = mesh_->rank()](int64_t step) {
-                            hook(rank, step);
-                          })
-                                             : std::function<void(int64_t)>()},
-        *base_world_);
-  }
+  if (!config_.checkpoint.dir.empty()) checkpointer_ = make_checkpointer(options.after_checkpoint_file);
   const int64_t last = options.stop_after > 0 ? std::min(options.stop_after, t.steps) : t.steps;
   std::vector<StepRecord> records;
   const auto start = Clock::now();
@@ -358,6 +356,13 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
                                      saved_text())
                       << std::flush;
   return records;
+}
+
+std::unique_ptr<ckpt::Checkpointer> Trainer::make_checkpointer(const std::function<void(int, int64_t)>& hook) {
+  ckpt::SaveOptions options{.dir = config_.checkpoint.dir, .keep = config_.checkpoint.keep,
+                            .async = config_.checkpoint.async};
+  if (hook) options.after_file = [hook, rank = mesh_->rank()](int64_t step) { hook(rank, step); };
+  return std::make_unique<ckpt::Checkpointer>(std::move(options), *base_world_);
 }
 
 // After step `done` (from 1): every checkpoint.every steps, at the run's last step, and when the

@@ -117,6 +117,7 @@ class Trainer {
   double save_checkpoint(int64_t steps_done);  // seconds the save held the run
   // After step `done` (counted from 1): whether this run saves a checkpoint now.
   bool checkpoint_due(int64_t done, bool stopping) const;
+  std::unique_ptr<ckpt::Checkpointer> make_checkpointer(const std::function<void(int, int64_t)>& hook);
   std::string saved_text() const;
   int64_t replicas_size() const { return config_.parallel.dp * config_.parallel.sp; }
   void allocate();
@@ -168,6 +169,7 @@ class Trainer {
   std::vector<std::string> resume_notes_;   // for the header
   int64_t start_step_ = 0;
   int64_t resume_bytes_ = 0;
+  double resume_seconds_ = 0;
 };
 
 }  // namespace loom::train
