@@ -29,7 +29,8 @@ TokenPositionEmbedding::TokenPositionEmbedding(int64_t vocab, int64_t positions,
   const int64_t padded = padded_vocab(vocab, tp.size());
   rows_ = padded / tp.size();
   first_row_ = rows_ * tp.rank();
-  token_table = nn::Param{.name = "embedding.wte", .full_shape = {padded, d_model}, .shard = {0, first_row_, rows_},
+  token_table = nn::Param{.name = "embedding.wte", .full_shape = {padded, d_model}, .padding_rows = padded - vocab,
+                          .shard = {0, first_row_, rows_},
                       .init = nn::Init::Normal, .init_std = 0.02, .weight_decay = true, .embedding = true};
   if (positions > 0)
     position_table = nn::Param{.name = "embedding.wpe", .full_shape = {positions, d_model}, .init = nn::Init::Normal,

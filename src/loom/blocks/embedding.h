@@ -22,9 +22,11 @@ namespace loom::blocks {
 // NOTE [Vocabulary padding]: a vocabulary split over tp ranks is padded up to a multiple of tp.
 // Padding rows exist in the token table and the head but never matter: no id refers to them
 // (data ids are checked < vocab), and the head sets their logits to -inf, so their softmax
-// probability and every gradient they would receive are exactly zero. Their initial values are
-// drawn like any row's, and the real rows keep their serial values (the generator indexes
-// elements of the full tensor, and rows < vocab have the same indices with or without padding).
+// probability and every gradient they would receive are exactly zero. They start at zero (so
+// weight decay keeps them zero, and a checkpoint, which holds only the vocabulary's rows, restores
+// them exactly: Param::padding_rows), and the real rows keep their serial values (the generator
+// indexes elements of the full tensor, and rows < vocab have the same indices with or without
+// padding).
 int64_t padded_vocab(int64_t vocab, int tp);
 
 class TokenPositionEmbedding final : public nn::Layer {

@@ -24,7 +24,8 @@ LmHeadLoss::LmHeadLoss(int64_t d_model, int64_t vocab, dist::Communicator& tp, b
   const int64_t padded = padded_vocab(vocab, tp.size());
   rows_ = padded / tp.size();
   first_row_ = rows_ * tp.rank();
-  const nn::Param head{.name = "head.weight", .full_shape = {padded, d_model}, .shard = {0, first_row_, rows_},
+  const nn::Param head{.name = "head.weight", .full_shape = {padded, d_model}, .padding_rows = padded - vocab,
+                       .shard = {0, first_row_, rows_},
                        .init = nn::Init::Normal, .init_std = 0.02, .weight_decay = true};
   if (tied == nullptr) {
     weight = head;

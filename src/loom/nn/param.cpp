@@ -1,5 +1,7 @@
 #include "loom/nn/param.h"
 
+#include <algorithm>
+
 namespace loom::nn {
 
 void initialise(Param& p, uint64_t seed, at::ScalarType dtype) {
@@ -14,6 +16,14 @@ void initialise(Param& p, uint64_t seed, at::ScalarType dtype) {
       break;
   }
   p.grad = at::zeros(shape, options);
+  zero_padding(p, p.value, p.shard.dim == 0 ? p.shard.start : 0);
+}
+
+void zero_padding(const Param& p, at::Tensor& rows, int64_t first_row) {
+  if (p.padding_rows == 0 || rows.dim() == 0) return;
+  const int64_t real = p.full_shape[0] - p.padding_rows;  // rows from here on are padding
+  const int64_t from = std::clamp<int64_t>(real - first_row, 0, rows.size(0));
+  rows.narrow(0, from, rows.size(0) - from).zero_();
 }
 
 void zero_grad(Param& p) { p.grad.zero_(); }

@@ -31,6 +31,9 @@ enum class Init { Zeros, Ones, Normal };
 struct Param {
   std::string name;                 // e.g. "blocks.3.attn.qkv.weight"
   std::vector<int64_t> full_shape;  // shape of the unsharded parameter
+  // Trailing rows of full_shape[0] that pad a vocabulary split over tp (NOTE [Vocabulary
+  // padding]): not part of the model, initialised to zero (so they stay zero), never saved.
+  int64_t padding_rows = 0;
   Shard shard;                      // which slice of it this rank holds (dim -1 = all)
   Init init = Init::Zeros;
   double init_std = 0.0;            // for Init::Normal
@@ -50,6 +53,13 @@ struct Param {
   // refreshed after each optimizer step; undefined otherwise. Products read compute_value(p).
   at::Tensor compute;
 
+  // The model's shape: full_shape without the padding rows.
+  std::vector<int64_t> model_shape() const {
+    std::vector<int64_t> shape = full_shape;
+    if (padding_rows > 0) shape[0] -= padding_rows;
+    return shape;
+  }
+
   // Elements of this rank's part (its tp shard; all of it for a table on the sparse path).
   int64_t numel() const {
     int64_t n = 1;
@@ -60,6 +70,8 @@ struct Param {
 
 // Allocates value and grad and fills value from (seed, name): layout-independent.
 void initialise(Param& p, uint64_t seed, at::ScalarType dtype);
+// Zeroes the padding rows among `rows` of p, which hold the parameter's rows from `first_row` on.
+void zero_padding(const Param& p, at::Tensor& rows, int64_t first_row);
 void zero_grad(Param& p);
 
 }  // namespace loom::nn

@@ -96,6 +96,7 @@ void SparseTable::initialise(uint64_t seed, at::ScalarType dtype) {
     else
       parts.push_back(at::full({rows.length, width_}, param_.init == nn::Init::Ones ? 1.0 : 0.0,
                                at::TensorOptions().dtype(dtype)));
+    nn::zero_padding(param_, parts.back(), rows.start);
   }
   owned_ = parts.empty() ? at::empty({0, width_}, at::TensorOptions().dtype(dtype)) : at::cat(parts);
   m_ = at::zeros_like(owned_);

@@ -17,10 +17,14 @@ ckpt::Box box_of(const nn::Param& p) {
 
 std::string moment_name(const nn::Param& p, int which) { return p.name + (which == 0 ? ":exp_avg" : ":exp_avg_sq"); }
 
-void add(std::vector<ckpt::TensorPiece>& out, std::string name, const nn::Param& p, ckpt::Box box, at::Tensor data) {
-  if (box.numel() == 0) return;
-  out.push_back({.name = std::move(name), .full_shape = p.full_shape, .box = std::move(box),
-                 .data = std::move(data)});
+// `data` holds `box` of p; its part inside the model (padding rows are not: NOTE [Vocabulary
+// padding]) becomes a piece.
+void add(std::vector<ckpt::TensorPiece>& out, std::string name, const nn::Param& p, const ckpt::Box& box,
+         const at::Tensor& data) {
+  const std::vector<int64_t> shape = p.model_shape();
+  const std::optional<ckpt::Box> kept = ckpt::intersect(box, ckpt::whole(shape));
+  if (!kept || kept->numel() == 0) return;
+  out.push_back({.name = std::move(name), .full_shape = shape, .box = *kept, .data = ckpt::view_of(data, box, *kept)});
 }
 
 // A ZeRO-1 part's moments: elements [begin, begin + n) of the parameter's shard, as boxes.
