@@ -15,15 +15,19 @@ model=(-c "$src/configs/gpt-tiny.toml" --peak-flops 1e10 --set data.source="toke
        --set model.vocab=256 --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=4
        --set model.seq_len=32 --set train.steps=6 --set train.warmup=1 --set train.threads=1
        --set checkpoint.dir="$dir/ck" --quiet)
-"$loom" train "${model[@]}" --stop-after 3
+"$loom" train "${model[@]}" --stop-after 3 --metrics "$dir/m.jsonl"
 "$loom" ckpt inspect "$dir/ck/step-0000003" --tensors >"$dir/inspect.txt"
 grep -q '^checkpoint .*step 3, format version 1' "$dir/inspect.txt"
 grep -q 'blocks.1.mlp.up.weight F32 \[128, 32\]' "$dir/inspect.txt"
 grep -q 'checksums ok' "$dir/inspect.txt"
 "$loom" ckpt verify "$dir/ck/step-0000003" | grep -q 'every checksum ok'
 "$loom" ckpt export "$dir/ck/step-0000003" --out "$dir/w.safetensors" | grep -q 'wrote 29 tensors'
+cp "$dir/m.jsonl" "$dir/first.jsonl"
 "$loom" train "${model[@]}" --resume auto --stop-after 4 --metrics "$dir/m.jsonl"
-loss=$(/usr/bin/python3 -c 'import json,sys; print(repr(json.loads(open(sys.argv[1]).readline())["loss"]))' "$dir/m.jsonl")
+# The resumed run continues the metrics file: the first run's 3 steps, then step 4.
+[ "$(head -3 "$dir/m.jsonl")" = "$(cat "$dir/first.jsonl")" ]
+[ "$(/usr/bin/python3 -c 'import json,sys; print([json.loads(l)["step"] for l in open(sys.argv[1])])' "$dir/m.jsonl")" = "[1, 2, 3, 4]" ]
+loss=$(/usr/bin/python3 -c 'import json,sys; print(repr(json.loads(open(sys.argv[1]).readlines()[3])["loss"]))' "$dir/m.jsonl")
 /usr/bin/python3 "$src/tests/cli/export_check.py" "$dir/w.safetensors" "$dir/one.bin" 32 4 4 "$loss"
 # Never over an input: --out naming a checkpoint file is refused and the file is unchanged.
 file="$dir/ck/step-0000003/rank-00000.safetensors"

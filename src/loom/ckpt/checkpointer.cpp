@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
+#include <mutex>
 #include <filesystem>
 #include <map>
 #include <set>
@@ -130,12 +132,16 @@ struct Checkpointer::Pending {
   CheckpointMeta meta;
   std::vector<PieceInfo> plan;
   std::string partial;
-  std::vector<std::pair<std::string, at::Tensor>> entries;  // what this rank writes
+  // What this rank writes: under async, views of the live state until the writer has copied them.
+  std::vector<std::pair<std::string, at::Tensor>> entries;
   std::vector<WrittenEntry> written;
   int64_t file_bytes = 0;
   std::string error;  // the write's failure, if any
   Clock::time_point start;
   std::atomic<bool> done{false};
+  bool copied = false;  // async: the writer holds its own copy; the state may change
+  std::mutex mutex;
+  std::condition_variable copied_cv;
   std::thread thread;
 };
 
@@ -181,8 +187,7 @@ double Checkpointer::save(const CheckpointMeta& meta, const std::vector<TensorPi
   for (const PieceInfo& info : p->plan) {
     if (info.writer != world_.rank()) continue;
     const TensorPiece& piece = *mine.at(piece_key(info.name, info.box));
-    at::Tensor data = options_.async ? piece.data.clone(at::MemoryFormat::Contiguous) : piece.data.contiguous();
-    p->entries.emplace_back(piece_key(piece.name, piece.box), data);
+    p->entries.emplace_back(piece_key(piece.name, piece.box), options_.async ? piece.data : piece.data.contiguous());
   }
   pending_ = std::move(p);
   if (!options_.async) {
@@ -191,12 +196,31 @@ double Checkpointer::save(const CheckpointMeta& meta, const std::vector<TensorPi
     commit();
   } else {
     Pending* raw = pending_.get();
-    raw->thread = std::thread([this, raw] {
-      raw->error = write_file(*raw);
-      raw->done = true;
-    });
+    raw->thread = std::thread([this, raw] { write_async(*raw); });
   }
   return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// The writer thread: a copy of every entry (the state may change once it is taken), then the file.
+void Checkpointer::write_async(Pending& p) {
+  try {
+    for (auto& entry : p.entries) entry.second = entry.second.clone(at::MemoryFormat::Contiguous);
+  } catch (const std::exception& e) {
+    p.error = e.what();
+  }
+  {
+    const std::lock_guard<std::mutex> lock(p.mutex);
+    p.copied = true;
+  }
+  p.copied_cv.notify_all();
+  if (p.error.empty()) p.error = write_file(p);
+  p.done = true;
+}
+
+void Checkpointer::before_update() {
+  if (!pending_) return;
+  std::unique_lock<std::mutex> lock(pending_->mutex);
+  pending_->copied_cv.wait(lock, [&] { return pending_->copied; });
 }
 
 void Checkpointer::poll() {

@@ -12,10 +12,12 @@
 // the ranks agree that every rank's reads are good before any value is assigned. So dp, tp, pp, sp,
 // ZeRO, the sparse path and the number of ranks may all differ between save and load.
 //
-// Under checkpoint.async the pieces a rank writes are first copied (host memory of the size of
-// its share), and a background thread writes them while training goes on; the main thread asks
-// at each step end whether every rank has finished (one small all-reduce while a save is
-// pending) and commits then. No MPI call ever leaves the main thread.
+// Under checkpoint.async a background thread copies the pieces a rank writes (host memory of the
+// size of its share) and writes them while training goes on: the copy runs beside the next step's
+// forward and backward, which only read the state, and the step's update waits for it
+// (before_update); the main thread asks at each step end whether every rank has finished (one
+// small all-reduce while a save is pending) and commits then. No MPI call ever leaves the main
+// thread.
 #include <ATen/ATen.h>
 
 #include <atomic>
@@ -65,10 +67,13 @@ class Checkpointer {
   Checkpointer(SaveOptions options, dist::Communicator& world);
   ~Checkpointer();  // waits for a background write; an uncommitted save stays a partial directory
 
-  // Collective. Writes (or, async, copies and starts writing) `pieces` and the meta as the
+  // Collective. Writes (or, async, starts copying and writing) `pieces` and the meta as the
   // checkpoint of meta.step. A pending save is committed first. Returns the seconds the caller
-  // was held (the whole save when synchronous; the copy when async).
+  // was held.
   double save(const CheckpointMeta& meta, const std::vector<TensorPiece>& pieces);
+  // Before anything changes the state (the optimizer's update): waits until a pending async save
+  // has copied what it writes. Not collective.
+  void before_update();
   // Collective, at every step end: commits a pending async save once every rank has written it.
   void poll();
   // Collective: waits for a pending save and commits it.
@@ -84,6 +89,7 @@ class Checkpointer {
   struct Pending;
   void commit();
   std::string write_file(Pending& p);
+  void write_async(Pending& p);
 
   SaveOptions options_;
   dist::Communicator& world_;

@@ -13,6 +13,7 @@ RunReport::RunReport(const ReportOptions& options, bool rank0, int world_size)
       metrics_(rank0 ? options.metrics_path : ""),
       progress_(rank0 ? options.console : nullptr, options.steps, options.unit.rate.data()) {
   if (!rank0) options_.console = nullptr;
+  if (options.resumed_step > 0) metrics_.carry(options.metrics_path, options.resumed_step);
   if (rank0 && !options.trace_path.empty()) trace_ = std::make_unique<trace::TraceFile>(options.trace_path, world_size);
 }
 

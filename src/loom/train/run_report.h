@@ -39,6 +39,7 @@ struct ReportOptions {
   int64_t steps = 0;                 // the run's length, for the progress line's ETA
   int64_t log_every = 1;             // a progress line every this many steps (and the last)
   int64_t samples_per_step = 0;      // train.global_batch
+  int64_t resumed_step = 0;          // a resumed run's first step - 1: its metrics file continues
   models::Throughput unit;
 };
 

@@ -147,6 +147,7 @@ std::vector<nn::MemoryPolicy> Trainer::policies() const {
 }
 
 Trainer::~Trainer() {
+  checkpointer_.reset();  // an async save's writer may still be reading the state: it finishes first
   optimizer_.reset();  // it holds the parameters' addresses
   model_.chain.clear();
   memory::set_budget(0);  // the budget belongs to this run, not to whatever the process does next
@@ -269,6 +270,7 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
   if (trace_) timeline = [&](const char* name, const char* category, auto begin, auto end) {
     trace_->add(name, category, begin, end);
   };
+  if (checkpointer_) checkpointer_->before_update();  // an async save's copy of the state is taken
   r.grad_norm = optimizer_->step(lr, [&](double norm) {
     r.loss = summed_loss(result.loss);
     check_finite(r.step, r.loss, norm);
@@ -319,7 +321,8 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
   memory::reset_peak();  // the GEMM probe above is not part of the run
   RunReport report({.metrics_path = options.metrics_path, .trace_path = options.trace_path,
                     .console = options.progress, .steps = t.steps, .log_every = t.log_every,
-                    .samples_per_step = t.global_batch, .unit = kind_->throughput(config_.model)},
+                    .samples_per_step = t.global_batch, .resumed_step = start_step_,
+                    .unit = kind_->throughput(config_.model)},
                    mesh_->rank() == 0, mesh_->world().size());
   if (!options.trace_path.empty()) {
     mesh_->world().barrier();  // every rank's trace starts from the same moment: one time axis
