@@ -1,5 +1,8 @@
 #include "loom/ckpt/checkpointer.h"
 
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
@@ -187,7 +190,7 @@ double Checkpointer::save(const CheckpointMeta& meta, const std::vector<TensorPi
   for (const PieceInfo& info : p->plan) {
     if (info.writer != world_.rank()) continue;
     const TensorPiece& piece = *mine.at(piece_key(info.name, info.box));
-    p->entries.emplace_back(piece_key(piece.name, piece.box), options_.async ? piece.data : piece.data.contiguous());
+    p->entries.emplace_back(piece_key(piece.name, piece.box), piece.data.contiguous());  // a view when it is one
   }
   pending_ = std::move(p);
   if (!options_.async) {
@@ -202,9 +205,17 @@ double Checkpointer::save(const CheckpointMeta& meta, const std::vector<TensorPi
 }
 
 // The writer thread: a copy of every entry (the state may change once it is taken), then the file.
+// The copy is a plain memcpy, not a tensor operation: ATen would run it on an OpenMP team of this
+// thread's own, whose spinning threads take the cores from the training step's team. The thread
+// runs at a lower priority, so training keeps the cores it needs and the writer takes the rest.
 void Checkpointer::write_async(Pending& p) {
+  ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);  // this thread only (Linux); best effort
   try {
-    for (auto& entry : p.entries) entry.second = entry.second.clone(at::MemoryFormat::Contiguous);
+    for (auto& entry : p.entries) {
+      at::Tensor copy = at::empty(entry.second.sizes(), entry.second.options());
+      std::memcpy(copy.data_ptr(), entry.second.data_ptr(), entry.second.nbytes());
+      entry.second = std::move(copy);
+    }
   } catch (const std::exception& e) {
     p.error = e.what();
   }
