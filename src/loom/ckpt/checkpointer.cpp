@@ -205,9 +205,10 @@ double Checkpointer::save(const CheckpointMeta& meta, const std::vector<TensorPi
 }
 
 // The writer thread: a copy of every entry (the state may change once it is taken), then the file.
-// The copy is a plain memcpy, not a tensor operation: ATen would run it on an OpenMP team of this
-// thread's own, whose spinning threads take the cores from the training step's team. The thread
-// runs at a lower priority, so training keeps the cores it needs and the writer takes the rest.
+// The copy is a plain memcpy, not a tensor operation: with an ATen copy here the step beside it
+// ran measurably slower (docs/benchmarks.md; likely a second OpenMP team, this thread's own,
+// competing with the step's). The thread runs at a lower priority, so training keeps the cores it
+// needs and the writer takes the rest.
 void Checkpointer::write_async(Pending& p) {
   ::setpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()), 10);  // this thread only (Linux); best effort
   try {
