@@ -404,24 +404,23 @@ void apply_override(Config& config, std::string_view assignment) {
   assign(spec, config, *parsed.get("v"), origin);
 }
 
-std::string to_toml(const Config& config) {
-  Config copy = config;
-  std::string out;
-  std::string_view section;
-  for (const auto& spec : key_specs()) {
-    if (spec.section != section) {
-      out += fmt::format("{}[{}]\n", section.empty() ? "" : "\n", spec.section);
-      section = spec.section;
-    }
-    out += fmt::format("{} = {}\n", spec.name, toml_value(spec.field(copy)));
-  }
-  return out;
-}
-
 std::vector<std::pair<std::string, std::string>> config_values(const Config& config) {
   Config copy = config;
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& spec : key_specs()) out.emplace_back(spec.full(), toml_value(spec.field(copy)));
+  return out;
+}
+
+std::string to_toml(const Config& config) {
+  std::string out, section;
+  for (const auto& [key, value] : config_values(config)) {
+    const size_t dot = key.find('.');
+    if (key.substr(0, dot) != section) {
+      out += fmt::format("{}[{}]\n", section.empty() ? "" : "\n", key.substr(0, dot));
+      section = key.substr(0, dot);
+    }
+    out += fmt::format("{} = {}\n", key.substr(dot + 1), value);
+  }
   return out;
 }
 
