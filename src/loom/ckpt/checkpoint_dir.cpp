@@ -28,22 +28,20 @@ int64_t step_of(const std::string& name, bool partial) {
   }
 }
 
-void write_synced(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".partial";
-  {
-    std::ofstream out(temporary, std::ios::trunc);
-    out << text;
-    out.flush();
-    LOOM_CHECK(out.good(), "cannot write {}", temporary);
-  }
-  sync_path(temporary);
-  fs::rename(temporary, path);
-}
-
 }  // namespace
 
 std::string step_name(int64_t step) { return fmt::format("step-{:07d}", step); }
 std::string partial_name(int64_t step) { return fmt::format(".step-{:07d}.partial", step); }
+
+void write_synced(const std::string& path, const std::string& text) {
+  {
+    std::ofstream out(path, std::ios::trunc);
+    out << text;
+    out.flush();
+    LOOM_CHECK(out.good(), "cannot write {}", path);
+  }
+  sync_path(path);
+}
 
 void sync_path(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -112,7 +110,8 @@ void commit_partial(const std::string& dir, int64_t step, int64_t keep) {
   if (fs::exists(target, ec)) fs::rename(target, aside);  // a checkpoint of this step from an earlier run
   fs::rename(partial, target);
   sync_path(dir);
-  write_synced((root / "latest").string(), step_name(step) + "\n");
+  write_synced((root / "latest.partial").string(), step_name(step) + "\n");  // replaced in one rename
+  fs::rename(root / "latest.partial", root / "latest");
   sync_path(dir);
   fs::remove_all(aside, ec);
   const auto all = complete_checkpoints(dir);

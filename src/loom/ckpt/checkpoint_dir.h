@@ -37,5 +37,7 @@ void commit_partial(const std::string& dir, int64_t step, int64_t keep);
 
 // Syncs a file or directory to the disk (directories: their entries).
 void sync_path(const std::string& path);
+// Writes `text` as the file `path` and syncs it.
+void write_synced(const std::string& path, const std::string& text);
 
 }  // namespace loom::ckpt

@@ -16,6 +16,7 @@
 #include "loom/ckpt/checkpoint_dir.h"
 #include "loom/ckpt/tensor_file.h"
 #include "loom/core/error.h"
+#include "loom/dist/gather_text.h"
 #include "loom/dist/input_agreement.h"
 #include "loom/version.h"
 
@@ -96,40 +97,15 @@ Manifest build_manifest(const CheckpointMeta& meta, const std::vector<PieceInfo>
   return m;
 }
 
-void write_text_synced(const std::string& path, const std::string& text) {
-  std::FILE* f = std::fopen(path.c_str(), "w");
-  LOOM_CHECK(f != nullptr, "cannot write {}", path);
-  const bool ok = std::fwrite(text.data(), 1, text.size(), f) == text.size();
-  LOOM_CHECK(std::fclose(f) == 0 && ok, "cannot write {}", path);
-  sync_path(path);
-}
-
 // Every rank's outcome of a phase: throws the first failure on every rank (exit 1).
 void agree_on_outcome(dist::Communicator& world, const std::string& mine, const char* what) {
-  const std::vector<std::string> all = all_gather_text(world, mine);
+  const std::vector<std::string> all = dist::all_gather_text(world, mine);
   for (size_t r = 0; r < all.size(); ++r)
     if (!all[r].empty())
       throw AgreedError(fmt::format("{} failed on rank {}: {}", what, r, all[r]), 1);
 }
 
 }  // namespace
-
-std::vector<std::string> all_gather_text(dist::Communicator& world, const std::string& mine) {
-  const auto opts = at::TensorOptions().dtype(at::kLong);  // the communicators move numbers: 8 bytes a word
-  at::Tensor size = at::full({1}, static_cast<int64_t>(mine.size()), opts);
-  at::Tensor sizes = at::empty({world.size()}, opts);
-  world.all_gather(size, sizes);
-  const int64_t words = std::max<int64_t>(1, (sizes.max().item<int64_t>() + 7) / 8);
-  at::Tensor text = at::zeros({words}, opts);
-  std::memcpy(text.data_ptr(), mine.data(), mine.size());
-  at::Tensor all = at::empty({world.size() * words}, opts);
-  world.all_gather(text, all);
-  std::vector<std::string> out;
-  const char* base = static_cast<const char*>(all.data_ptr());
-  for (int r = 0; r < world.size(); ++r)
-    out.emplace_back(base + r * words * 8, static_cast<size_t>(sizes[r].item<int64_t>()));
-  return out;
-}
 
 struct Checkpointer::Pending {
   CheckpointMeta meta;
@@ -174,7 +150,7 @@ double Checkpointer::save(const CheckpointMeta& meta, const std::vector<TensorPi
   auto p = std::make_unique<Pending>();
   p->meta = meta;
   p->start = start;
-  p->plan = plan_writers(all_gather_text(world_, describe(pieces).dump()));
+  p->plan = plan_writers(dist::all_gather_text(world_, describe(pieces).dump()));
   std::string made;
   if (world_.rank() == 0) {
     try {
@@ -255,7 +231,7 @@ void Checkpointer::commit() {
   nlohmann::json report = {{"error", p->error}, {"file_bytes", p->file_bytes}, {"entries", nlohmann::json::array()}};
   for (const WrittenEntry& e : p->written)
     report["entries"].push_back({{"key", e.key}, {"checksum", checksum_text(e.checksum)}});
-  const std::vector<std::string> reports = all_gather_text(world_, report.dump());
+  const std::vector<std::string> reports = dist::all_gather_text(world_, report.dump());
   for (size_t r = 0; r < reports.size(); ++r) {
     const std::string error = nlohmann::json::parse(reports[r]).at("error");
     if (!error.empty())
@@ -267,7 +243,7 @@ void Checkpointer::commit() {
   if (world_.rank() == 0) {
     try {
       const std::string path = (fs::path(p->partial) / "manifest.json").string();
-      write_text_synced(path, manifest_text(build_manifest(p->meta, p->plan, reports)));
+      write_synced(path, manifest_text(build_manifest(p->meta, p->plan, reports)));
       commit_partial(options_.dir, p->meta.step, options_.keep);
     } catch (const std::exception& e) {
       failure = e.what();
@@ -277,6 +253,21 @@ void Checkpointer::commit() {
   last_ = (fs::path(options_.dir) / step_name(p->meta.step)).string();
   last_seconds_ = std::chrono::duration<double>(Clock::now() - p->start).count();
   last_bytes_ = p->file_bytes;
+}
+
+at::Tensor read_box(const std::string& dir, const StoredTensor& tensor, const StoredBox& box, TensorFiles& files) {
+  auto& reader = files[box.file];
+  if (!reader) reader = std::make_unique<TensorFileReader>((fs::path(dir) / box.file).string());
+  at::Tensor data = reader->read(box.key);
+  LOOM_CHECK_INPUT(data.sizes().vec() == box.box.size && dtype_name(data.scalar_type()) == tensor.dtype,
+                   "checkpoint file {}: tensor {} is {} of [{}], the manifest says {} of [{}]", reader->path(), box.key,
+                   dtype_name(data.scalar_type()), fmt::join(data.sizes(), ", "), tensor.dtype,
+                   fmt::join(box.box.size, ", "));
+  const std::string sum = checksum_text(checksum(data.data_ptr(), data.nbytes()));
+  LOOM_CHECK_INPUT(sum == box.checksum, "checkpoint file {}: tensor {} {} fails its checksum (stored {}, read {}); hint: "
+                   "the file is damaged, resume from another checkpoint", reader->path(), tensor.name, box.box.text(),
+                   box.checksum, sum);
+  return data;
 }
 
 void check_files(const std::string& dir, const Manifest& manifest) {
@@ -308,7 +299,7 @@ struct LoadPlan {
 
 LoadPlan read_needed(const std::string& dir, const Manifest& manifest, const std::vector<TensorPiece>& pieces) {
   LoadPlan plan;
-  std::map<std::string, std::unique_ptr<TensorFileReader>> readers;
+  TensorFiles files;
   for (const TensorPiece& piece : pieces) {
     const StoredTensor* t = manifest.find(piece.name);
     LOOM_CHECK_INPUT(t != nullptr, "checkpoint {} has no tensor {}; hint: it was saved from another model", dir, piece.name);
@@ -321,17 +312,7 @@ LoadPlan read_needed(const std::string& dir, const Manifest& manifest, const std
       if (!part) continue;
       const std::string source = b.file + "/" + b.key;
       if (!plan.stored.count(source)) {
-        auto& reader = readers[b.file];
-        if (!reader) reader = std::make_unique<TensorFileReader>((fs::path(dir) / b.file).string());
-        at::Tensor data = reader->read(b.key);
-        LOOM_CHECK_INPUT(data.sizes().vec() == b.box.size && dtype_name(data.scalar_type()) == t->dtype,
-                         "checkpoint file {}: tensor {} is {} of [{}], the manifest says {} of [{}]", reader->path(),
-                         b.key, dtype_name(data.scalar_type()), fmt::join(data.sizes(), ", "), t->dtype,
-                         fmt::join(b.box.size, ", "));
-        const std::string sum = checksum_text(checksum(data.data_ptr(), data.nbytes()));
-        LOOM_CHECK_INPUT(sum == b.checksum, "checkpoint file {}: tensor {} {} fails its checksum (stored {}, read {}); "
-                         "hint: the file is damaged, resume from another checkpoint", reader->path(), piece.name,
-                         b.box.text(), b.checksum, sum);
+        at::Tensor data = read_box(dir, *t, b, files);
         plan.bytes += static_cast<int64_t>(data.nbytes());
         plan.stored.emplace(source, std::move(data));
       }

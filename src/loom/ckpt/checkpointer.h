@@ -22,6 +22,7 @@
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -30,6 +31,7 @@
 
 #include "loom/ckpt/box.h"
 #include "loom/ckpt/manifest.h"
+#include "loom/ckpt/tensor_file.h"
 #include "loom/dist/communicator.h"
 
 namespace loom::ckpt {
@@ -58,9 +60,6 @@ struct CheckpointMeta {
   std::string config;  // TOML
   nlohmann::json layout, state;
 };
-
-// Collective over `world`: every rank passes its strings; every rank gets all of them, by rank.
-std::vector<std::string> all_gather_text(dist::Communicator& world, const std::string& mine);
 
 class Checkpointer {
  public:
@@ -105,6 +104,13 @@ class Checkpointer {
 // (AgreedInputError naming the file otherwise: exit 2, nothing changed). Returns the bytes read.
 int64_t load(const std::string& dir, const Manifest& manifest, const std::vector<TensorPiece>& pieces,
              dist::Communicator& world);
+
+// A checkpoint's tensor files opened so far, by file name.
+using TensorFiles = std::map<std::string, std::unique_ptr<TensorFileReader>>;
+// Stored box `box` of tensor `tensor` of the checkpoint in `dir`, read (its file opened once in
+// `files`) and checked against the manifest: shape, dtype and checksum; InputError naming the
+// file otherwise.
+at::Tensor read_box(const std::string& dir, const StoredTensor& tensor, const StoredBox& box, TensorFiles& files);
 
 // Checks that every file the manifest lists exists with its recorded size (a missing or
 // truncated file is InputError naming it): the cheap checks, before anything is allocated.

@@ -15,22 +15,12 @@ namespace {
 
 bool is_moment(const std::string& name) { return name.find(':') != std::string::npos; }
 
-// Every stored box of `t`, verified, assembled into the full tensor (of `type`, or its own).
-at::Tensor assemble(const std::string& dir, const StoredTensor& t,
-                    std::map<std::string, std::unique_ptr<TensorFileReader>>& readers, int64_t* bytes) {
-  const at::ScalarType own = dtype_of(t.dtype, dir + "/manifest.json");
-  at::Tensor full = at::empty(t.shape, at::TensorOptions().dtype(own));
+// Every stored box of `t`, verified, assembled into the full tensor (of its own dtype).
+at::Tensor assemble(const std::string& dir, const StoredTensor& t, TensorFiles& files, int64_t* bytes) {
+  at::Tensor full = at::empty(t.shape, at::TensorOptions().dtype(dtype_of(t.dtype, dir + "/manifest.json")));
   at::Tensor covered = at::zeros(t.shape, at::TensorOptions().dtype(at::kBool));
   for (const StoredBox& b : t.boxes) {
-    auto& reader = readers[b.file];
-    if (!reader) reader = std::make_unique<TensorFileReader>((fs::path(dir) / b.file).string());
-    const at::Tensor data = reader->read(b.key);
-    LOOM_CHECK_INPUT(data.sizes().vec() == b.box.size && data.scalar_type() == own,
-                     "checkpoint file {}: tensor {} is {} of [{}], the manifest says {} of [{}]", reader->path(), b.key,
-                     dtype_name(data.scalar_type()), fmt::join(data.sizes(), ", "), t.dtype, fmt::join(b.box.size, ", "));
-    const std::string sum = checksum_text(checksum(data.data_ptr(), data.nbytes()));
-    LOOM_CHECK_INPUT(sum == b.checksum, "checkpoint file {}: tensor {} {} fails its checksum (stored {}, read {}); hint: "
-                     "the file is damaged", reader->path(), t.name, b.box.text(), b.checksum, sum);
+    const at::Tensor data = read_box(dir, t, b, files);
     view_of(full, whole(t.shape), b.box).copy_(data);
     view_of(covered, whole(t.shape), b.box).fill_(true);
     *bytes += static_cast<int64_t>(data.nbytes());
@@ -45,7 +35,7 @@ at::Tensor assemble(const std::string& dir, const StoredTensor& t,
 CheckpointSummary verify(const std::string& dir) {
   CheckpointSummary s{.dir = dir, .manifest = read_manifest(dir)};
   check_files(dir, s.manifest);
-  std::map<std::string, std::unique_ptr<TensorFileReader>> readers;
+  TensorFiles readers;
   for (const StoredTensor& t : s.manifest.tensors) {
     int64_t bytes = 0;
     assemble(dir, t, readers, &bytes);
@@ -85,7 +75,7 @@ int64_t export_weights(const std::string& dir, const std::string& out) {
   std::vector<PathUse> inputs{{(fs::path(dir) / "manifest.json").string(), "the checkpoint's manifest"}};
   for (const StoredFile& f : m.files) inputs.push_back({(fs::path(dir) / f.name).string(), "a checkpoint file"});
   check_output_paths(inputs, {{out, "--out"}});
-  std::map<std::string, std::unique_ptr<TensorFileReader>> readers;
+  TensorFiles readers;
   std::vector<std::pair<std::string, at::Tensor>> entries;
   for (const StoredTensor& t : m.tensors) {
     if (is_moment(t.name)) continue;

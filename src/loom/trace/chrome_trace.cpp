@@ -1,10 +1,10 @@
 #include "loom/trace/chrome_trace.h"
 
-#include <nlohmann/json.hpp>
-
 #include <fmt/format.h>
 
-#include <cstring>
+#include <nlohmann/json.hpp>
+
+#include "loom/dist/gather_text.h"
 
 namespace loom::trace {
 
@@ -63,25 +63,11 @@ std::string ChromeTrace::take_events() {
   return text;
 }
 
-// The texts travel as int64 words: an all-gather of the lengths, then of the texts padded to the
-// longest. Memory: one step's events of every rank, on every rank, for the length of the call.
+// One step's events of every rank, on every rank, for the length of the call (dist::all_gather_text).
 void ChromeTrace::flush_gathered(dist::Communicator& world, TraceFile* file) {
-  const std::string mine = take_events();
-  const auto opts = at::TensorOptions().dtype(at::kLong);
-  at::Tensor length = at::full({1}, static_cast<int64_t>(mine.size()), opts);
-  at::Tensor lengths = at::empty({world.size()}, opts);
-  world.all_gather(length, lengths);
-  const int64_t words = (lengths.max().item<int64_t>() + 7) / 8;
-  if (words == 0) return;
-  at::Tensor text = at::zeros({words}, opts);
-  std::memcpy(text.data_ptr(), mine.data(), mine.size());
-  at::Tensor texts = at::empty({world.size() * words}, opts);
-  world.all_gather(text, texts);
+  const std::vector<std::string> texts = dist::all_gather_text(world, take_events());
   if (file == nullptr) return;
-  for (int r = 0; r < world.size(); ++r) {
-    const char* begin = reinterpret_cast<const char*>(texts.data_ptr<int64_t>() + r * words);
-    file->append(std::string_view(begin, static_cast<size_t>(lengths[r].item<int64_t>())));
-  }
+  for (const std::string& text : texts) file->append(text);
 }
 
 }  // namespace loom::trace

@@ -5,6 +5,7 @@
 
 #include "loom/ckpt/checkpoint_dir.h"
 #include "loom/core/error.h"
+#include "loom/dist/gather_text.h"
 #include "loom/optim/lr_schedule.h"
 #include "loom/train/trainer.h"
 #include "loom/version.h"
@@ -104,7 +105,7 @@ ckpt::CheckpointMeta Trainer::checkpoint_meta(int64_t steps_done) {
   for (const replicas::TableChoice& c : table_choices())
     mine.push_back({{"table", c.table}, {"sparse", c.sparse}, {"reason", c.reason}});
   std::map<std::string, nlohmann::json> tables;
-  for (const std::string& list : ckpt::all_gather_text(*base_world_, mine.dump()))
+  for (const std::string& list : dist::all_gather_text(*base_world_, mine.dump()))
     for (const auto& c : nlohmann::json::parse(list)) tables.emplace(c.at("table").get<std::string>(), c);
   nlohmann::json table_list = nlohmann::json::array();
   for (const auto& [name, c] : tables) table_list.push_back(c);
