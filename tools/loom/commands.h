@@ -17,5 +17,6 @@ Action add_bench(CLI::App& app);
 Action add_data(CLI::App& app);
 Action add_schedule(CLI::App& app);
 Action add_ckpt(CLI::App& app);
+Action add_profile(CLI::App& app);
 
 }  // namespace loom::cli
