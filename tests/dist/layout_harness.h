@@ -85,7 +85,7 @@ inline TrainedRun run_serial(Config config) {
   const Option<SparseMode> sparse = config.parallel.sparse;
   config.parallel = ParallelConfig{};
   config.parallel.sparse = sparse;
-  config.memory.recompute = "none";  // recomputation changes memory, not the model
+  config.memory = MemoryConfig{};  // recomputation, swapping and budgets change memory, not the model
   dist::NullCommunicator alone;
   return train_run(config, alone);
 }

@@ -325,6 +325,9 @@ TEST(Config, DocsListEveryOptionName) {
   expect_all("token_dtype", OptionNames<TokenWidth>::names);
   expect_all("table_update", OptionNames<TableUpdate>::names);
   expect_all("grad_dtype", OptionNames<GradDType>::names);
+  expect_all("swap", OptionNames<Swap>::names);
+  expect_all("policy", OptionNames<PolicyMode>::names);
+  expect_all("partition", OptionNames<Partition>::names);
   expect_all("schedule", OptionNames<ScheduleKind>::names);
   expect_all("kind", models::model_kind_names());
 }

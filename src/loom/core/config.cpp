@@ -21,7 +21,8 @@ namespace {
 
 using FieldPtr = std::variant<int64_t*, double*, bool*, std::string*, std::vector<int64_t>*, Option<DType>*,
                               Option<SpMode>*, Option<Recompute>*, Option<SparseMode>*, Option<TokenWidth>*,
-                              Option<TableUpdate>*, Option<GradDType>*>;
+                              Option<TableUpdate>*, Option<GradDType>*,
+                              Option<Swap>*, Option<PolicyMode>*, Option<Partition>*>;
 
 template <class T>
 struct IsOption : std::false_type {};
@@ -57,9 +58,10 @@ const std::vector<KeySpec>& key_specs() {
       LOOM_KEY(parallel, tp_sequence), LOOM_KEY(parallel, tp_overlap),
       LOOM_KEY(parallel, zero),        LOOM_KEY(parallel, bucket_mb),
       LOOM_KEY(parallel, sparse),      LOOM_KEY(parallel, sparse_partitions),
-      LOOM_KEY(parallel, grad_dtype),
+      LOOM_KEY(parallel, grad_dtype),  LOOM_KEY(parallel, partition),
       LOOM_KEY(memory, budget),        LOOM_KEY(memory, recompute),
-      LOOM_KEY(memory, recompute_ratio),
+      LOOM_KEY(memory, recompute_ratio), LOOM_KEY(memory, swap),
+      LOOM_KEY(memory, policy),        LOOM_KEY(memory, profile),
       LOOM_KEY(train, steps),          LOOM_KEY(train, global_batch),
       LOOM_KEY(train, micro_batch),    LOOM_KEY(train, lr),
       LOOM_KEY(train, min_lr_ratio),   LOOM_KEY(train, warmup),

@@ -57,6 +57,7 @@ struct ParallelConfig {
   Option<SparseMode> sparse = SparseMode::Auto;
   int64_t sparse_partitions = 0;
   Option<GradDType> grad_dtype = GradDType::Float32;
+  Option<Partition> partition = Partition::Compute;
   bool operator==(const ParallelConfig&) const = default;
 };
 
@@ -64,6 +65,9 @@ struct MemoryConfig {
   std::string budget;  // "" = no budget, else a byte size such as "2GiB"
   Option<Recompute> recompute = Recompute::None;
   double recompute_ratio = 0.0;
+  Option<Swap> swap = Swap::None;
+  Option<PolicyMode> policy = PolicyMode::Manual;
+  std::string profile;  // "" = analytic layer times; else a `loom profile` file (NOTE [Profile])
   bool operator==(const MemoryConfig&) const = default;
 };
 

@@ -66,6 +66,25 @@ void validate_memory(const MemoryConfig& m, const ParallelConfig& p) {
   LOOM_CHECK_INPUT(m.recompute != Recompute::StageAware || p.pp > 1,
                    "memory.recompute = \"stage-aware\" needs pipeline stages (parallel.pp > 1); use \"full\" "
                    "or \"none\" in one process");
+  LOOM_CHECK_INPUT(m.policy == PolicyMode::Manual || (m.recompute == Recompute::None && m.swap == Swap::None),
+                   "memory.policy = \"auto\" chooses keep, recompute or swap per layer, so memory.recompute = \"{}\" "
+                   "and memory.swap = \"{}\" would be ignored; hint: leave them at \"none\" or set memory.policy = "
+                   "\"manual\"",
+                   m.recompute.name(), m.swap.name());
+  LOOM_CHECK_INPUT(m.policy == PolicyMode::Manual || !m.budget.empty(),
+                   "memory.policy = \"auto\" fits each stage into memory.budget, which is not set; hint: set "
+                   "memory.budget (e.g. \"2GiB\")");
+  LOOM_CHECK_INPUT(p.partition != Partition::Auto || !m.budget.empty(),
+                   "parallel.partition = \"auto\" searches for the fastest cut that fits memory.budget, which is not "
+                   "set; hint: set memory.budget, or use \"memory\" to balance memory");
+  LOOM_CHECK_INPUT(p.partition == Partition::Compute || p.chunks == 1,
+                   "parallel.partition = \"{}\" cuts one slice per pipeline rank, but parallel.chunks = {}; hint: "
+                   "use \"compute\" with interleaved schedules",
+                   p.partition.name(), p.chunks);
+  LOOM_CHECK_INPUT(p.partition == Partition::Compute || p.pp_cuts.empty(),
+                   "parallel.partition = \"{}\" searches the stage cuts, which parallel.pp_cuts fixes; hint: drop "
+                   "one of the two",
+                   p.partition.name());
 }
 
 void validate_train(const TrainConfig& t) {

@@ -75,6 +75,30 @@ struct OptionNames<ScheduleKind> {
   static constexpr std::array<std::string_view, 5> names{"gpipe", "1f1b", "interleaved", "zb-h1", "scp"};
 };
 
+// memory.swap (NOTE [Swap tier]): "all" moves every layer's saved activations to the host tier
+// after its forward and back before its backward.
+enum class Swap : uint8_t { None, All };
+template <>
+struct OptionNames<Swap> {
+  static constexpr std::array<std::string_view, 2> names{"none", "all"};
+};
+
+// memory.policy (NOTE [Memory cost model]): "manual" applies memory.recompute and memory.swap as
+// written; "auto" chooses keep / recompute / swap per layer and stage to fit memory.budget.
+enum class PolicyMode : uint8_t { Manual, Auto };
+template <>
+struct OptionNames<PolicyMode> {
+  static constexpr std::array<std::string_view, 2> names{"manual", "auto"};
+};
+
+// parallel.partition (NOTE [Memory cost model]): stage cuts that balance compute, balance each
+// stage's peak memory, or the fastest that fits, searched between the two.
+enum class Partition : uint8_t { Compute, Memory, Auto };
+template <>
+struct OptionNames<Partition> {
+  static constexpr std::array<std::string_view, 3> names{"compute", "memory", "auto"};
+};
+
 // "a, b, c": the accepted names, for messages and docs.
 std::string option_list(const std::string_view* names, size_t count);
 template <class E>

@@ -108,10 +108,11 @@ void traced(const ExecutorHooks& hooks, const std::string& name, const char* cat
 //   recompute  only the layer's input stays (its saved state is dropped after forward); forward
 //              runs again from that input, for every such layer of the chunk at an R
 //              (NOTE [Shifted critical path]) or else for each layer just before its own backward
-// Swapping would answer a third pair: the saved state moved to the host after forward, moved back
-// before backward.
-enum class AfterForward : uint8_t { KeepSaved, KeepInput };
-enum class BeforeBackward : uint8_t { Nothing, ForwardAgain };
+//   swap       the saved state moves to the swap tier after forward (a background copy) and is
+//              brought back before backward: queued one compute action ahead, waited for at the
+//              layer (NOTE [Swap tier])
+enum class AfterForward : uint8_t { KeepSaved, KeepInput, MoveOut };
+enum class BeforeBackward : uint8_t { Nothing, ForwardAgain, MoveIn };
 struct LayerMemory {
   AfterForward after_forward;
   BeforeBackward before_backward;
@@ -121,6 +122,7 @@ LayerMemory memory_of(const StageChunk& chunk, size_t layer) {
   switch (chunk.policy[layer]) {
     case nn::MemoryPolicy::Keep: return {AfterForward::KeepSaved, BeforeBackward::Nothing};
     case nn::MemoryPolicy::Recompute: return {AfterForward::KeepInput, BeforeBackward::ForwardAgain};
+    case nn::MemoryPolicy::Swap: return {AfterForward::MoveOut, BeforeBackward::MoveIn};
   }
   throw Error(fmt::format("[pp] memory policy {} of {} has no executor rule", static_cast<int>(chunk.policy[layer]),
                           chunk.layers[layer]->name()));
@@ -141,8 +143,12 @@ struct PipelineExecutor::Flight {
   at::Tensor output;               // activation to send
   at::Tensor dy;                   // received gradient
   at::Tensor dx;                   // gradient to send
+  int64_t mb_index = 0;
   bool recomputed = false;
   bool weights_done = false;       // after BW or W: gone once its gradient is sent
+  // Swapping layers: the copy's ticket, and which of the state's visited slots held which tensor.
+  std::vector<memory::SwapTicket> swapped;
+  std::vector<std::vector<int>> slots;
 };
 
 struct PipelineExecutor::Step {
@@ -167,6 +173,19 @@ PipelineExecutor::PipelineExecutor(const schedule::Schedule& schedule, dist::Com
     LOOM_CHECK(chunk.policy.size() == chunk.layers.size(), "[pp] virtual stage {}: {} memory policies for {} layers",
                chunk.virtual_stage, chunk.policy.size(), chunk.layers.size());
   actions_ = schedule::lower(schedule)[pp.rank()];
+  next_backward_.assign(actions_.size(), -1);
+  for (size_t i = 0; i < actions_.size(); ++i)
+    for (size_t j = i + 1; j < actions_.size(); ++j) {
+      if (actions_[j].is_message()) continue;
+      if (actions_[j].op == schedule::Op::B || actions_[j].op == schedule::Op::BW) next_backward_[i] = static_cast<int64_t>(j);
+      break;
+    }
+  for (const StageChunk& chunk : chunks_)
+    for (nn::MemoryPolicy p : chunk.policy)
+      if (p == nn::MemoryPolicy::Swap && !swapper_) {
+        tier_ = memory::make_host_tier();
+        swapper_ = std::make_unique<memory::Swapper>(*tier_);
+      }
   for (const schedule::Action& a : schedule.ranks[pp.rank()])
     if (a.op == schedule::Op::W || a.op == schedule::Op::BW) last_backward_[a.chunk] = a.mb;
   LOOM_CHECK(schedule.virtual_stages() == 1 || message_tags(schedule) <= kMaxTags,
@@ -201,6 +220,8 @@ void PipelineExecutor::run_action(Step& step, const schedule::Action& a, const E
   using schedule::Op;
   const auto start = Clock::now();
   Flight& f = step.flights[{a.mb, a.chunk}];
+  const auto index = static_cast<size_t>(&a - actions_.data());
+  if (swapper_) prefetch(step, index);
   switch (a.op) {
     case Op::RecvF:
     case Op::RecvB: receive(a, f); break;
@@ -212,6 +233,7 @@ void PipelineExecutor::run_action(Step& step, const schedule::Action& a, const E
     case Op::BW: backward(step, a, f, hooks); break;
     case Op::W: weight_gradients(a, f, hooks); break;
   }
+  if (swapper_) prefetch(step, index);  // the flight this forward made may be the next backward's
   const auto end = Clock::now();
   if (!a.is_message()) {
     const double took = std::chrono::duration<double>(end - start).count();
@@ -251,9 +273,12 @@ void PipelineExecutor::forward(Step& step, const schedule::Action& a, Flight& f,
   const StageChunk& chunk = chunks_[a.chunk];
   const int64_t v = chunk.virtual_stage;
   f.mb = hooks.microbatch(a.mb);
+  f.mb_index = a.mb;
   const size_t n = chunk.layers.size();
   f.saved.resize(n);
   f.inputs.resize(n);
+  f.swapped.resize(n);
+  f.slots.resize(n);
   at::Tensor x = v == 0 ? f.mb.tokens : std::move(f.input);
   for (size_t l = 0; l < n; ++l) {
     const bool input_only = memory_of(chunk, l).after_forward == AfterForward::KeepInput;
@@ -261,6 +286,7 @@ void PipelineExecutor::forward(Step& step, const schedule::Action& a, Flight& f,
     traced(hooks, chunk.layers[l]->name(), "forward", [&] { x = chunk.layers[l]->forward(x, f.mb, f.saved[l]); });
     step.sends.drive();
     if (input_only) f.saved[l].clear();  // only the input stays until it is recomputed
+    if (memory_of(chunk, l).after_forward == AfterForward::MoveOut) swap_out(f, l);
   }
   if (v == schedule_.virtual_stages() - 1) step.result.loss += x.item<double>();
   else f.output = x.contiguous();
@@ -287,6 +313,7 @@ void PipelineExecutor::backward(Step& step, const schedule::Action& a, Flight& f
     // are rebuilt at a time.
     if (memory_of(chunk, l).before_backward == BeforeBackward::ForwardAgain && !f.recomputed)
       forward_again(chunk, f, l, hooks);
+    if (memory_of(chunk, l).before_backward == BeforeBackward::MoveIn) bring_back(chunk, f, l, hooks);
     traced(hooks, layer.name(), "backward_input", [&] { dy = layer.backward_input(dy, f.saved[l]); });
     step.sends.drive();
     if (weights) weight_gradient(chunk, l, final_pass, f, hooks);
@@ -317,9 +344,58 @@ void PipelineExecutor::forward_again(const StageChunk& chunk, Flight& f, size_t 
   f.inputs[layer].reset();
 }
 
+// The layer's saved tensors leave for the swap tier; the visited slots are emptied (the copy job
+// holds the tensors until copied) and remembered, so the same tensors return to the same slots.
+// A tensor visited twice (one object in two slots) travels once.
+void PipelineExecutor::swap_out(Flight& f, size_t layer) {
+  std::vector<at::Tensor> tensors;
+  std::vector<int>& slots = f.slots[layer];
+  slots.clear();
+  f.saved[layer].for_each_tensor([&](std::string_view, at::Tensor& t) {
+    int item = -1;
+    for (size_t k = 0; k < tensors.size() && t.defined(); ++k)
+      if (tensors[k].unsafeGetTensorImpl() == t.unsafeGetTensorImpl()) item = static_cast<int>(k);
+    if (t.defined() && item < 0) {
+      item = static_cast<int>(tensors.size());
+      tensors.push_back(t);
+    }
+    slots.push_back(item);
+    t.reset();
+  });
+  f.swapped[layer] = swapper_->swap_out(std::move(tensors));
+}
+
+// Before compute action `action` and after it: the copy back of every swapped layer of the
+// micro-batch whose backward is the next compute action, last layer first (backward's order).
+void PipelineExecutor::prefetch(Step& step, size_t action) {
+  const int64_t next = next_backward_[action];
+  if (next < 0) return;
+  const auto it = step.flights.find({actions_[next].mb, actions_[next].chunk});
+  if (it == step.flights.end()) return;
+  for (size_t l = it->second.swapped.size(); l-- > 0;)
+    if (it->second.swapped[l]) swapper_->swap_in(it->second.swapped[l]);
+}
+
+// Waits for the layer's tensors and puts them back where they were; the copies go to the trace.
+void PipelineExecutor::bring_back(const StageChunk& chunk, Flight& f, size_t layer, const ExecutorHooks& hooks) {
+  memory::SwapTicket ticket = std::move(f.swapped[layer]);
+  std::vector<at::Tensor> tensors = swapper_->take(ticket);
+  size_t slot = 0;
+  f.saved[layer].for_each_tensor([&](std::string_view, at::Tensor& t) {
+    const int item = f.slots[layer][slot++];
+    if (item >= 0) t = tensors[static_cast<size_t>(item)];
+  });
+  if (hooks.trace) {
+    const std::string what = fmt::format("{} mb{}", chunk.layers[layer]->name(), f.mb_index);
+    hooks.trace("out " + what, kSwapCategory, ticket->out_start, ticket->out_end);
+    hooks.trace("in " + what, kSwapCategory, ticket->in_start, ticket->in_end);
+  }
+}
+
 // Waits for the sends, then the step's wall time and each chunk's mean action times.
 StepResult PipelineExecutor::finish_step(Step& step) {
   step.sends.finish();
+  if (swapper_) swapper_->drain();
   step.result.wall_s = std::chrono::duration<double>(Clock::now() - step.start).count();
   for (size_t c = 0; c < chunks_.size(); ++c) {
     auto mean = [&](int kind) { return step.counts[c][kind] > 0 ? step.seconds[c][kind] / step.counts[c][kind] : 0.0; };

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "loom/dist/communicator.h"
+#include "loom/memory/swap.h"
 #include "loom/nn/layer.h"
 #include "loom/nn/memory_policy.h"
 #include "loom/schedule/schedule.h"
@@ -25,6 +26,9 @@ struct StageChunk {
   std::vector<size_t> model_index;        // each layer's index in the rank's model (for layer_done)
   std::vector<nn::MemoryPolicy> policy;   // per layer: what it keeps for backward (NOTE [Memory policy])
 };
+
+// The trace category of the swap tier's copies (their own track).
+inline constexpr const char* kSwapCategory = "swap";
 
 struct ExecutorHooks {
   std::function<nn::MicroBatch(int64_t)> microbatch;  // this step's local micro-batch i
@@ -58,6 +62,11 @@ class PipelineExecutor {
                    std::vector<int64_t> boundary_shape, at::ScalarType dtype);
 
   StepResult run_step(const ExecutorHooks& hooks);
+  // The swap tier's peak since the last reset (0 when no layer swaps).
+  int64_t host_peak_bytes() const { return tier_ ? tier_->host_peak_bytes() : 0; }
+  void reset_host_peak() {
+    if (tier_) tier_->reset_host_peak();
+  }
 
  private:
   struct Flight;  // one (micro-batch, chunk) between its F and its last backward action
@@ -77,6 +86,10 @@ class PipelineExecutor {
   void weight_gradient(const StageChunk& chunk, size_t layer, bool final_pass, Flight& f,
                        const ExecutorHooks& hooks);
   void forward_again(const StageChunk& chunk, Flight& f, size_t layer, const ExecutorHooks& hooks);
+  // NOTE [Swap tier]: a swapping layer's saved tensors out after its forward, back before its backward.
+  void swap_out(Flight& f, size_t layer);
+  void prefetch(Step& step, size_t action);
+  void bring_back(const StageChunk& chunk, Flight& f, size_t layer, const ExecutorHooks& hooks);
   StepResult finish_step(Step& step);
 
   schedule::Schedule schedule_;
@@ -86,6 +99,9 @@ class PipelineExecutor {
   std::map<int64_t, int64_t> last_backward_;  // chunk -> the micro-batch whose W (or BW) ends it
   std::vector<int64_t> boundary_shape_;
   at::ScalarType dtype_;
+  std::vector<int64_t> next_backward_;  // per action: the next compute action if it is a B or BW, else -1
+  std::unique_ptr<memory::SwapTier> tier_;     // when a layer swaps
+  std::unique_ptr<memory::Swapper> swapper_;
 };
 
 }  // namespace loom::pipeline

@@ -39,17 +39,24 @@ std::vector<int64_t> balanced_cuts(const std::vector<double>& layer_costs, int64
   check_stage_count(n, parts);
   std::vector<double> prefix(n + 1, 0);
   for (int64_t i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + layer_costs[i];
+  return balanced_cuts(n, parts, [&](int64_t, int64_t j, int64_t i) { return prefix[i] - prefix[j]; });
+}
+
+std::vector<int64_t> balanced_cuts(int64_t n, int64_t parts, const SliceCost& slice_cost) {
+  check_stage_count(n, parts);
   constexpr double kInf = std::numeric_limits<double>::infinity();
   // best[k][i]: the smallest largest-slice cost of the first i layers in k slices.
   std::vector<std::vector<double>> best(parts + 1, std::vector<double>(n + 1, kInf));
   std::vector<std::vector<int64_t>> from(parts + 1, std::vector<int64_t>(n + 1, 0));
   best[0][0] = 0;
   for (int64_t k = 1; k <= parts; ++k)
-    for (int64_t i = k; i <= n; ++i)
+    for (int64_t i = k; i <= n - (parts - k); ++i)
       for (int64_t j = k - 1; j < i; ++j) {
-        const double cost = std::max(best[k - 1][j], prefix[i] - prefix[j]);
+        if (best[k - 1][j] == kInf) continue;
+        const double cost = std::max(best[k - 1][j], slice_cost(k - 1, j, i));
         if (cost < best[k][i]) best[k][i] = cost, from[k][i] = j;
       }
+  if (best[parts][n] == kInf) return {};
   std::vector<int64_t> cuts(parts + 1);
   cuts[parts] = n;
   for (int64_t k = parts; k > 0; --k) cuts[k - 1] = from[k][cuts[k]];

@@ -2,6 +2,7 @@
 // Stage boundaries: a chain of layers cut into `parts` contiguous slices (pp x chunks virtual
 // stages). Returns parts + 1 boundaries: slice i is [cuts[i], cuts[i+1]).
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "loom/models/model.h"
@@ -16,6 +17,11 @@ void check_stage_count(int64_t layers, int64_t parts);
 // The cut that minimises the largest slice's cost (dynamic programming over the chain); every
 // slice holds at least one layer.
 std::vector<int64_t> balanced_cuts(const std::vector<double>& layer_costs, int64_t parts);
+// The same for a slice cost that depends on the slice's place: slice_cost(k, begin, end) of
+// layers [begin, end) as slice k; +infinity marks a slice that cannot be. Returns {} when every
+// cut has such a slice.
+using SliceCost = std::function<double(int64_t slice, int64_t begin, int64_t end)>;
+std::vector<int64_t> balanced_cuts(int64_t layers, int64_t parts, const SliceCost& slice_cost);
 
 // parallel.pp_cuts: the first chain index of every slice but the first, strictly increasing in
 // (0, layers). Throws InputError otherwise.

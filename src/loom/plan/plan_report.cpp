@@ -1,5 +1,6 @@
 // The run plan in words and as JSON, and the memory check on it.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -69,6 +70,36 @@ void check_memory(const RunPlan& plan, int local_ranks, double in_use) {
                    format_bytes(per_rank), format_bytes(machine), hint);
 }
 
+namespace {
+
+// "name policy, name policy, ..." for a stage's layers, wrapped into comment lines.
+std::string policy_lines(const RunPlan& plan, const StagePlan& stage) {
+  std::string text, line = "#   policy:";
+  for (int64_t i : stage.layers) {
+    const std::string item = fmt::format(" {} {}", plan.chain[i].name, nn::name_of(plan.chain[i].policy));
+    if (line.size() + item.size() > 100) text += line + "\n", line = "#          ";
+    line += item;
+  }
+  return text + line + "\n";
+}
+
+std::string memory_words(const RunPlan& plan) {
+  const MemoryConfig& m = plan.config.memory;
+  const std::string partition = plan.config.parallel.pp_cuts.empty()
+                                    ? std::string(plan.config.parallel.partition.name())
+                                    : "parallel.pp_cuts";
+  return fmt::format("# memory: policy {}{}, partition {}, cuts [{}]; predicted pipeline time {:.1f} ms per step "
+                     "({}, swap tier {:.1f} GB/s)\n",
+                     m.policy.name(),
+                     m.policy == PolicyMode::Manual
+                         ? fmt::format(" (recompute {}, swap {})", m.recompute.name(), m.swap.name())
+                         : "",
+                     partition, fmt::join(plan.cuts, ", "), plan.predicted_step_s * 1e3,
+                     plan.profiled ? "profiled layer times" : "analytic layer times", plan.copy_bytes_per_s / 1e9);
+}
+
+}  // namespace
+
 std::string RunPlan::describe() const {
   const auto& p = config.parallel;
   std::string text = fmt::format(
@@ -76,18 +107,24 @@ std::string RunPlan::describe() const {
       "dp rank{})\n",
       world_size, mesh.dp, mesh.pp, mesh.sp, mesh.tp, chain.size(), schedule.kind, schedule.microbatches,
       p.chunks > 1 ? fmt::format(", {} chunks per rank", p.chunks) : "");
+  text += memory_words(*this);
   for (size_t s = 0; s < stages.size(); ++s) {
     const StagePlan& stage = stages[s];
-    int64_t recomputed = 0;
-    for (int64_t i : stage.layers) recomputed += chain[i].policy == nn::MemoryPolicy::Recompute;
+    int64_t recomputed = 0, swapped = 0;
+    for (int64_t i : stage.layers) {
+      recomputed += chain[i].policy == nn::MemoryPolicy::Recompute;
+      swapped += chain[i].policy == nn::MemoryPolicy::Swap;
+    }
     const MemoryEstimate& m = stage.memory;
     text += fmt::format(
-        "# stage {}: {} layers ({} .. {}), {} recomputed; memory per rank {}: weights+grads+moments {}, "
-        "activations {} ({} micro-batch{} held), sparse rows {}, transient {}{}\n",
-        s, stage.layers.size(), chain[stage.layers.front()].name, chain[stage.layers.back()].name, recomputed,
+        "# stage {}: {} layers ({} .. {}), {} recomputed, {} swapped; predicted peak per rank {}: "
+        "weights+grads+moments {}, activations {} ({} micro-batch{} in flight), sparse rows {}, transient {}{}{}\n",
+        s, stage.layers.size(), chain[stage.layers.front()].name, chain[stage.layers.back()].name, recomputed, swapped,
         format_bytes(m.total()), format_bytes(m.weights), format_bytes(m.activations), m.stashed,
         m.stashed == 1 ? "" : "es", format_bytes(m.sparse), format_bytes(m.transient),
-        m.checkpoint > 0 ? fmt::format(", async checkpoint copy {}", format_bytes(m.checkpoint)) : "");
+        m.checkpoint > 0 ? fmt::format(", async checkpoint copy {}", format_bytes(m.checkpoint)) : "",
+        m.host > 0 ? fmt::format("; swap tier (host) {}", format_bytes(m.host)) : "");
+    text += policy_lines(*this, stage);
     for (const auto& [axis, bytes] : stage.comm_bytes)
       text += fmt::format("#   comm {}: {} per rank per step\n", axis, format_bytes(bytes));
   }
@@ -108,7 +145,7 @@ nlohmann::json RunPlan::to_json() const {
     const MemoryEstimate& m = stage.memory;
     stages_json.push_back({{"virtual_stages", stage.virtual_stages}, {"layers", layers},
                            {"memory", {{"weights", m.weights}, {"activations", m.activations}, {"sparse", m.sparse},
-                                       {"transient", m.transient}, {"checkpoint", m.checkpoint},
+                                       {"transient", m.transient}, {"checkpoint", m.checkpoint}, {"host", m.host},
                                        {"stashed_microbatches", m.stashed}, {"total", m.total()}}},
                            {"comm_bytes_per_step", stage.comm_bytes}});
   }
@@ -122,6 +159,11 @@ nlohmann::json RunPlan::to_json() const {
           {"ranks", ranks},
           {"schedule", {{"kind", schedule.kind}, {"microbatches", schedule.microbatches}, {"chunks", schedule.chunks}}},
           {"cuts", cuts},
+          {"memory_policy", config.memory.policy.name()},
+          {"partition", config.parallel.partition.name()},
+          {"predicted_step_s", predicted_step_s},
+          {"copy_bytes_per_s", copy_bytes_per_s},
+          {"profiled", profiled},
           {"stages", stages_json}};
 }
 

@@ -1,15 +1,19 @@
 #include "loom/plan/run_plan.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <map>
 
 #include "loom/core/error.h"
+#include "loom/core/units.h"
 #include "loom/dist/null_communicator.h"
 #include "loom/models/registry.h"
 #include "loom/nn/precision.h"
 #include "loom/pipeline/executor.h"
 #include "loom/pipeline/partition.h"
+#include "loom/plan/profile.h"
 #include "loom/schedule/simulator.h"
 
 namespace loom::plan {
@@ -55,30 +59,45 @@ std::vector<LayerPlan> describe_chain(const Config& c, int64_t local_tokens) {
   return chain;
 }
 
-std::vector<int64_t> stage_cuts(const Config& c, const std::vector<LayerPlan>& chain) {
-  const auto& p = c.parallel;
-  const int64_t parts = p.pp * p.chunks, n = static_cast<int64_t>(chain.size());
-  if (!p.pp_cuts.empty()) return pipeline::explicit_cuts(p.pp_cuts, n, parts);
-  std::vector<double> flops;
-  for (const LayerPlan& layer : chain)
-    flops.push_back(layer.cost.forward_flops + layer.cost.backward_input_flops + layer.cost.backward_weight_flops);
-  return pipeline::balanced_cuts(flops, parts);
+// Each layer's seconds: measured (memory.profile, checked against this config and chain) or its
+// FLOPs at the nominal rate. Returns the swap tier's bandwidth to assume.
+double time_chain(const Config& c, std::vector<LayerPlan>& chain) {
+  if (c.memory.profile.empty()) {
+    for (LayerPlan& l : chain) {
+      l.forward_s = l.cost.forward_flops / kNominalFlops;
+      l.backward_input_s = l.cost.backward_input_flops / kNominalFlops;
+      l.backward_weight_s = l.cost.backward_weight_flops / kNominalFlops;
+    }
+    return kNominalCopyBytesPerS;
+  }
+  std::vector<std::string> names;
+  for (const LayerPlan& l : chain) names.push_back(l.name);
+  const Profile profile = read_profile(c.memory.profile, c, names);
+  for (size_t i = 0; i < chain.size(); ++i) {
+    chain[i].forward_s = profile.layers[i].forward_s;
+    chain[i].backward_input_s = profile.layers[i].backward_input_s;
+    chain[i].backward_weight_s = profile.layers[i].backward_weight_s;
+  }
+  return std::min(profile.device_to_host_bytes_per_s, profile.host_to_device_bytes_per_s);
 }
 
-// memory.recompute as a policy per layer. "stage-aware" (Merak): pipeline rank k recomputes the
-// first round(r_k x its layers) of each of its slices, earlier ranks more (they stash more).
-void decide_policies(RunPlan& plan) {
-  const auto& p = plan.config.parallel;
-  const Recompute mode = plan.config.memory.recompute;
+// memory.recompute and memory.swap as written, per layer. "stage-aware" (Merak): pipeline rank k
+// recomputes the first round(r_k x its layers) of each of its slices, earlier ranks more (they
+// stash more). memory.swap = "all" swaps every layer that does not recompute.
+std::vector<nn::MemoryPolicy> manual_policies(const Config& config, const std::vector<int64_t>& cuts) {
+  const auto& p = config.parallel;
+  const Recompute mode = config.memory.recompute;
+  const nn::MemoryPolicy rest = config.memory.swap == Swap::All ? nn::MemoryPolicy::Swap : nn::MemoryPolicy::Keep;
+  std::vector<nn::MemoryPolicy> policy(static_cast<size_t>(cuts.back()), rest);
   for (int64_t v = 0; v < p.pp * p.chunks; ++v) {
     double ratio = mode == Recompute::Full ? 1.0 : 0.0;
     if (mode == Recompute::StageAware)
-      ratio = pipeline::stage_recompute_ratio(plan.config.memory.recompute_ratio, v % p.pp, p.pp);
-    const int64_t begin = plan.cuts[v], end = plan.cuts[v + 1];
+      ratio = pipeline::stage_recompute_ratio(config.memory.recompute_ratio, v % p.pp, p.pp);
+    const int64_t begin = cuts[v], end = cuts[v + 1];
     const auto recomputed = static_cast<int64_t>(std::lround(ratio * static_cast<double>(end - begin)));
-    for (int64_t i = begin; i < end; ++i)
-      plan.chain[i].policy = i - begin < recomputed ? nn::MemoryPolicy::Recompute : nn::MemoryPolicy::Keep;
+    for (int64_t i = begin; i < begin + recomputed; ++i) policy[i] = nn::MemoryPolicy::Recompute;
   }
+  return policy;
 }
 
 // A table on the sparse path: its owner's share of the rows and their two moments, plus the rows
@@ -96,22 +115,22 @@ double sparse_bytes(const RunPlan& plan, const ParamInfo& table) {
   return static_cast<double>((3 * std::min(owned, rows) + 4 * std::min(rows, lookups)) * table.row_width * bytes);
 }
 
-MemoryEstimate estimate_stage(const RunPlan& plan, const std::vector<int64_t>& layers, int64_t stashed) {
+// A recomputing layer keeps its input: seq/tp tokens of d_model under tp_sequence.
+double input_bytes(const RunPlan& plan) {
   const Config& c = plan.config;
-  const int64_t bytes = activation_bytes(c.model);
-  // A recomputing layer keeps its input: seq/tp tokens of d_model under tp_sequence.
   const int64_t shards = c.parallel.tp_sequence ? c.parallel.tp : 1;
-  const auto input = static_cast<double>(c.train.micro_batch * plan.local_tokens / shards * c.model.d_model * bytes);
-  double dense = 0, per_microbatch = 0, sparse = 0, transient = 0;  // dense: parameter elements
-  for (int64_t i : layers) {
-    const LayerPlan& layer = plan.chain[i];
-    const bool recomputed = layer.policy == nn::MemoryPolicy::Recompute;
-    per_microbatch += recomputed ? input : layer.cost.saved_bytes;
-    transient = std::max(transient, (recomputed ? layer.cost.saved_bytes : 0) + layer.cost.workspace_bytes);
-    for (const ParamInfo& p : layer.params)
+  return static_cast<double>(c.train.micro_batch * plan.local_tokens / shards * c.model.d_model *
+                             activation_bytes(c.model));
+}
+
+// What `layers` hold whatever their memory policy: weights, table rows, the async checkpoint's copy.
+MemoryEstimate fixed_memory(const RunPlan& plan, const std::vector<int64_t>& layers) {
+  const Config& c = plan.config;
+  double dense = 0, sparse = 0;  // dense: parameter elements
+  for (int64_t i : layers)
+    for (const ParamInfo& p : plan.chain[i].params)
       if (p.table) sparse += sparse_bytes(plan, p);
       else dense += static_cast<double>(p.numel);
-  }
   // Value and gradient (and a product copy under mixed precision); ZeRO-1 keeps 1/dp of the two
   // AdamW moments.
   const auto master = static_cast<double>(master_bytes(c.model));
@@ -121,11 +140,28 @@ MemoryEstimate estimate_stage(const RunPlan& plan, const std::vector<int64_t>& l
   const bool async = !c.checkpoint.dir.empty() && c.checkpoint.async;
   const double replicas = static_cast<double>(c.parallel.dp * c.parallel.sp);
   return {.weights = dense * (2 * master + static_cast<double>(compute_copy_bytes(c.model))) + moments,
-          .activations = per_microbatch * static_cast<double>(stashed),
           .sparse = sparse,
-          .transient = transient,
-          .checkpoint = async ? 3 * dense * master / replicas + sparse : 0,
-          .stashed = stashed};
+          .checkpoint = async ? 3 * dense * master / replicas + sparse : 0};
+}
+
+// The chain as the memory cost model sees it (NOTE [Memory cost model]).
+MemoryModel memory_model(const RunPlan& plan) {
+  MemoryModel m{.schedule = plan.schedule,
+                .budget = kPlannedBudgetShare * static_cast<double>(plan.config.budget_bytes()),
+                .copy_bytes_per_s = plan.copy_bytes_per_s};
+  const double input = input_bytes(plan);
+  for (size_t i = 0; i < plan.chain.size(); ++i) {
+    const LayerPlan& l = plan.chain[i];
+    const MemoryEstimate fixed = fixed_memory(plan, {static_cast<int64_t>(i)});
+    m.layers.push_back({.forward_s = l.forward_s,
+                        .backward_input_s = l.backward_input_s,
+                        .backward_weight_s = l.backward_weight_s,
+                        .saved_bytes = l.cost.saved_bytes,
+                        .input_bytes = input,
+                        .workspace_bytes = l.cost.workspace_bytes,
+                        .fixed_bytes = fixed.weights + fixed.sparse + fixed.checkpoint});
+  }
+  return m;
 }
 
 std::map<std::string, double> comm_volume(const RunPlan& plan, int64_t pp_rank, const std::vector<int64_t>& layers) {
@@ -159,6 +195,84 @@ std::map<std::string, double> comm_volume(const RunPlan& plan, int64_t pp_rank, 
 
 }  // namespace
 
+namespace {
+
+struct MemoryDecision {
+  std::vector<int64_t> cuts;
+  std::vector<nn::MemoryPolicy> policy;
+  Prediction prediction;
+  bool fits = true;
+};
+
+// The config's policies on `cuts`: memory.policy = "auto" by the cost model, else as written.
+MemoryDecision policies_on(const RunPlan& plan, const MemoryModel& model, std::vector<int64_t> cuts) {
+  if (plan.config.memory.policy == PolicyMode::Auto) {
+    PolicyChoice choice = choose_policies(model, cuts);
+    return {std::move(cuts), std::move(choice.policy), std::move(choice.prediction), choice.fits};
+  }
+  std::vector<nn::MemoryPolicy> policy = manual_policies(plan.config, cuts);
+  Prediction prediction = predict(model, cuts, policy);
+  return {std::move(cuts), std::move(policy), std::move(prediction), true};
+}
+
+// Whether every rank of `d` fits the model's budget (always, without one).
+bool fits_budget(const RunPlan& plan, const MemoryModel& model, const MemoryDecision& d) {
+  if (!d.fits) return false;
+  if (model.budget <= 0) return true;
+  for (int64_t r = 0; r < plan.config.parallel.pp; ++r) {
+    double fixed = 0;
+    for (int64_t c = 0; c < plan.config.parallel.chunks; ++c) {
+      const int64_t v = c * plan.config.parallel.pp + r;
+      for (int64_t i = d.cuts[v]; i < d.cuts[v + 1]; ++i) fixed += model.layers[i].fixed_bytes;
+    }
+    if (fixed + d.prediction.stages[r].total() > model.budget) return false;
+  }
+  return true;
+}
+
+// Stage cuts and memory policies (NOTE [Memory cost model]): parallel.pp_cuts, or
+// parallel.partition's cut; under "auto" the fastest of the searched, compute- and
+// memory-balanced cuts whose stages all fit.
+MemoryDecision decide_memory(const RunPlan& plan, const MemoryModel& model) {
+  const auto& p = plan.config.parallel;
+  const auto n = static_cast<int64_t>(plan.chain.size());
+  if (!p.pp_cuts.empty()) return policies_on(plan, model, pipeline::explicit_cuts(p.pp_cuts, n, p.pp * p.chunks));
+  if (p.partition == Partition::Memory) return policies_on(plan, model, memory_cuts(model));
+  if (p.partition == Partition::Compute) {
+    if (plan.profiled) return policies_on(plan, model, compute_cuts(model));
+    std::vector<double> flops;  // without a profile: the FLOPs, exactly as they are
+    for (const LayerPlan& layer : plan.chain)
+      flops.push_back(layer.cost.forward_flops + layer.cost.backward_input_flops + layer.cost.backward_weight_flops);
+    return policies_on(plan, model, pipeline::balanced_cuts(flops, p.pp * p.chunks));
+  }
+  std::vector<MemoryDecision> tried;
+  for (auto cuts : {auto_cuts(model), compute_cuts(model), memory_cuts(model)})
+    tried.push_back(policies_on(plan, model, std::move(cuts)));
+  const MemoryDecision* best = nullptr;
+  for (const MemoryDecision& d : tried)
+    if (fits_budget(plan, model, d) && (!best || d.prediction.step_s < best->prediction.step_s)) best = &d;
+  return best ? *best : tried.back();  // none fits: the memory cut, whose needs the refusal names
+}
+
+// Nothing fits even with every layer recomputed or swapped: each stage's least need, before any
+// rank allocates.
+void refuse_unfit(const RunPlan& plan) {
+  std::string needs;
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    const MemoryEstimate& m = plan.stages[s].memory;
+    needs += fmt::format("{}stage {} needs {} ({} weights+grads+moments, {} activations, {} transient)",
+                         s == 0 ? "" : "; ", s, format_bytes(m.total()), format_bytes(m.weights + m.sparse),
+                         format_bytes(m.activations), format_bytes(m.transient));
+  }
+  throw InputError(fmt::format(
+      "memory.budget = {} is too small for any memory policy (stages are fitted into {:.0f}% of it, {}): at least, "
+      "{}; hint: raise memory.budget, lower train.micro_batch, or use more pipeline stages (parallel.pp)",
+      format_bytes(static_cast<double>(plan.config.budget_bytes())), kPlannedBudgetShare * 100,
+      format_bytes(kPlannedBudgetShare * static_cast<double>(plan.config.budget_bytes())), needs));
+}
+
+}  // namespace
+
 RunPlan make_plan(const Config& config, int world_size) {
   RunPlan plan{.config = config, .world_size = world_size, .mesh = dist::mesh_shape(config.parallel)};
   const auto& p = config.parallel;
@@ -166,6 +280,8 @@ RunPlan make_plan(const Config& config, int world_size) {
   plan.chain = describe_chain(config, plan.local_tokens);
   // Stages against the chain first: a huge parallel.pp must be refused, not simulated.
   pipeline::check_stage_count(static_cast<int64_t>(plan.chain.size()), p.pp * p.chunks);
+  plan.profiled = !config.memory.profile.empty();
+  plan.copy_bytes_per_s = time_chain(config, plan.chain);
   plan.schedule = schedule::schedule_for(p.schedule, p.pp, config.microbatch_count() / p.dp, p.chunks);
   LOOM_CHECK_INPUT(p.pp == 1 || pipeline::message_tags(plan.schedule) <= pipeline::kMaxTags,
                    "{} micro-batches per data-parallel rank x {} virtual stages need {} message tags, more than "
@@ -173,8 +289,11 @@ RunPlan make_plan(const Config& config, int world_size) {
                    plan.schedule.microbatches, plan.schedule.virtual_stages(), pipeline::message_tags(plan.schedule),
                    pipeline::kMaxTags);
   const std::vector<int64_t> stashed = schedule::simulate(plan.schedule).peak_stashed;  // refuses a bad schedule
-  plan.cuts = stage_cuts(config, plan.chain);
-  decide_policies(plan);
+  const MemoryModel model = memory_model(plan);
+  MemoryDecision decision = decide_memory(plan, model);
+  plan.cuts = decision.cuts;
+  for (size_t i = 0; i < plan.chain.size(); ++i) plan.chain[i].policy = decision.policy[i];
+  plan.predicted_step_s = decision.prediction.step_s;
   for (int64_t rank = 0; rank < p.pp; ++rank) {
     StagePlan stage;
     for (int64_t c = 0; c < p.chunks; ++c) {
@@ -182,10 +301,16 @@ RunPlan make_plan(const Config& config, int world_size) {
       stage.virtual_stages.push_back(v);
       for (int64_t i = plan.cuts[v]; i < plan.cuts[v + 1]; ++i) stage.layers.push_back(i);
     }
-    stage.memory = estimate_stage(plan, stage.layers, stashed[static_cast<size_t>(rank)]);
+    const StagePrediction& predicted = decision.prediction.stages[static_cast<size_t>(rank)];
+    stage.memory = fixed_memory(plan, stage.layers);
+    stage.memory.activations = predicted.activation_bytes;
+    stage.memory.transient = predicted.transient_bytes;
+    stage.memory.host = predicted.host_bytes;
+    stage.memory.stashed = stashed[static_cast<size_t>(rank)];
     stage.comm_bytes = comm_volume(plan, rank, stage.layers);
     plan.stages.push_back(std::move(stage));
   }
+  if (config.memory.policy == PolicyMode::Auto && !fits_budget(plan, model, decision)) refuse_unfit(plan);
   // Last: the layout's own errors (stages, schedule) say more than a rank count that does not fit.
   dist::check_mesh_shape(plan.mesh, world_size);
   return plan;

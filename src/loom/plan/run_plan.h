@@ -22,6 +22,7 @@
 #include "loom/dist/mesh.h"
 #include "loom/nn/layer.h"
 #include "loom/nn/memory_policy.h"
+#include "loom/plan/memory_model.h"
 #include "loom/schedule/schedule.h"
 
 namespace loom::plan {
@@ -35,6 +36,8 @@ struct ParamInfo {
 struct LayerPlan {
   std::string name;
   nn::Cost cost;  // one micro-batch on one rank
+  // Seconds of one micro-batch on one rank: from memory.profile, or the FLOPs at kNominalFlops.
+  double forward_s = 0, backward_input_s = 0, backward_weight_s = 0;
   std::vector<ParamInfo> params;
   nn::MemoryPolicy policy = nn::MemoryPolicy::Keep;
 };
@@ -50,6 +53,8 @@ struct MemoryEstimate {
   // and moments over the replicas, and its sparse rows), held while the save is written.
   double checkpoint = 0;
   int64_t stashed = 1;  // micro-batches held at once (the schedule's peak)
+  // The swap tier's peak (host memory; not in the budget, not in total()).
+  double host = 0;
   double total() const { return weights + activations + sparse + transient + checkpoint; }
 };
 
@@ -73,12 +78,25 @@ struct RunPlan {
   schedule::Schedule schedule;
   std::vector<StagePlan> stages;                 // per pipeline rank
   int64_t local_tokens = 0;                      // tokens of each sequence a rank's layers see
+  double predicted_step_s = 0;                   // the pipeline's simulated step (NOTE [Memory cost model])
+  double copy_bytes_per_s = 0;                   // the swap tier's bandwidth the plan assumed
+  bool profiled = false;                         // times from memory.profile (else analytic)
 
   dist::MeshCoords coords(int rank) const { return dist::mesh_coords(mesh, rank); }
   const StagePlan& stage_of(int rank) const { return stages[static_cast<size_t>(coords(rank).pp)]; }
   std::string describe() const;  // the text `loom config --print --ranks N` prints
   nlohmann::json to_json() const;
 };
+
+// Without a profile, a layer's seconds are its FLOPs at this rate and the swap tier copies at
+// kNominalCopyBytesPerS: one core of a current server CPU (docs/memory.md). Only their ratios
+// steer the choices; `loom profile` measures both.
+inline constexpr double kNominalFlops = 1e11;
+inline constexpr double kNominalCopyBytesPerS = 5e9;
+// memory.policy = "auto" and parallel.partition = "auto" fit each stage's estimate into this share
+// of memory.budget: the rest is for what the estimate leaves out (allocator rounding, the
+// optimizer's temporaries; measured within 15% of the estimate, tests/dist/test_run_plan.cpp).
+inline constexpr double kPlannedBudgetShare = 0.9;
 
 // Throws InputError (naming the keys) for a config that passed models::validate_config but whose
 // layout cannot run on `world_size` ranks: stages against the chain, the schedule, message tags,

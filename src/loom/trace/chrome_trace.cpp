@@ -16,6 +16,9 @@ TraceFile::TraceFile(const std::string& path, int ranks) : out_(path) {
                                        {"args", {{"name", fmt::format("rank {}", r)}}}}.dump());
     head += ",\n" + nlohmann::json{{"name", "process_sort_index"}, {"ph", "M"}, {"pid", r},
                                    {"args", {{"sort_index", r}}}}.dump();
+    for (auto [track, name] : {std::pair{kComputeTrack, "compute"}, std::pair{kSwapTrack, "swap copies"}})
+      head += ",\n" + nlohmann::json{{"name", "thread_name"}, {"ph", "M"}, {"pid", r}, {"tid", track},
+                                     {"args", {{"name", name}}}}.dump();
   }
   out_.write(head);
   out_.flush();

@@ -20,6 +20,11 @@
 
 namespace loom::trace {
 
+// The tracks of a rank: its compute thread's actions and messages, and the swap tier's copies
+// (NOTE [Swap tier]), which run beside them.
+inline constexpr int kComputeTrack = 0;
+inline constexpr int kSwapTrack = 1;
+
 // Rank 0's trace file: "[", one metadata pair per rank track, then the events as they arrive.
 class TraceFile {
  public:

@@ -23,6 +23,7 @@ struct StepRecord {
   double loss = 0, lr = 0, grad_norm = 0;
   double tokens_per_s = 0, step_ms = 0, mfu = 0;  // tokens_per_s: the model kind's items per second
   int64_t peak_bytes = 0;                       // largest over ranks
+  int64_t host_peak_bytes = 0;                  // the swap tier's (memory.swap, NOTE [Swap tier]), largest over ranks
   double bubble_fraction = 0;                   // pp > 1: 1 - compute time / pipeline time, mean over ranks
   double predicted_bubble_fraction = 0;         // pp > 1: the simulator's, for the measured action times
   std::vector<int64_t> peak_bytes_by_stage;     // pp > 1: each pipeline stage's peak (this dp/tp slice)

@@ -261,7 +261,8 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
     optimizer_->layer_done(layer);
   };
   if (trace_) hooks.trace = [&](const std::string& name, const char* category, auto begin, auto end) {
-    trace_->add(name, category, begin, end);
+    const bool copy = std::string_view(category) == pipeline::kSwapCategory;
+    trace_->add(name, category, begin, end, copy ? trace::kSwapTrack : trace::kComputeTrack);
   };
   const pipeline::StepResult result = executor_->run_step(hooks);
   // The loss is summed once the gradients are (a blocking collective among the buckets' in-flight
@@ -277,7 +278,7 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
   }, timeline);
   refresh_compute_values();
   r.comm_bytes = comm_stats_.bytes_by_axis();
-  measure_step(r, result, *mesh_, plan_.schedule);
+  measure_step(r, result, *mesh_, plan_.schedule, executor_->host_peak_bytes());
   r.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   return r;
 }

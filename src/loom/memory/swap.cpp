@@ -1,0 +1,155 @@
+#include "loom/memory/swap.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "loom/core/error.h"
+#include "loom/core/units.h"
+#include "loom/memory/accounting_allocator.h"
+
+namespace loom::memory {
+namespace {
+
+// The CPU build's host tier: blocks from the C heap, counted on their own (the accounting
+// allocator counts the budgeted "device" memory), released by the tensor's deleter.
+class HostTier final : public SwapTier {
+ public:
+  at::Tensor host_empty(at::IntArrayRef sizes, at::ScalarType dtype) override {
+    int64_t numel = 1;
+    for (int64_t s : sizes) numel *= s;
+    const auto bytes = static_cast<size_t>(numel) * at::elementSize(dtype);
+    void* data = nullptr;
+    if (posix_memalign(&data, 64, std::max<size_t>(bytes, 1)) != 0)
+      throw OutOfMemory(fmt::format("out of host memory for the swap tier allocating {}",
+                                    format_bytes(static_cast<double>(bytes))));
+    const auto n = static_cast<int64_t>(bytes);
+    const int64_t now = live_.fetch_add(n, std::memory_order_relaxed) + n;
+    int64_t peak = peak_.load(std::memory_order_relaxed);
+    while (now > peak && !peak_.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+    auto release = [this, n](void* p) {
+      std::free(p);
+      live_.fetch_sub(n, std::memory_order_relaxed);
+    };
+    return at::from_blob(data, sizes, release, at::TensorOptions().dtype(dtype));
+  }
+  at::Tensor device_empty(at::IntArrayRef sizes, at::ScalarType dtype) override {
+    return at::empty(sizes, at::TensorOptions().dtype(dtype));
+  }
+  void copy(const at::Tensor& dst, const at::Tensor& src) override {
+    LOOM_CHECK(dst.is_contiguous() && src.is_contiguous() && dst.nbytes() == src.nbytes(),
+               "[swap] a copy of {} bytes into {} bytes", src.nbytes(), dst.nbytes());
+    std::memcpy(dst.data_ptr(), src.data_ptr(), src.nbytes());
+  }
+  int64_t host_live_bytes() const override { return live_.load(std::memory_order_relaxed); }
+  int64_t host_peak_bytes() const override { return peak_.load(std::memory_order_relaxed); }
+  void reset_host_peak() override { peak_.store(host_live_bytes(), std::memory_order_relaxed); }
+
+ private:
+  std::atomic<int64_t> live_{0}, peak_{0};
+};
+
+}  // namespace
+
+std::unique_ptr<SwapTier> make_host_tier() { return std::make_unique<HostTier>(); }
+
+Swapper::Swapper(SwapTier& tier) : tier_(tier), thread_([this] { loop(); }) {}
+
+Swapper::~Swapper() {
+  {
+    std::lock_guard lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+SwapTicket Swapper::swap_out(std::vector<at::Tensor> tensors) {
+  auto job = std::make_shared<SwapJob>();
+  for (at::Tensor& t : tensors) {
+    if (!t.is_contiguous()) t = t.contiguous();
+    job->bytes += static_cast<int64_t>(t.nbytes());
+  }
+  job->device = std::move(tensors);
+  queue({job, true});
+  return job;
+}
+
+void Swapper::swap_in(const SwapTicket& ticket) {
+  {
+    std::lock_guard lock(mutex_);
+    if (ticket->in_queued) return;
+    ticket->in_queued = true;
+  }
+  queue({ticket, false});
+}
+
+std::vector<at::Tensor> Swapper::take(const SwapTicket& ticket) {
+  swap_in(ticket);
+  std::unique_lock lock(mutex_);
+  done_.wait(lock, [&] { return ticket->in_done; });
+  if (ticket->failure) std::rethrow_exception(ticket->failure);
+  return std::move(ticket->device);
+}
+
+void Swapper::drain() {
+  std::unique_lock lock(mutex_);
+  done_.wait(lock, [&] { return tasks_.empty() && !busy_; });
+}
+
+void Swapper::queue(Task task) {
+  {
+    std::lock_guard lock(mutex_);
+    tasks_.push_back(std::move(task));
+  }
+  wake_.notify_all();
+}
+
+void Swapper::loop() {
+  std::unique_lock lock(mutex_);
+  for (;;) {
+    wake_.wait(lock, [&] { return stop_ || !tasks_.empty(); });
+    if (tasks_.empty()) return;  // stopping with nothing left
+    Task task = std::move(tasks_.front());
+    tasks_.pop_front();
+    busy_ = true;
+    lock.unlock();
+    run(task);
+    lock.lock();
+    busy_ = false;
+    (task.out ? task.job->out_done : task.job->in_done) = true;
+    done_.notify_all();
+  }
+}
+
+// One direction of one job, on the copy thread. The job's fields are touched by the caller only
+// before it is queued and after take() saw it done.
+void Swapper::run(Task& task) {
+  SwapJob& job = *task.job;
+  try {
+    if (job.failure) return;  // the copy out failed: nothing to bring back
+    if (task.out) {
+      job.out_start = Clock::now();
+      for (const at::Tensor& t : job.device) {
+        job.host.push_back(tier_.host_empty(t.sizes(), t.scalar_type()));
+        tier_.copy(job.host.back(), t);
+      }
+      job.device.clear();  // releases the budgeted memory, unless the caller still holds it
+      job.out_end = Clock::now();
+    } else {
+      job.in_start = Clock::now();
+      for (const at::Tensor& h : job.host) {
+        job.device.push_back(tier_.device_empty(h.sizes(), h.scalar_type()));
+        tier_.copy(job.device.back(), h);
+      }
+      job.host.clear();
+      job.in_end = Clock::now();
+    }
+  } catch (...) {
+    job.failure = std::current_exception();
+  }
+}
+
+}  // namespace loom::memory

@@ -1,0 +1,344 @@
+#include "loom/plan/memory_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <tuple>
+
+#include "loom/pipeline/partition.h"
+#include "loom/schedule/simulator.h"
+
+namespace loom::plan {
+namespace {
+
+using nn::MemoryPolicy;
+using schedule::Op;
+
+// What one virtual stage's layers hold for one micro-batch, by policy.
+struct StageBytes {
+  double kept = 0;        // saved state of the layers that keep it
+  double inputs = 0;      // inputs of the layers that recompute
+  double recomputed = 0;  // their saved state once rebuilt (at an R)
+  double swapped = 0;     // saved state of the layers that swap
+  double transient = 0;   // the busiest layer's moment beyond the replay
+};
+
+StageBytes stage_bytes(const MemoryModel& m, const std::vector<int64_t>& cuts, const std::vector<MemoryPolicy>& policy,
+                       int64_t v) {
+  StageBytes out;
+  for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) {
+    const LayerCosts& l = m.layers[i];
+    const MemoryPolicy p = policy[i];
+    if (p == MemoryPolicy::Keep) out.kept += l.saved_bytes;
+    if (p == MemoryPolicy::Swap) out.swapped += l.saved_bytes;
+    if (p == MemoryPolicy::Recompute) out.inputs += l.input_bytes, out.recomputed += l.saved_bytes;
+    out.transient = std::max(out.transient, (p == MemoryPolicy::Recompute ? l.saved_bytes : 0) + l.workspace_bytes);
+  }
+  return out;
+}
+
+schedule::Costs stage_costs(const MemoryModel& m, const std::vector<int64_t>& cuts,
+                            const std::vector<MemoryPolicy>& policy, const std::vector<double>& exposed) {
+  schedule::Costs costs;
+  for (size_t v = 0; v + 1 < cuts.size(); ++v) {
+    schedule::StageCosts c{.f = 0, .b = exposed.empty() ? 0 : exposed[v], .w = 0, .r = 0};
+    for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) {
+      const LayerCosts& l = m.layers[i];
+      c.f += l.forward_s, c.b += l.backward_input_s, c.w += l.backward_weight_s;
+      if (policy[i] == MemoryPolicy::Recompute) c.r += l.forward_s;
+    }
+    costs.stages.push_back(c);
+  }
+  return costs;
+}
+
+// One rank's replay (NOTE [Memory cost model]): activation bytes over time, the copy engine's
+// jobs in the order the executor queues them, and each backward's wait for its copy back.
+struct Replay {
+  std::vector<std::pair<double, double>> events;  // (time, bytes added or freed)
+  std::vector<std::pair<double, double>> host;    // the same for the host tier
+  double engine_free = 0;
+  std::map<std::pair<int64_t, int64_t>, double> out_end, in_end, held;  // by (micro-batch, chunk)
+  std::map<std::pair<int64_t, int64_t>, bool> fetched, rebuilt;
+
+  void add(double t, double bytes) { events.emplace_back(t, bytes); }
+  // The copy back of (mb, chunk), queued at `t`; the engine runs jobs in order.
+  void fetch(std::pair<int64_t, int64_t> key, double t, double bytes, double bw) {
+    if (fetched[key] || bytes <= 0) return;
+    fetched[key] = true;
+    const double start = std::max({t, engine_free, out_end[key]});
+    engine_free = in_end[key] = start + bytes / bw;
+    add(start, bytes);
+    host.emplace_back(engine_free, -bytes);
+  }
+  static double peak(std::vector<std::pair<double, double>> e) {
+    // At one instant, what is added counts before what is freed: the conservative order.
+    std::sort(e.begin(), e.end(), [](const auto& a, const auto& b) {
+      return a.first != b.first ? a.first < b.first : a.second > b.second;
+    });
+    double now = 0, most = 0;
+    for (const auto& [t, bytes] : e) most = std::max(most, now += bytes);
+    return most;
+  }
+};
+
+bool is_backward(Op op) { return op == Op::B || op == Op::BW; }
+
+struct RankReplay {
+  StagePrediction memory;
+  std::map<int64_t, double> exposed;  // per virtual stage: the longest wait of a backward
+};
+
+RankReplay replay_rank(const MemoryModel& m, const schedule::Simulation& sim, int64_t r,
+                       const std::vector<StageBytes>& bytes) {
+  const auto& list = sim.ranks[r];
+  const schedule::Schedule& s = m.schedule;
+  Replay rp;
+  RankReplay out;
+  auto key_of = [](const schedule::TimedAction& t) { return std::pair{t.action.mb, t.action.chunk}; };
+  auto swapped = [&](const schedule::TimedAction& t) { return bytes[s.virtual_stage(r, t.action.chunk)].swapped; };
+  // The executor queues the copy back of the next backward's micro-batch before and after each action.
+  auto prefetch_next = [&](size_t i, double t) {
+    if (i + 1 >= list.size() || !is_backward(list[i + 1].action.op)) return;
+    const auto key = key_of(list[i + 1]);
+    if (rp.out_end.count(key)) rp.fetch(key, t, swapped(list[i + 1]), m.copy_bytes_per_s);
+  };
+  for (size_t i = 0; i < list.size(); ++i) {
+    const schedule::TimedAction& t = list[i];
+    const auto key = key_of(t);
+    const StageBytes& b = bytes[s.virtual_stage(r, t.action.chunk)];
+    prefetch_next(i, t.start);
+    switch (t.action.op) {
+      case Op::F: {
+        const double held = b.kept + b.inputs + b.swapped;
+        rp.add(t.end, held);
+        rp.held[key] = b.kept + b.inputs;
+        if (b.swapped > 0) {
+          const double start = std::max(t.end, rp.engine_free);
+          rp.engine_free = rp.out_end[key] = start + b.swapped / m.copy_bytes_per_s;
+          rp.add(rp.out_end[key], -b.swapped);
+          rp.host.emplace_back(start, b.swapped);
+        }
+        break;
+      }
+      case Op::R:
+      case Op::B:  // a split backward rebuilds the state (unless an R did) and keeps it for its W
+        if (t.action.op == Op::B && rp.rebuilt[key]) break;
+        rp.rebuilt[key] = true;
+        rp.add(t.end, b.recomputed - b.inputs);
+        rp.held[key] += b.recomputed - b.inputs;
+        break;
+      default: break;
+    }
+    if (is_backward(t.action.op)) {
+      rp.held[key] += b.swapped;
+      if (b.swapped > 0) {
+        rp.fetch(key, t.start, b.swapped, m.copy_bytes_per_s);
+        const int64_t v = s.virtual_stage(r, t.action.chunk);
+        out.exposed[v] = std::max(out.exposed[v], std::max(0.0, rp.in_end[key] - t.start));
+      }
+    }
+    if (t.action.op == Op::W || t.action.op == Op::BW) rp.add(t.end, -rp.held[key]);
+    prefetch_next(i, t.end);
+    out.memory.transient_bytes = std::max(out.memory.transient_bytes, b.transient);
+  }
+  out.memory.activation_bytes = Replay::peak(rp.events);
+  out.memory.host_bytes = Replay::peak(rp.host);
+  return out;
+}
+
+}  // namespace
+
+Prediction predict(const MemoryModel& m, const std::vector<int64_t>& cuts, const std::vector<MemoryPolicy>& policy) {
+  const schedule::Schedule& s = m.schedule;
+  std::vector<StageBytes> bytes;
+  for (int64_t v = 0; v < s.virtual_stages(); ++v) bytes.push_back(stage_bytes(m, cuts, policy, v));
+  Prediction out;
+  out.swap_exposed_s.assign(static_cast<size_t>(s.virtual_stages()), 0.0);
+  // Twice: the waits for copies found on the first replay lengthen the backwards of the second.
+  for (int pass = 0; pass < 2; ++pass) {
+    const schedule::Simulation sim = schedule::simulate(s, stage_costs(m, cuts, policy, out.swap_exposed_s));
+    out.step_s = sim.makespan;
+    out.stages.clear();
+    std::vector<double> exposed(out.swap_exposed_s.size(), 0.0);
+    for (int64_t r = 0; r < s.stages; ++r) {
+      RankReplay rr = replay_rank(m, sim, r, bytes);
+      out.stages.push_back(rr.memory);
+      for (const auto& [v, t] : rr.exposed) exposed[v] = t;
+    }
+    if (pass == 1 || std::all_of(exposed.begin(), exposed.end(), [](double t) { return t == 0; })) break;
+    out.swap_exposed_s = exposed;
+  }
+  return out;
+}
+
+namespace {
+
+double fixed_of(const MemoryModel& m, const std::vector<int64_t>& cuts, int64_t rank) {
+  double bytes = 0;
+  for (int64_t c = 0; c < m.schedule.chunks; ++c) {
+    const int64_t v = m.schedule.virtual_stage(rank, c);
+    for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) bytes += m.layers[i].fixed_bytes;
+  }
+  return bytes;
+}
+
+// Bytes each rank needs beyond the budget (<= 0 where it fits).
+std::vector<double> excess(const MemoryModel& m, const std::vector<int64_t>& cuts, const Prediction& p) {
+  std::vector<double> out;
+  for (int64_t r = 0; r < m.schedule.stages; ++r)
+    out.push_back(fixed_of(m, cuts, r) + p.stages[r].total() - m.budget);
+  return out;
+}
+
+int64_t rank_of_layer(const MemoryModel& m, const std::vector<int64_t>& cuts, int64_t layer) {
+  const auto v = std::upper_bound(cuts.begin(), cuts.end(), layer) - cuts.begin() - 1;
+  return v % m.schedule.stages;
+}
+
+}  // namespace
+
+namespace {
+
+// The policies one step of the greedy may try: each layer of a rank that does not fit, moved to
+// swap or recompute alone, and (for peaks that single moves cannot lower, where the held
+// micro-batches all reach their backward) every such layer of the rank moved at once.
+std::vector<std::vector<MemoryPolicy>> candidates(const MemoryModel& m, const std::vector<int64_t>& cuts,
+                                                  const std::vector<MemoryPolicy>& policy,
+                                                  const std::vector<double>& over) {
+  std::vector<std::vector<MemoryPolicy>> out;
+  for (MemoryPolicy to : {MemoryPolicy::Swap, MemoryPolicy::Recompute}) {
+    std::vector<std::vector<MemoryPolicy>> whole(over.size(), policy);
+    for (size_t i = 0; i < m.layers.size(); ++i) {
+      const int64_t r = rank_of_layer(m, cuts, static_cast<int64_t>(i));
+      if (over[r] <= 0 || policy[i] == MemoryPolicy::Recompute || policy[i] == to) continue;
+      out.push_back(policy);
+      out.back()[i] = to;
+      whole[r][i] = to;
+    }
+    for (size_t r = 0; r < over.size(); ++r)
+      if (over[r] > 0 && whole[r] != policy) out.push_back(std::move(whole[r]));
+  }
+  return out;
+}
+
+}  // namespace
+
+PolicyChoice choose_policies(const MemoryModel& m, const std::vector<int64_t>& cuts) {
+  PolicyChoice out{.policy = std::vector<MemoryPolicy>(m.layers.size(), MemoryPolicy::Keep)};
+  out.prediction = predict(m, cuts, out.policy);
+  if (m.budget <= 0) return out;
+  for (;;) {
+    const std::vector<double> over = excess(m, cuts, out.prediction);
+    if (std::all_of(over.begin(), over.end(), [](double b) { return b <= 0; })) return out;
+    // The change with the least added time per byte freed on the ranks that do not fit.
+    double best_score = std::numeric_limits<double>::infinity(), best_freed = 0;
+    std::vector<MemoryPolicy> best;
+    Prediction best_prediction;
+    for (std::vector<MemoryPolicy>& trial : candidates(m, cuts, out.policy, over)) {
+      const Prediction p = predict(m, cuts, trial);
+      const std::vector<double> after = excess(m, cuts, p);
+      double freed = 0;  // bytes the ranks still needed: freeing more than needed earns nothing
+      for (size_t r = 0; r < over.size(); ++r)
+        if (over[r] > 0) freed += over[r] - std::max(after[r], 0.0);
+      if (freed <= 0) continue;
+      const double score = std::max(0.0, p.step_s - out.prediction.step_s) / freed;
+      if (score < best_score || (score == best_score && freed > best_freed))
+        best_score = score, best_freed = freed, best = std::move(trial), best_prediction = p;
+    }
+    if (best.empty()) {  // nothing frees more: the least this cut can need
+      out.fits = false;
+      return out;
+    }
+    out.policy = std::move(best);
+    out.prediction = std::move(best_prediction);
+  }
+}
+
+namespace {
+
+// A slice [j, i) as pipeline rank k, for the cut search: the stash-times-bytes form of the replay
+// (micro-batches held at once from the schedule's unit replay, the copy's window from the slice's
+// own action times), with the slice's best policy by the same greedy rule.
+struct SliceCheck {
+  double time = 0;  // per micro-batch, the policy's extra included
+  bool fits = true;
+};
+
+SliceCheck check_slice(const MemoryModel& m, int64_t stashed, int64_t j, int64_t i) {
+  double fixed = 0, kept = 0, transient = 0, step = 0;
+  struct Option {
+    double extra_s, freed;
+    double transient;
+  };
+  std::vector<Option> options;
+  for (int64_t l = j; l < i; ++l) {
+    const LayerCosts& c = m.layers[l];
+    fixed += c.fixed_bytes, kept += c.saved_bytes, transient = std::max(transient, c.workspace_bytes);
+    step += c.forward_s + c.backward_input_s + c.backward_weight_s;
+  }
+  const auto held = static_cast<double>(stashed);
+  const double window = (held - 1) * step;  // actions between a micro-batch's forward and backward
+  for (int64_t l = j; l < i; ++l) {
+    const LayerCosts& c = m.layers[l];
+    const double copy = 2 * c.saved_bytes / m.copy_bytes_per_s;
+    // Swap keeps about two micro-batches' state (one leaving, one coming back); recompute keeps inputs.
+    options.push_back({std::max(0.0, copy - window), c.saved_bytes * std::max(0.0, held - 2), 0});
+    options.push_back({c.forward_s, (c.saved_bytes - c.input_bytes) * held, c.saved_bytes + c.workspace_bytes});
+  }
+  std::sort(options.begin(), options.end(), [](const Option& a, const Option& b) {
+    return a.extra_s * b.freed < b.extra_s * a.freed;
+  });
+  double need = fixed + held * kept + transient, extra = 0;
+  for (const Option& o : options) {
+    if (need <= m.budget) break;
+    if (o.freed <= 0) continue;
+    need -= o.freed, extra += o.extra_s, transient = std::max(transient, o.transient);
+  }
+  return {step + extra, need <= m.budget};
+}
+
+double time_of(const LayerCosts& c) { return c.forward_s + c.backward_input_s + c.backward_weight_s; }
+
+}  // namespace
+
+std::vector<int64_t> compute_cuts(const MemoryModel& m) {
+  std::vector<double> times;
+  for (const LayerCosts& c : m.layers) times.push_back(time_of(c));
+  return pipeline::balanced_cuts(times, m.schedule.virtual_stages());
+}
+
+std::vector<int64_t> memory_cuts(const MemoryModel& m) {
+  const std::vector<int64_t> held = schedule::simulate(m.schedule).peak_stashed;
+  return pipeline::balanced_cuts(static_cast<int64_t>(m.layers.size()), m.schedule.stages,
+                                 [&](int64_t k, int64_t j, int64_t i) {
+                                   double bytes = 0, transient = 0;
+                                   for (int64_t l = j; l < i; ++l) {
+                                     const LayerCosts& c = m.layers[l];
+                                     bytes += c.fixed_bytes + static_cast<double>(held[k]) * c.saved_bytes;
+                                     transient = std::max(transient, c.workspace_bytes);
+                                   }
+                                   return bytes + transient;
+                                 });
+}
+
+std::vector<int64_t> auto_cuts(const MemoryModel& m) {
+  const std::vector<int64_t> held = schedule::simulate(m.schedule).peak_stashed;
+  const auto n = static_cast<int64_t>(m.layers.size());
+  std::map<std::tuple<int64_t, int64_t, int64_t>, SliceCheck> seen;
+  auto check = [&](int64_t k, int64_t j, int64_t i) -> const SliceCheck& {
+    auto [it, fresh] = seen.try_emplace({k, j, i});
+    if (fresh) it->second = check_slice(m, held[k], j, i);
+    return it->second;
+  };
+  // Cuts whose slices all fit, minimising the slowest slice: the binary search over the
+  // bottleneck time, done exactly by the min-max recursion over feasible slices.
+  std::vector<int64_t> cuts = pipeline::balanced_cuts(n, m.schedule.stages, [&](int64_t k, int64_t j, int64_t i) {
+    const SliceCheck& c = check(k, j, i);
+    return c.fits ? c.time : std::numeric_limits<double>::infinity();
+  });
+  return cuts.empty() ? memory_cuts(m) : cuts;
+}
+
+}  // namespace loom::plan

@@ -1,0 +1,85 @@
+#pragma once
+// NOTE [Memory cost model]
+// Which layers keep, recompute or swap their saved activations, and where the stages are cut, so
+// that every pipeline rank fits memory.budget at the lowest predicted step time (DawnPiper, Peng
+// et al. 2025; the per-layer rule after Capuchin, Peng et al. 2020: swap where the copy hides
+// between a micro-batch's forward and backward, recompute where it cannot, keep the rest).
+//
+// Time: the schedule simulator replays every rank's actions with each virtual stage's summed
+// layer times (from a `loom profile` file, or each layer's FLOPs at a nominal rate); a
+// recomputing layer adds its forward to its stage's backward (or to an R); a swapped layer's
+// copies (out, then back) run on one copy engine per rank, and what of them does not fit between
+// the end of the micro-batch's forward and the start of its backward (the copy back starts one
+// action ahead, as the executor prefetches) is added to that backward.
+// Memory: a rank's activations over time, replayed from the same timed actions: a forward adds
+// what its layers keep (saved state, a recomputing layer's input, a swapped layer's state until
+// its copy out ends); the copy back adds the swapped state again; R adds the recomputed state;
+// the last backward action (W or BW) frees the micro-batch. The peak of that replay is the
+// stage's activation memory: the simulated stash, not micro-batches x bytes.
+//
+// The policy per rank is greedy: while the rank does not fit, take the change (keep -> swap,
+// keep or swap -> recompute) with the least added time per byte it frees. Stage cuts
+// (parallel.partition): "compute" balances the layers' time, "memory" balances each rank's
+// peak with every layer kept, "auto" binary-searches the bottleneck stage time between the two:
+// a cut is feasible for T when every stage fits with its best policy and its time per
+// micro-batch, that policy's extra included, is at most T.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "loom/nn/memory_policy.h"
+#include "loom/schedule/schedule.h"
+
+namespace loom::plan {
+
+// One chain layer on one rank for one micro-batch.
+struct LayerCosts {
+  double forward_s = 0, backward_input_s = 0, backward_weight_s = 0;
+  double saved_bytes = 0;      // kept from forward to backward
+  double input_bytes = 0;      // what a recomputing layer keeps instead: its input
+  double workspace_bytes = 0;  // temporaries at the layer's busiest moment
+  double fixed_bytes = 0;      // what no policy changes: parameters, gradients, moments, table rows
+};
+
+struct MemoryModel {
+  std::vector<LayerCosts> layers;       // the chain
+  schedule::Schedule schedule;          // pp x chunks virtual stages
+  double budget = 0;                    // bytes per rank; 0 = none
+  double copy_bytes_per_s = 5e9;        // the swap tier, each way
+};
+
+struct StagePrediction {
+  double activation_bytes = 0;  // the replay's peak
+  double transient_bytes = 0;   // the busiest layer's moment beyond it
+  double host_bytes = 0;        // the swap tier's peak
+  double total() const { return activation_bytes + transient_bytes; }
+};
+
+struct Prediction {
+  double step_s = 0;  // the pipeline's makespan
+  std::vector<StagePrediction> stages;  // per pipeline rank, without the layers' fixed_bytes
+  std::vector<double> swap_exposed_s;   // per virtual stage: copy time added to each backward
+};
+
+// Time and memory of `cuts` (pp x chunks + 1 boundaries) under `policy` (per chain layer).
+Prediction predict(const MemoryModel& model, const std::vector<int64_t>& cuts,
+                   const std::vector<nn::MemoryPolicy>& policy);
+
+// The cheapest policies under which every rank fits model.budget (all keep when it does or when
+// there is no budget). `fits` reports whether they do; when not, the result is the policy that
+// needs least (every layer recomputed or swapped, whichever frees more).
+struct PolicyChoice {
+  std::vector<nn::MemoryPolicy> policy;
+  Prediction prediction;
+  bool fits = true;
+};
+PolicyChoice choose_policies(const MemoryModel& model, const std::vector<int64_t>& cuts);
+
+// Cuts by the layers' summed times; by peak memory with every layer kept; and the fastest
+// feasible one between them (falls back to the memory cut, which then may not fit). One slice
+// per pipeline rank (chunks = 1) for "memory" and "auto".
+std::vector<int64_t> compute_cuts(const MemoryModel& model);
+std::vector<int64_t> memory_cuts(const MemoryModel& model);
+std::vector<int64_t> auto_cuts(const MemoryModel& model);
+
+}  // namespace loom::plan

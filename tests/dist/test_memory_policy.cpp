@@ -1,0 +1,102 @@
+// Memory policies and memory-aware stage cuts train the same model (float64, relative 1e-9):
+// swapping saved activations to the host tier and back, the cost model's per-layer choice under a
+// budget, and the memory-balanced and searched cuts, under every pipeline schedule, with dp and tp.
+// Moving bytes and recomputing change where activations live, never what is computed.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include "layout_harness.h"
+#include "loom/plan/run_plan.h"
+#include "world.h"
+
+namespace loom::test {
+namespace {
+
+struct MemoryCase {
+  std::string schedule;
+  int dp = 1, tp = 1;  // pp = world / (dp x tp)
+  int64_t chunks = 1;
+  std::string swap = "all", policy = "manual", partition = "compute", recompute = "none";
+  bool budget = false;  // policy "auto": a budget that binds (binding_budget)
+};
+
+// A budget that binds but can be met: the cost model aims halfway between the largest stage's
+// estimate with every layer kept and with every layer recomputed (the budget's planned share).
+int64_t binding_budget(Config c, int ranks) {
+  c.memory = MemoryConfig{};
+  c.parallel.partition = Partition::Compute;
+  auto largest = [&](const Config& config) {
+    double most = 0;
+    for (const plan::StagePlan& s : plan::make_plan(config, ranks).stages) most = std::max(most, s.memory.total());
+    return most;
+  };
+  const double keep = largest(c);
+  c.memory.recompute = Recompute::Full;
+  return static_cast<int64_t>((keep + largest(c)) / 2 / plan::kPlannedBudgetShare);
+}
+
+int64_t policies(const plan::RunPlan& plan, nn::MemoryPolicy which) {
+  int64_t n = 0;
+  for (const plan::LayerPlan& l : plan.chain) n += l.policy == which;
+  return n;
+}
+
+class PipelineMemory : public ::testing::TestWithParam<MemoryCase> {};
+
+TEST_P(PipelineMemory, MatchesTheSerialRunInFloat64) {
+  const MemoryCase mc = GetParam();
+  const int n = world().size();
+  if (n % (mc.dp * mc.tp) != 0 || n / (mc.dp * mc.tp) < 2) GTEST_SKIP() << "needs pp >= 2";
+  Config c = small_gpt(97, /*n_layers=*/4, /*seq_len=*/24, 16, 2);
+  c.parallel.dp = mc.dp, c.parallel.tp = mc.tp, c.parallel.pp = n / (mc.dp * mc.tp);
+  c.parallel.schedule = mc.schedule;
+  c.parallel.chunks = mc.chunks;
+  if (c.parallel.pp * mc.chunks > 2 * c.model.n_layers + 3) GTEST_SKIP() << "more slices than the chain's layers";
+  c.memory.swap = mc.swap, c.memory.policy = mc.policy, c.memory.recompute = mc.recompute;
+  c.memory.recompute_ratio = 0.5;
+  c.parallel.partition = mc.partition;
+  if (mc.budget) c.memory.budget = fmt::format("{}", binding_budget(c, n));
+  TrainedRun layout;
+  {  // the layout's budget ends with its trainer, before the serial run
+    train::Trainer trainer(c, world());
+    const plan::RunPlan& plan = trainer.plan();
+    if (mc.swap == "all") EXPECT_GT(policies(plan, nn::MemoryPolicy::Swap), 0);
+    if (mc.budget)  // the budget binds: the cost model moved or recomputed something
+      EXPECT_LT(policies(plan, nn::MemoryPolicy::Keep), static_cast<int64_t>(plan.chain.size()));
+    layout.records = trainer.run({.peak_flops = 1e9});
+    for (nn::Param* p : trainer.model().params()) {
+      layout.names.push_back(p->name);
+      layout.weights.push_back(trainer.value_of(*p).clone());
+      layout.shards.push_back(p->shard);
+    }
+  }
+  if (mc.swap == "all") EXPECT_GT(layout.records.back().host_peak_bytes, 0);
+  expect_same_training(layout, run_serial(c), 1e-9, 1e-9);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, PipelineMemory,
+    ::testing::Values(
+        // memory.swap = "all" under every schedule, mixed with recomputation, with dp and tp.
+        MemoryCase{"gpipe"}, MemoryCase{"1f1b"}, MemoryCase{"interleaved", 1, 1, 2}, MemoryCase{"zb-h1"},
+        MemoryCase{"scp", 1, 1, 1, "all", "manual", "compute", "stage-aware"},
+        MemoryCase{"1f1b", 2, 1}, MemoryCase{"zb-h1", 1, 2},
+        // The cost model's choice under a budget that binds, on each partition.
+        MemoryCase{"1f1b", 1, 1, 1, "none", "auto", "compute", "none", true},
+        MemoryCase{"gpipe", 1, 1, 1, "none", "auto", "auto", "none", true},
+        MemoryCase{"zb-h1", 1, 1, 1, "none", "auto", "memory", "none", true},
+        MemoryCase{"scp", 1, 1, 1, "none", "auto", "auto", "none", true},
+        MemoryCase{"interleaved", 1, 1, 2, "none", "auto", "compute", "none", true},
+        MemoryCase{"1f1b", 2, 1, 1, "none", "auto", "auto", "none", true},
+        MemoryCase{"1f1b", 1, 2, 1, "none", "auto", "memory", "none", true},
+        MemoryCase{"1f1b", 1, 1, 1, "none", "manual", "memory"}),
+    [](const auto& info) {
+      const MemoryCase& m = info.param;
+      std::string name = fmt::format("{}_dp{}_tp{}_chunks{}_swap{}_{}_{}_{}", m.schedule, m.dp, m.tp, m.chunks, m.swap,
+                                     m.policy, m.partition, m.recompute);
+      std::erase(name, '-');
+      return name;
+    });
+
+}  // namespace
+}  // namespace loom::test
