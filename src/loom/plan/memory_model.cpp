@@ -5,6 +5,7 @@
 #include <limits>
 #include <map>
 #include <tuple>
+#include <utility>
 
 #include "loom/pipeline/partition.h"
 #include "loom/schedule/simulator.h"
@@ -260,43 +261,67 @@ namespace {
 
 // A slice [j, i) as pipeline rank k, for the cut search: the stash-times-bytes form of the replay
 // (micro-batches held at once from the schedule's unit replay, the copy's window from the slice's
-// own action times), with the slice's best policy by the same greedy rule.
+// own action times), each layer kept, swapped (about two micro-batches' state stays: one leaving,
+// one coming back) or recomputed (its input stays; its state returns as a temporary), chosen by
+// the same least-time-per-byte rule. auto_cuts checks the cut it finds with the replay.
 struct SliceCheck {
   double time = 0;  // per micro-batch, the policy's extra included
   bool fits = true;
 };
 
-SliceCheck check_slice(const MemoryModel& m, int64_t stashed, int64_t j, int64_t i) {
-  double fixed = 0, kept = 0, transient = 0, step = 0;
-  struct Option {
-    double extra_s, freed;
-    double transient;
-  };
-  std::vector<Option> options;
-  for (int64_t l = j; l < i; ++l) {
-    const LayerCosts& c = m.layers[l];
-    fixed += c.fixed_bytes, kept += c.saved_bytes, transient = std::max(transient, c.workspace_bytes);
-    step += c.forward_s + c.backward_input_s + c.backward_weight_s;
-  }
+struct SliceLayer {
+  double held_keep, held_swap, held_recompute;  // bytes the layer holds under each choice
+  double extra_swap, extra_recompute;           // seconds each adds per micro-batch
+  double temporary_recompute;                   // its rebuilt state and temporaries
+};
+
+SliceCheck check_slice(const MemoryModel& m, int64_t stashed, int64_t j, int64_t i, double budget) {
   const auto held = static_cast<double>(stashed);
+  double fixed = 0, step = 0, workspace = 0;
+  for (int64_t l = j; l < i; ++l) {
+    fixed += m.layers[l].fixed_bytes, workspace = std::max(workspace, m.layers[l].workspace_bytes);
+    step += m.layers[l].forward_s + m.layers[l].backward_input_s + m.layers[l].backward_weight_s;
+  }
   const double window = (held - 1) * step;  // actions between a micro-batch's forward and backward
+  std::vector<SliceLayer> layers;
   for (int64_t l = j; l < i; ++l) {
     const LayerCosts& c = m.layers[l];
-    const double copy = 2 * c.saved_bytes / m.copy_bytes_per_s;
-    // Swap keeps about two micro-batches' state (one leaving, one coming back); recompute keeps inputs.
-    options.push_back({std::max(0.0, copy - window), c.saved_bytes * std::max(0.0, held - 2), 0});
-    options.push_back({c.forward_s, (c.saved_bytes - c.input_bytes) * held, c.saved_bytes + c.workspace_bytes});
+    layers.push_back({c.saved_bytes * held, c.saved_bytes * std::min(held, 2.0), c.input_bytes * held,
+                      std::max(0.0, 2 * c.saved_bytes / m.copy_bytes_per_s - window), c.forward_s,
+                      c.saved_bytes + c.workspace_bytes});
   }
-  std::sort(options.begin(), options.end(), [](const Option& a, const Option& b) {
-    return a.extra_s * b.freed < b.extra_s * a.freed;
-  });
-  double need = fixed + held * kept + transient, extra = 0;
-  for (const Option& o : options) {
-    if (need <= m.budget) break;
-    if (o.freed <= 0) continue;
-    need -= o.freed, extra += o.extra_s, transient = std::max(transient, o.transient);
+  std::vector<int> choice(layers.size(), 0);  // 0 keep, 1 swap, 2 recompute
+  auto need = [&] {
+    double bytes = fixed, temporary = workspace;
+    for (size_t l = 0; l < layers.size(); ++l) {
+      const SliceLayer& s = layers[l];
+      bytes += choice[l] == 0 ? s.held_keep : choice[l] == 1 ? s.held_swap : s.held_recompute;
+      if (choice[l] == 2) temporary = std::max(temporary, s.temporary_recompute);
+    }
+    return bytes + temporary;
+  };
+  double extra = 0;
+  for (double now = need(); now > budget;) {  // the move with the least time per byte, each layer once more
+    double best_score = std::numeric_limits<double>::infinity();
+    size_t best_layer = 0;
+    int best_to = 0;
+    for (size_t l = 0; l < layers.size(); ++l)
+      for (int to = choice[l] + 1; to <= 2; ++to) {
+        const int was = std::exchange(choice[l], to);
+        const double freed = now - need();
+        choice[l] = was;
+        const double cost = (to == 1 ? layers[l].extra_swap : layers[l].extra_recompute) -
+                            (was == 1 ? layers[l].extra_swap : 0);
+        if (freed > 0 && std::max(0.0, cost) / freed < best_score)
+          best_score = std::max(0.0, cost) / freed, best_layer = l, best_to = to;
+      }
+    if (best_score == std::numeric_limits<double>::infinity()) return {step + extra, false};
+    extra += (best_to == 1 ? layers[best_layer].extra_swap : layers[best_layer].extra_recompute) -
+             (choice[best_layer] == 1 ? layers[best_layer].extra_swap : 0);
+    choice[best_layer] = best_to;
+    now = need();
   }
-  return {step + extra, need <= m.budget};
+  return {step + extra, true};
 }
 
 double time_of(const LayerCosts& c) { return c.forward_s + c.backward_input_s + c.backward_weight_s; }
@@ -323,22 +348,75 @@ std::vector<int64_t> memory_cuts(const MemoryModel& m) {
                                  });
 }
 
+namespace {
+
+// Bytes the ranks need beyond the budget under their best policies (0 when the cut fits).
+double shortfall(const MemoryModel& m, const std::vector<int64_t>& cuts) {
+  const PolicyChoice choice = choose_policies(m, cuts);
+  double bytes = 0;
+  for (double over : excess(m, cuts, choice.prediction)) bytes += std::max(over, 0.0);
+  return choice.fits ? 0.0 : std::max(bytes, 1.0);
+}
+
+// Where the slice form misjudges: from `cuts`, move boundaries by one layer at a time while that
+// lowers the shortfall the replay finds, until the cut fits or no move helps.
+std::vector<int64_t> fitting_neighbour(const MemoryModel& m, std::vector<int64_t> cuts) {
+  double now = shortfall(m, cuts);
+  while (now > 0) {
+    std::vector<int64_t> best;
+    double best_short = now;
+    // A run of neighbouring boundaries moved together: one layer passed along several stages.
+    for (size_t first = 1; first + 1 < cuts.size(); ++first)
+      for (size_t last = first; last + 1 < cuts.size(); ++last)
+        for (int64_t step : {-1, 1}) {
+          std::vector<int64_t> trial = cuts;
+          for (size_t b = first; b <= last; ++b) trial[b] += step;
+          if (trial[first] <= trial[first - 1] || trial[last] >= trial[last + 1]) continue;
+          const double s = shortfall(m, trial);
+          if (s < best_short) best_short = s, best = std::move(trial);
+        }
+    if (best.empty()) break;
+    cuts = std::move(best), now = best_short;
+  }
+  return cuts;
+}
+
+}  // namespace
+
 std::vector<int64_t> auto_cuts(const MemoryModel& m) {
   const std::vector<int64_t> held = schedule::simulate(m.schedule).peak_stashed;
   const auto n = static_cast<int64_t>(m.layers.size());
-  std::map<std::tuple<int64_t, int64_t, int64_t>, SliceCheck> seen;
-  auto check = [&](int64_t k, int64_t j, int64_t i) -> const SliceCheck& {
-    auto [it, fresh] = seen.try_emplace({k, j, i});
-    if (fresh) it->second = check_slice(m, held[k], j, i);
-    return it->second;
-  };
-  // Cuts whose slices all fit, minimising the slowest slice: the binary search over the
-  // bottleneck time, done exactly by the min-max recursion over feasible slices.
-  std::vector<int64_t> cuts = pipeline::balanced_cuts(n, m.schedule.stages, [&](int64_t k, int64_t j, int64_t i) {
-    const SliceCheck& c = check(k, j, i);
-    return c.fits ? c.time : std::numeric_limits<double>::infinity();
-  });
-  return cuts.empty() ? memory_cuts(m) : cuts;
+  const int64_t stages = m.schedule.stages;
+  // Bytes the slice form under-counts at each rank, learnt from the replay of the cuts it chose.
+  std::vector<double> slack(static_cast<size_t>(stages), 0.0);
+  std::vector<std::vector<int64_t>> starts{memory_cuts(m), compute_cuts(m)};
+  for (int round = 0; round < 8; ++round) {
+    std::map<std::tuple<int64_t, int64_t, int64_t>, SliceCheck> seen;
+    // Cuts whose slices all fit, minimising the slowest slice: the binary search over the
+    // bottleneck time, done exactly by the min-max recursion over the slices that fit.
+    const std::vector<int64_t> cuts = pipeline::balanced_cuts(n, stages, [&](int64_t k, int64_t j, int64_t i) {
+      auto [it, fresh] = seen.try_emplace({k, j, i});
+      if (fresh) it->second = check_slice(m, held[k], j, i, m.budget - slack[k]);
+      return it->second.fits ? it->second.time : std::numeric_limits<double>::infinity();
+    });
+    if (cuts.empty()) break;
+    if (round == 0) starts.push_back(cuts);
+    const PolicyChoice choice = choose_policies(m, cuts);
+    const std::vector<double> over = excess(m, cuts, choice.prediction);
+    if (choice.fits) return cuts;
+    for (int64_t k = 0; k < stages; ++k)
+      if (over[k] > 0) slack[k] += std::max(over[k], 0.01 * m.budget);
+  }
+  // The slice form misjudged: search near the memory-balanced, compute-balanced and first cuts.
+  std::vector<int64_t> best;
+  double least = std::numeric_limits<double>::infinity();
+  for (const std::vector<int64_t>& start : starts) {
+    std::vector<int64_t> cuts = fitting_neighbour(m, start);
+    const double s = shortfall(m, cuts);
+    if (s == 0) return cuts;
+    if (s < least) least = s, best = std::move(cuts);
+  }
+  return best;
 }
 
 }  // namespace loom::plan
