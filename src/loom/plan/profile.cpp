@@ -20,7 +20,7 @@ constexpr const char* kHint = "hint: measure this machine again with `loom profi
 
 bool identity_key(const std::string& key) {
   return key.starts_with("model.") || key == "train.micro_batch" || key == "parallel.tp" || key == "parallel.sp" ||
-         key == "parallel.tp_sequence";
+         key == "parallel.tp_sequence" || key == "parallel.tp_overlap" || key == "parallel.sp_mode";
 }
 
 // A measured duration or rate: positive and finite (a zero would divide, a negative is a broken file).

@@ -51,7 +51,8 @@ struct Profile {
 };
 
 // The config keys that shape one layer's measured cost, with their values as the config holds
-// them: every model.* key, train.micro_batch, parallel.tp, parallel.sp, parallel.tp_sequence;
+// them: every model.* key, train.micro_batch, parallel.tp, parallel.sp, parallel.tp_sequence,
+// parallel.tp_overlap, parallel.sp_mode (the last two change how a layer's collectives run);
 // sorted by key.
 std::vector<std::pair<std::string, std::string>> profile_identity(const Config& config);
 
