@@ -4,9 +4,15 @@
 // Moving bytes and recomputing change where activations live, never what is computed.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <fstream>
+#include <set>
 
 #include "layout_harness.h"
 #include "loom/plan/run_plan.h"
+#include "loom/trace/chrome_trace.h"
 #include "world.h"
 
 namespace loom::test {
@@ -97,6 +103,44 @@ INSTANTIATE_TEST_SUITE_P(
       std::erase(name, '-');
       return name;
     });
+
+// --trace: each swapped layer's copy out and copy back appear on the rank's own "swap copies"
+// track, one pair per layer and micro-batch.
+TEST(PipelineMemoryTrace, SwapCopiesOnTheirOwnTrack) {
+  const int n = world().size();
+  if (n < 2) GTEST_SKIP();
+  Config c = small_gpt(97, /*n_layers=*/2, /*seq_len=*/24, 8, 2);
+  c.parallel.pp = n;
+  c.train.steps = 1;
+  c.memory.swap = Swap::All;
+  const std::string path = fmt::format("{}/loom_swap_trace_{}.json", ::testing::TempDir(), n);
+  { train::Trainer(c, world()).run({.trace_path = path, .peak_flops = 1e9}); }
+  if (world().rank() != 0) return;
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good());
+  const auto trace = nlohmann::json::parse(in);
+  std::set<std::pair<int, int>> named;  // (pid, tid) named "swap copies"
+  std::map<int, int> outs, ins;         // pid -> copies
+  for (const auto& e : trace) {
+    if (e.value("name", "") == "thread_name" && e["args"]["name"] == "swap copies")
+      named.insert({e["pid"].get<int>(), e["tid"].get<int>()});
+    if (e.value("cat", "") != "swap") continue;
+    EXPECT_EQ(e["tid"].get<int>(), trace::kSwapTrack);
+    const std::string name = e["name"];
+    (name.starts_with("out ") ? outs : ins)[e["pid"].get<int>()] += 1;
+  }
+  const int microbatches = 4, layers = 2 * 2 + 3;  // every chain layer swaps, on some rank
+  int total_out = 0, total_in = 0;
+  for (auto [pid, count] : outs) {
+    total_out += count;
+    EXPECT_EQ(count, ins[pid]) << "rank " << pid;
+  }
+  for (auto [pid, count] : ins) total_in += count;
+  EXPECT_EQ(total_out, layers * microbatches);
+  EXPECT_EQ(total_in, layers * microbatches);
+  EXPECT_EQ(static_cast<int>(named.size()), n);
+  std::remove(path.c_str());
+}
 
 }  // namespace
 }  // namespace loom::test

@@ -1,8 +1,10 @@
-// The accounting allocator counts every libtorch CPU allocation and enforces the budget.
+// The accounting allocator counts every libtorch CPU allocation and enforces the budget; the swap
+// tier moves tensors out of the budgeted memory and back, bit for bit (NOTE [Swap tier]).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include "loom/memory/accounting_allocator.h"
+#include "loom/memory/swap.h"
 
 namespace loom::memory {
 namespace {
@@ -37,6 +39,42 @@ TEST(AccountingAllocator, BudgetTurnsAnOverBudgetAllocationIntoAClearError) {
   }
   set_budget(0);
   EXPECT_EQ(live_bytes() - base, 1 << 19) << "a refused allocation must not count";
+}
+
+TEST(Swapper, MovesTensorsOutOfTheBudgetAndBackBitForBit) {
+  install_accounting_allocator();
+  auto tier = make_host_tier();
+  Swapper swapper(*tier);
+  const at::Tensor a = at::randn({256, 64}, at::kDouble), b = at::arange(1000, at::kLong);
+  const at::Tensor strided = at::randn({64, 32}, at::kFloat).t();  // not contiguous: copied as such
+  const at::Tensor a_copy = a.clone(), b_copy = b.clone(), strided_copy = strided.clone();
+  const int64_t base = live_bytes();
+  SwapTicket ticket = swapper.swap_out({a.clone(), b.clone(), strided.clone()});
+  swapper.drain();
+  EXPECT_EQ(live_bytes(), base) << "the budgeted copies are released once on the host tier";
+  const int64_t on_host = 256 * 64 * 8 + 1000 * 8 + 64 * 32 * 4;
+  EXPECT_EQ(tier->host_live_bytes(), on_host);
+  const std::vector<at::Tensor> back = swapper.take(ticket);
+  ASSERT_EQ(back.size(), 3u);
+  EXPECT_TRUE(at::equal(back[0], a_copy));
+  EXPECT_TRUE(at::equal(back[1], b_copy));
+  EXPECT_TRUE(at::equal(back[2], strided_copy));
+  EXPECT_EQ(back[2].sizes(), strided_copy.sizes());
+  EXPECT_EQ(tier->host_live_bytes(), 0) << "the host copies are freed once brought back";
+  EXPECT_EQ(tier->host_peak_bytes(), on_host);
+  EXPECT_EQ(live_bytes() - base, on_host);
+}
+
+TEST(Swapper, ACopyBackOverBudgetIsRethrownByTake) {
+  install_accounting_allocator();
+  auto tier = make_host_tier();
+  Swapper swapper(*tier);
+  SwapTicket ticket = swapper.swap_out({at::zeros({1 << 18}, at::kFloat)});  // 1 MiB
+  swapper.drain();
+  set_budget(live_bytes() + (1 << 10));  // no room for the copy back
+  swapper.swap_in(ticket);
+  EXPECT_THROW(swapper.take(ticket), BudgetExceeded);
+  set_budget(0);
 }
 
 }  // namespace
