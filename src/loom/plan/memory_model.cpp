@@ -73,6 +73,31 @@ struct Replay {
     add(start, bytes);
     host.emplace_back(engine_free, -bytes);
   }
+  // A forward ended at `t`: its state is held; a swapped part leaves once the engine copied it.
+  void forward(std::pair<int64_t, int64_t> key, double t, const StageBytes& b, double bw) {
+    add(t, b.kept + b.inputs + b.swapped);
+    held[key] = b.kept + b.inputs;
+    if (b.swapped <= 0) return;
+    const double start = std::max(t, engine_free);
+    engine_free = out_end[key] = start + b.swapped / bw;
+    add(out_end[key], -b.swapped);
+    host.emplace_back(start, b.swapped);
+  }
+  // An R, or a split B that recomputes without one, ended at `t`: the rebuilt state is held
+  // until the W (and the inputs it was rebuilt from are released).
+  void rebuild(std::pair<int64_t, int64_t> key, double t, const StageBytes& b) {
+    if (std::exchange(rebuilt[key], true)) return;
+    add(t, b.recomputed - b.inputs);
+    held[key] += b.recomputed - b.inputs;
+  }
+  // A backward starts at `t`: the swapped state comes back (fetched now if not ahead); returns
+  // how long the backward waits for it.
+  double backward(std::pair<int64_t, int64_t> key, double t, const StageBytes& b, double bw) {
+    held[key] += b.swapped;
+    if (b.swapped <= 0) return 0;
+    fetch(key, t, b.swapped, bw);
+    return std::max(0.0, in_end[key] - t);
+  }
   static double peak(std::vector<std::pair<double, double>> e) {
     // At one instant, what is added counts before what is freed: the conservative order.
     std::sort(e.begin(), e.end(), [](const auto& a, const auto& b) {
@@ -110,35 +135,12 @@ RankReplay replay_rank(const MemoryModel& m, const schedule::Simulation& sim, in
     const auto key = key_of(t);
     const StageBytes& b = bytes[s.virtual_stage(r, t.action.chunk)];
     prefetch_next(i, t.start);
-    switch (t.action.op) {
-      case Op::F: {
-        const double held = b.kept + b.inputs + b.swapped;
-        rp.add(t.end, held);
-        rp.held[key] = b.kept + b.inputs;
-        if (b.swapped > 0) {
-          const double start = std::max(t.end, rp.engine_free);
-          rp.engine_free = rp.out_end[key] = start + b.swapped / m.copy_bytes_per_s;
-          rp.add(rp.out_end[key], -b.swapped);
-          rp.host.emplace_back(start, b.swapped);
-        }
-        break;
-      }
-      case Op::R:
-      case Op::B:  // a split backward rebuilds the state (unless an R did) and keeps it for its W
-        if (t.action.op == Op::B && rp.rebuilt[key]) break;
-        rp.rebuilt[key] = true;
-        rp.add(t.end, b.recomputed - b.inputs);
-        rp.held[key] += b.recomputed - b.inputs;
-        break;
-      default: break;
-    }
+    const double bw = m.copy_bytes_per_s;
+    if (t.action.op == Op::F) rp.forward(key, t.end, b, bw);
+    if (t.action.op == Op::R || t.action.op == Op::B) rp.rebuild(key, t.end, b);
     if (is_backward(t.action.op)) {
-      rp.held[key] += b.swapped;
-      if (b.swapped > 0) {
-        rp.fetch(key, t.start, b.swapped, m.copy_bytes_per_s);
-        const int64_t v = s.virtual_stage(r, t.action.chunk);
-        out.exposed[v] = std::max(out.exposed[v], std::max(0.0, rp.in_end[key] - t.start));
-      }
+      const int64_t v = s.virtual_stage(r, t.action.chunk);
+      out.exposed[v] = std::max(out.exposed[v], rp.backward(key, t.start, b, bw));
     }
     if (t.action.op == Op::W || t.action.op == Op::BW) rp.add(t.end, -rp.held[key]);
     prefetch_next(i, t.end);
