@@ -94,6 +94,11 @@ std::vector<at::Tensor> Swapper::take(const SwapTicket& ticket) {
   return std::move(ticket->device);
 }
 
+void Swapper::wait_out(const SwapTicket& ticket) {
+  std::unique_lock lock(mutex_);
+  done_.wait(lock, [&] { return ticket->out_done; });
+}
+
 void Swapper::drain() {
   std::unique_lock lock(mutex_);
   done_.wait(lock, [&] { return tasks_.empty() && !busy_; });

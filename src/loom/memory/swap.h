@@ -71,6 +71,8 @@ class Swapper {
   // Waits for the copy back (queueing it if it was not) and returns the device tensors, in the
   // order given to swap_out. Rethrows a failure of either copy.
   std::vector<at::Tensor> take(const SwapTicket& ticket);
+  // Waits until the copy out of `ticket` (and so of every job queued before it) has ended.
+  void wait_out(const SwapTicket& ticket);
   // Waits until every queued job has run (the step's end).
   void drain();
   SwapTier& tier() { return tier_; }

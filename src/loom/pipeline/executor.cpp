@@ -280,6 +280,9 @@ void PipelineExecutor::forward(Step& step, const schedule::Action& a, Flight& f,
   f.swapped.resize(n);
   f.slots.resize(n);
   at::Tensor x = v == 0 ? f.mb.tokens : std::move(f.input);
+  // At most one micro-batch's swapped state is on its way out at once: what the cost model
+  // counts (a copy slower than the compute waits here rather than piling up in memory).
+  if (last_out_) swapper_->wait_out(std::exchange(last_out_, nullptr));
   for (size_t l = 0; l < n; ++l) {
     const bool input_only = memory_of(chunk, l).after_forward == AfterForward::KeepInput;
     if (input_only) f.inputs[l] = x;
@@ -362,7 +365,7 @@ void PipelineExecutor::swap_out(Flight& f, size_t layer) {
     slots.push_back(item);
     t.reset();
   });
-  f.swapped[layer] = swapper_->swap_out(std::move(tensors));
+  f.swapped[layer] = last_out_ = swapper_->swap_out(std::move(tensors));
 }
 
 // Before compute action `action` and after it: the copy back of every swapped layer of the

@@ -102,6 +102,7 @@ class PipelineExecutor {
   std::vector<int64_t> next_backward_;  // per action: the next compute action if it is a B or BW, else -1
   std::unique_ptr<memory::SwapTier> tier_;     // when a layer swaps
   std::unique_ptr<memory::Swapper> swapper_;
+  memory::SwapTicket last_out_;  // the latest copy out queued: a forward starts once it has ended
 };
 
 }  // namespace loom::pipeline

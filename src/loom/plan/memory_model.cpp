@@ -40,10 +40,10 @@ StageBytes stage_bytes(const MemoryModel& m, const std::vector<int64_t>& cuts, c
 }
 
 schedule::Costs stage_costs(const MemoryModel& m, const std::vector<int64_t>& cuts,
-                            const std::vector<MemoryPolicy>& policy, const std::vector<double>& exposed) {
+                            const std::vector<MemoryPolicy>& policy, const Prediction& waits) {
   schedule::Costs costs;
   for (size_t v = 0; v + 1 < cuts.size(); ++v) {
-    schedule::StageCosts c{.f = 0, .b = exposed.empty() ? 0 : exposed[v], .w = 0, .r = 0};
+    schedule::StageCosts c{.f = waits.swap_wait_forward_s[v], .b = waits.swap_wait_backward_s[v], .w = 0, .r = 0};
     for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) {
       const LayerCosts& l = m.layers[i];
       c.f += l.forward_s, c.b += l.backward_input_s, c.w += l.backward_weight_s;
@@ -62,6 +62,7 @@ struct Replay {
   double engine_free = 0;
   std::map<std::pair<int64_t, int64_t>, double> out_end, in_end, held;  // by (micro-batch, chunk)
   std::map<std::pair<int64_t, int64_t>, bool> fetched, rebuilt;
+  double last_out_end = 0;  // the latest copy out's end: the next forward waits for it
 
   void add(double t, double bytes) { events.emplace_back(t, bytes); }
   // The copy back of (mb, chunk), queued at `t`; the engine runs jobs in order.
@@ -79,7 +80,7 @@ struct Replay {
     held[key] = b.kept + b.inputs;
     if (b.swapped <= 0) return;
     const double start = std::max(t, engine_free);
-    engine_free = out_end[key] = start + b.swapped / bw;
+    engine_free = out_end[key] = last_out_end = start + b.swapped / bw;
     add(out_end[key], -b.swapped);
     host.emplace_back(start, b.swapped);
   }
@@ -99,9 +100,10 @@ struct Replay {
     return std::max(0.0, in_end[key] - t);
   }
   static double peak(std::vector<std::pair<double, double>> e) {
-    // At one instant, what is added counts before what is freed: the conservative order.
+    // At one instant, what is freed goes first: a copy engine's next job starts when the last
+    // one ended, and a rank's next action when its last one freed what it held.
     std::sort(e.begin(), e.end(), [](const auto& a, const auto& b) {
-      return a.first != b.first ? a.first < b.first : a.second > b.second;
+      return a.first != b.first ? a.first < b.first : a.second < b.second;
     });
     double now = 0, most = 0;
     for (const auto& [t, bytes] : e) most = std::max(most, now += bytes);
@@ -113,7 +115,7 @@ bool is_backward(Op op) { return op == Op::B || op == Op::BW; }
 
 struct RankReplay {
   StagePrediction memory;
-  std::map<int64_t, double> exposed;  // per virtual stage: the longest wait of a backward
+  std::map<int64_t, double> forward_wait, backward_wait;  // per virtual stage: the longest
 };
 
 RankReplay replay_rank(const MemoryModel& m, const schedule::Simulation& sim, int64_t r,
@@ -136,12 +138,13 @@ RankReplay replay_rank(const MemoryModel& m, const schedule::Simulation& sim, in
     const StageBytes& b = bytes[s.virtual_stage(r, t.action.chunk)];
     prefetch_next(i, t.start);
     const double bw = m.copy_bytes_per_s;
-    if (t.action.op == Op::F) rp.forward(key, t.end, b, bw);
-    if (t.action.op == Op::R || t.action.op == Op::B) rp.rebuild(key, t.end, b);
-    if (is_backward(t.action.op)) {
-      const int64_t v = s.virtual_stage(r, t.action.chunk);
-      out.exposed[v] = std::max(out.exposed[v], rp.backward(key, t.start, b, bw));
+    const int64_t v = s.virtual_stage(r, t.action.chunk);
+    if (t.action.op == Op::F) {
+      out.forward_wait[v] = std::max(out.forward_wait[v], rp.last_out_end - t.start);
+      rp.forward(key, t.end, b, bw);
     }
+    if (t.action.op == Op::R || t.action.op == Op::B) rp.rebuild(key, t.end, b);
+    if (is_backward(t.action.op)) out.backward_wait[v] = std::max(out.backward_wait[v], rp.backward(key, t.start, b, bw));
     if (t.action.op == Op::W || t.action.op == Op::BW) rp.add(t.end, -rp.held[key]);
     prefetch_next(i, t.end);
     out.memory.transient_bytes = std::max(out.memory.transient_bytes, b.transient);
@@ -158,20 +161,25 @@ Prediction predict(const MemoryModel& m, const std::vector<int64_t>& cuts, const
   std::vector<StageBytes> bytes;
   for (int64_t v = 0; v < s.virtual_stages(); ++v) bytes.push_back(stage_bytes(m, cuts, policy, v));
   Prediction out;
-  out.swap_exposed_s.assign(static_cast<size_t>(s.virtual_stages()), 0.0);
-  // Twice: the waits for copies found on the first replay lengthen the backwards of the second.
+  out.swap_wait_forward_s.assign(static_cast<size_t>(s.virtual_stages()), 0.0);
+  out.swap_wait_backward_s = out.swap_wait_forward_s;
+  // Twice: the waits for copies found on the first replay lengthen the actions of the second.
   for (int pass = 0; pass < 2; ++pass) {
-    const schedule::Simulation sim = schedule::simulate(s, stage_costs(m, cuts, policy, out.swap_exposed_s));
+    const schedule::Simulation sim = schedule::simulate(s, stage_costs(m, cuts, policy, out));
     out.step_s = sim.makespan;
     out.stages.clear();
-    std::vector<double> exposed(out.swap_exposed_s.size(), 0.0);
+    std::vector<double> forward(out.swap_wait_forward_s.size(), 0.0), backward(forward);
     for (int64_t r = 0; r < s.stages; ++r) {
       RankReplay rr = replay_rank(m, sim, r, bytes);
       out.stages.push_back(rr.memory);
-      for (const auto& [v, t] : rr.exposed) exposed[v] = t;
+      for (const auto& [v, t] : rr.forward_wait) forward[v] = std::max(t, 0.0);
+      for (const auto& [v, t] : rr.backward_wait) backward[v] = t;
     }
-    if (pass == 1 || std::all_of(exposed.begin(), exposed.end(), [](double t) { return t == 0; })) break;
-    out.swap_exposed_s = exposed;
+    const auto none = [](const std::vector<double>& w) {
+      return std::all_of(w.begin(), w.end(), [](double t) { return t == 0; });
+    };
+    if (pass == 1 || (none(forward) && none(backward))) break;
+    out.swap_wait_forward_s = std::move(forward), out.swap_wait_backward_s = std::move(backward);
   }
   return out;
 }
@@ -226,6 +234,76 @@ std::vector<std::vector<MemoryPolicy>> candidates(const MemoryModel& m, const st
   return out;
 }
 
+// Bytes the ranks need beyond the budget, in all.
+double total_excess(const MemoryModel& m, const std::vector<int64_t>& cuts, const Prediction& p) {
+  double bytes = 0;
+  for (double over : excess(m, cuts, p)) bytes += std::max(over, 0.0);
+  return bytes;
+}
+
+// Pairs of layers are tried on chains this long at most (a stage has a few to a few tens).
+constexpr size_t kPolishPairsUpTo = 64;
+
+// Where the greedy got stuck over budget: one layer to any other policy, or two layers of a rank
+// both changed, kept while it lowers what the ranks need beyond the budget (a change taken early may
+// stand in the way of a fitting policy, or of the least need the refusal names).
+void polish(const MemoryModel& m, const std::vector<int64_t>& cuts, PolicyChoice& choice) {
+  double now = total_excess(m, cuts, choice.prediction);
+  auto try_policy = [&](std::vector<MemoryPolicy> trial) {
+    Prediction p = predict(m, cuts, trial);
+    const double after = total_excess(m, cuts, p);
+    if (after >= now) return false;
+    choice.policy = std::move(trial), choice.prediction = std::move(p), now = after;
+    return true;
+  };
+  for (bool better = true; better && now > 0;) {
+    better = false;
+    const size_t n = m.layers.size();
+    for (size_t i = 0; i < n; ++i)
+      for (MemoryPolicy to : {MemoryPolicy::Keep, MemoryPolicy::Swap, MemoryPolicy::Recompute}) {
+        if (to == choice.policy[i]) continue;
+        std::vector<MemoryPolicy> trial = choice.policy;
+        trial[i] = to;
+        better |= try_policy(std::move(trial));
+      }
+    if (better || n > kPolishPairsUpTo) continue;
+    for (size_t i = 0; i < n; ++i)  // two layers of a rank changed at once
+      for (size_t j = i + 1; j < n; ++j) {
+        if (rank_of_layer(m, cuts, static_cast<int64_t>(i)) != rank_of_layer(m, cuts, static_cast<int64_t>(j)))
+          continue;
+        for (MemoryPolicy a : {MemoryPolicy::Keep, MemoryPolicy::Swap, MemoryPolicy::Recompute})
+          for (MemoryPolicy b : {MemoryPolicy::Keep, MemoryPolicy::Swap, MemoryPolicy::Recompute}) {
+            if (a == choice.policy[i] || b == choice.policy[j]) continue;
+            std::vector<MemoryPolicy> trial = choice.policy;
+            trial[i] = a, trial[j] = b;
+            better |= try_policy(std::move(trial));
+          }
+      }
+  }
+}
+
+// The greedy got stuck over budget: polish its policies, and every layer of the ranks over
+// budget recomputed, and swapped; the one that needs least (fitting, perhaps).
+PolicyChoice least_over(const MemoryModel& m, const std::vector<int64_t>& cuts, PolicyChoice stuck) {
+  const std::vector<double> over = excess(m, cuts, stuck.prediction);
+  std::vector<PolicyChoice> starts{std::move(stuck)};
+  for (MemoryPolicy to : {MemoryPolicy::Recompute, MemoryPolicy::Swap}) {
+    PolicyChoice all{.policy = starts.front().policy};
+    for (size_t i = 0; i < m.layers.size(); ++i)
+      if (over[rank_of_layer(m, cuts, static_cast<int64_t>(i))] > 0) all.policy[i] = to;
+    all.prediction = predict(m, cuts, all.policy);
+    starts.push_back(std::move(all));
+  }
+  for (PolicyChoice& start : starts) {
+    polish(m, cuts, start);
+    start.fits = total_excess(m, cuts, start.prediction) <= 0;
+  }
+  return *std::min_element(starts.begin(), starts.end(), [&](const PolicyChoice& a, const PolicyChoice& b) {
+    const double ea = total_excess(m, cuts, a.prediction), eb = total_excess(m, cuts, b.prediction);
+    return ea != eb ? ea < eb : a.prediction.step_s < b.prediction.step_s;
+  });
+}
+
 }  // namespace
 
 PolicyChoice choose_policies(const MemoryModel& m, const std::vector<int64_t>& cuts) {
@@ -250,10 +328,7 @@ PolicyChoice choose_policies(const MemoryModel& m, const std::vector<int64_t>& c
       if (score < best_score || (score == best_score && freed > best_freed))
         best_score = score, best_freed = freed, best = std::move(trial), best_prediction = p;
     }
-    if (best.empty()) {  // nothing frees more: the least this cut can need
-      out.fits = false;
-      return out;
-    }
+    if (best.empty()) return least_over(m, cuts, std::move(out));  // nothing frees more
     out.policy = std::move(best);
     out.prediction = std::move(best_prediction);
   }

@@ -8,9 +8,10 @@
 // Time: the schedule simulator replays every rank's actions with each virtual stage's summed
 // layer times (from a `loom profile` file, or each layer's FLOPs at a nominal rate); a
 // recomputing layer adds its forward to its stage's backward (or to an R); a swapped layer's
-// copies (out, then back) run on one copy engine per rank, and what of them does not fit between
-// the end of the micro-batch's forward and the start of its backward (the copy back starts one
-// action ahead, as the executor prefetches) is added to that backward.
+// copies (out, then back) run on one copy engine per rank; a forward starts once the last copy out
+// has ended (the executor waits, so one micro-batch's state at most is on its way out), and a
+// backward once its copy back has (queued one compute action ahead, as the executor prefetches):
+// those waits are added to the forward and the backward.
 // Memory: a rank's activations over time, replayed from the same timed actions: a forward adds
 // what its layers keep (saved state, a recomputing layer's input, a swapped layer's state until
 // its copy out ends); the copy back adds the swapped state again; R adds the recomputed state;
@@ -58,7 +59,9 @@ struct StagePrediction {
 struct Prediction {
   double step_s = 0;  // the pipeline's makespan
   std::vector<StagePrediction> stages;  // per pipeline rank, without the layers' fixed_bytes
-  std::vector<double> swap_exposed_s;   // per virtual stage: copy time added to each backward
+  // Per virtual stage: copy time each forward waits (for the last copy out, which the executor
+  // lets finish first) and each backward waits (for its copy back).
+  std::vector<double> swap_wait_forward_s, swap_wait_backward_s;
 };
 
 // Time and memory of `cuts` (pp x chunks + 1 boundaries) under `policy` (per chain layer).
