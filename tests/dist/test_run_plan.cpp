@@ -19,6 +19,13 @@ namespace loom::test {
 namespace {
 
 constexpr double kTolerance = 0.15;
+// memory.swap: the replay counts a swapped micro-batch's state whole from its copy back to the end
+// of its backward, and no backward temporaries. Measured (2026-11-30, gpt-tiny, 4 micro-batches
+// of 4): pp = 2's last stage (its forward straight before its backward) 15% below the estimate
+// (the state leaves layer by layer as the forward goes and returns as the backward consumes it);
+// pp = 4's stage 1 17% above it (a backward's temporaries while the next micro-batch's state comes
+// back), its others within 4%. The bound for swap is 20%.
+constexpr double kSwapTolerance = 0.20;
 
 // gpt-tiny (configs/gpt-tiny.toml): activations and weights large enough that the estimate's
 // terms, not allocator rounding, decide the peak.
@@ -35,6 +42,7 @@ struct Layout {
   std::string name;
   int ranks;
   std::function<void(Config&)> set;
+  double tolerance = kTolerance;
 };
 
 std::vector<Layout> layouts() {
@@ -49,6 +57,12 @@ std::vector<Layout> layouts() {
       {"pp2", 2, [](Config& c) { c.parallel.pp = 2; }},
       {"pp2_recompute", 2, [](Config& c) { c.parallel.pp = 2, c.memory.recompute = Recompute::Full; }},
       {"pp2_dp2", 4, [](Config& c) { c.parallel.pp = 2, c.parallel.dp = 2, c.train.global_batch = 16; }},
+      // Swapped layers: held until their copy out ends and again from their copy back
+      // (NOTE [Memory cost model]); the host tier is not in the budget.
+      {"pp2_swap", 2, [](Config& c) { c.parallel.pp = 2, c.memory.swap = Swap::All, c.train.global_batch = 16; },
+       kSwapTolerance},
+      {"pp4_swap", 4, [](Config& c) { c.parallel.pp = 4, c.memory.swap = Swap::All, c.train.global_batch = 16; },
+       kSwapTolerance},
       {"pp4_gpipe", 4,
        [](Config& c) { c.parallel.pp = 4, c.parallel.schedule = "gpipe", c.train.global_batch = 16; }},
       // Mixed precision: float32 masters, gradients and moments, their bfloat16 copies, bfloat16
@@ -75,7 +89,7 @@ TEST_P(PlanMemory, EstimatePerStageIsWithinToleranceOfTheMeasuredPeak) {
   for (size_t s = 0; s < measured.size(); ++s) {
     const double estimate = plan.stages[s].memory.total();
     const double ratio = static_cast<double>(measured[s]) / estimate;
-    EXPECT_NEAR(ratio, 1.0, kTolerance) << layout.name << " stage " << s << ": estimate " << estimate
+    EXPECT_NEAR(ratio, 1.0, layout.tolerance) << layout.name << " stage " << s << ": estimate " << estimate
                                         << " B, measured " << measured[s] << " B";
   }
 }

@@ -65,6 +65,23 @@ TEST(Swapper, MovesTensorsOutOfTheBudgetAndBackBitForBit) {
   EXPECT_EQ(live_bytes() - base, on_host);
 }
 
+TEST(Swapper, ViewsOfOneStorageTravelOnceAndComeBackSharingIt) {
+  auto tier = make_host_tier();
+  Swapper swapper(*tier);
+  const at::Tensor qkv = at::randn({4, 3, 8}, at::kDouble);
+  const at::Tensor q = qkv.select(1, 0), k = qkv.select(1, 1), v = qkv.select(1, 2);
+  const at::Tensor buffer = at::randn({1 << 16}, at::kFloat), slice = buffer.narrow(0, 16, 16);
+  SwapTicket ticket = swapper.swap_out({q, k, v, slice});
+  swapper.drain();
+  EXPECT_EQ(tier->host_live_bytes(), 4 * 3 * 8 * 8 + 16 * 4) << "qkv once, and the slice alone, not its buffer";
+  const std::vector<at::Tensor> back = swapper.take(ticket);
+  ASSERT_EQ(back.size(), 4u);
+  EXPECT_TRUE(at::equal(back[0], q) && at::equal(back[1], k) && at::equal(back[2], v));
+  EXPECT_EQ(back[0].storage().data(), back[2].storage().data()) << "q, k and v still share one storage";
+  EXPECT_EQ(back[1].strides(), k.strides());
+  EXPECT_TRUE(at::equal(back[3], slice));
+}
+
 TEST(Swapper, ACopyBackOverBudgetIsRethrownByTake) {
   install_accounting_allocator();
   auto tier = make_host_tier();

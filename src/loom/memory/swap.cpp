@@ -1,8 +1,10 @@
 #include "loom/memory/swap.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <new>
 
 #include "loom/core/error.h"
@@ -66,13 +68,47 @@ Swapper::~Swapper() {
   thread_.join();
 }
 
+namespace {
+
+// A storage travels whole unless the views into it cover less than half of it (a slice of a
+// buffer the layer does not own): then each view travels alone, as a contiguous copy.
+constexpr int64_t kWholeStorageFactor = 2;
+
+at::Tensor bytes_of(const at::Storage& storage) {
+  return at::empty({0}, at::kByte).set_(storage, 0, {static_cast<int64_t>(storage.nbytes())}, {1});
+}
+
+}  // namespace
+
 SwapTicket Swapper::swap_out(std::vector<at::Tensor> tensors) {
   auto job = std::make_shared<SwapJob>();
+  std::map<const void*, int64_t> viewed;  // per storage: the bytes of the views into it
+  for (const at::Tensor& t : tensors) viewed[t.storage().data()] += static_cast<int64_t>(t.nbytes());
+  std::vector<const void*> seen;  // each block's storage
   for (at::Tensor& t : tensors) {
-    if (!t.is_contiguous()) t = t.contiguous();
-    job->bytes += static_cast<int64_t>(t.nbytes());
+    SwapView view{.offset = t.storage_offset(), .sizes = t.sizes().vec(), .strides = t.strides().vec(),
+                  .dtype = t.scalar_type()};
+    const at::Storage& storage = t.storage();
+    const bool whole = static_cast<int64_t>(storage.nbytes()) <= kWholeStorageFactor * viewed[storage.data()];
+    const auto found = std::find(seen.begin(), seen.end(), storage.data());
+    if (whole && found != seen.end()) {
+      view.block = static_cast<size_t>(found - seen.begin());
+    } else {
+      at::Tensor block;
+      if (whole) {
+        block = bytes_of(storage);
+      } else {  // a copy of the view alone (clone: a contiguous view would share the storage)
+        const at::Tensor alone = t.clone(at::MemoryFormat::Contiguous);
+        block = bytes_of(alone.storage());
+        view.offset = 0, view.strides = alone.strides().vec();
+      }
+      view.block = job->device.size();
+      seen.push_back(whole ? storage.data() : nullptr);
+      job->bytes += static_cast<int64_t>(block.nbytes());
+      job->device.push_back(std::move(block));
+    }
+    job->views.push_back(std::move(view));
   }
-  job->device = std::move(tensors);
   queue({job, true});
   return job;
 }
@@ -88,10 +124,17 @@ void Swapper::swap_in(const SwapTicket& ticket) {
 
 std::vector<at::Tensor> Swapper::take(const SwapTicket& ticket) {
   swap_in(ticket);
-  std::unique_lock lock(mutex_);
-  done_.wait(lock, [&] { return ticket->in_done; });
+  {
+    std::unique_lock lock(mutex_);
+    done_.wait(lock, [&] { return ticket->in_done; });
+  }
   if (ticket->failure) std::rethrow_exception(ticket->failure);
-  return std::move(ticket->device);
+  std::vector<at::Tensor> out;
+  for (const SwapView& v : ticket->views)
+    out.push_back(at::empty({0}, at::TensorOptions().dtype(v.dtype))
+                      .set_(ticket->device[v.block].storage(), v.offset, v.sizes, v.strides));
+  ticket->device.clear();  // the views hold the blocks now
+  return out;
 }
 
 void Swapper::wait_out(const SwapTicket& ticket) {

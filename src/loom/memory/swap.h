@@ -45,9 +45,19 @@ std::unique_ptr<SwapTier> make_host_tier();
 
 using Clock = std::chrono::steady_clock;
 
-// One group of tensors on its way out and back.
+// One group of tensors on its way out and back. What travels is their storages, each once
+// (views of one storage, as q, k and v of one projection, come back as views of one storage, with
+// their offsets and strides), except a small view of a much larger storage, which travels alone.
+struct SwapView {
+  size_t block = 0;  // which of the job's blocks holds it
+  int64_t offset = 0;
+  std::vector<int64_t> sizes, strides;
+  at::ScalarType dtype = at::kFloat;
+};
+
 struct SwapJob {
-  std::vector<at::Tensor> device;  // until swapped out; again after swapped in
+  std::vector<SwapView> views;     // in the order given to swap_out
+  std::vector<at::Tensor> device;  // the blocks as bytes: until swapped out; again after swapped in
   std::vector<at::Tensor> host;
   int64_t bytes = 0;
   bool in_queued = false, out_done = false, in_done = false;
@@ -63,13 +73,12 @@ class Swapper {
   Swapper(const Swapper&) = delete;
   Swapper& operator=(const Swapper&) = delete;
 
-  // Queues the copy out of `tensors` (non-contiguous ones are copied contiguous first, on the
-  // caller's thread); the job holds them until copied.
+  // Queues the copy out of `tensors` (defined ones); the job holds their storages until copied.
   SwapTicket swap_out(std::vector<at::Tensor> tensors);
   // Queues the copy back (a prefetch); a second call does nothing.
   void swap_in(const SwapTicket& ticket);
   // Waits for the copy back (queueing it if it was not) and returns the device tensors, in the
-  // order given to swap_out. Rethrows a failure of either copy.
+  // order given to swap_out, with their sizes, strides and sharing. Rethrows a failure of either copy.
   std::vector<at::Tensor> take(const SwapTicket& ticket);
   // Waits until the copy out of `ticket` (and so of every job queued before it) has ended.
   void wait_out(const SwapTicket& ticket);

@@ -23,16 +23,22 @@ struct StageBytes {
   double recomputed = 0;  // their saved state once rebuilt (at an R)
   double swapped = 0;     // saved state of the layers that swap
   double transient = 0;   // the busiest layer's moment beyond the replay
+  // Each swapping layer: the share of the forward's time when its state is complete (its copy
+  // out may start), and its bytes.
+  std::vector<std::pair<double, double>> swaps;
 };
 
 StageBytes stage_bytes(const MemoryModel& m, const std::vector<int64_t>& cuts, const std::vector<MemoryPolicy>& policy,
                        int64_t v) {
   StageBytes out;
+  double forward = 0, done = 0;
+  for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) forward += m.layers[i].forward_s;
   for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) {
     const LayerCosts& l = m.layers[i];
     const MemoryPolicy p = policy[i];
+    done += l.forward_s;
     if (p == MemoryPolicy::Keep) out.kept += l.saved_bytes;
-    if (p == MemoryPolicy::Swap) out.swapped += l.saved_bytes;
+    if (p == MemoryPolicy::Swap) out.swapped += l.saved_bytes, out.swaps.emplace_back(forward > 0 ? done / forward : 1, l.saved_bytes);
     if (p == MemoryPolicy::Recompute) out.inputs += l.input_bytes, out.recomputed += l.saved_bytes;
     out.transient = std::max(out.transient, (p == MemoryPolicy::Recompute ? l.saved_bytes : 0) + l.workspace_bytes);
   }
@@ -74,15 +80,18 @@ struct Replay {
     add(start, bytes);
     host.emplace_back(engine_free, -bytes);
   }
-  // A forward ended at `t`: its state is held; a swapped part leaves once the engine copied it.
-  void forward(std::pair<int64_t, int64_t> key, double t, const StageBytes& b, double bw) {
-    add(t, b.kept + b.inputs + b.swapped);
+  // A forward ran from `begin` to `end`: what it keeps is held from its end; each swapping
+  // layer's state from when that layer is done until the engine has copied it out.
+  void forward(std::pair<int64_t, int64_t> key, double begin, double end, const StageBytes& b, double bw) {
+    add(end, b.kept + b.inputs);
     held[key] = b.kept + b.inputs;
-    if (b.swapped <= 0) return;
-    const double start = std::max(t, engine_free);
-    engine_free = out_end[key] = last_out_end = start + b.swapped / bw;
-    add(out_end[key], -b.swapped);
-    host.emplace_back(start, b.swapped);
+    for (const auto& [share, bytes] : b.swaps) {
+      const double ready = begin + share * (end - begin), start = std::max(ready, engine_free);
+      add(ready, bytes);
+      engine_free = out_end[key] = last_out_end = start + bytes / bw;
+      add(engine_free, -bytes);
+      host.emplace_back(start, bytes);
+    }
   }
   // An R, or a split B that recomputes without one, ended at `t`: the rebuilt state is held
   // until the W (and the inputs it was rebuilt from are released).
@@ -141,7 +150,7 @@ RankReplay replay_rank(const MemoryModel& m, const schedule::Simulation& sim, in
     const int64_t v = s.virtual_stage(r, t.action.chunk);
     if (t.action.op == Op::F) {
       out.forward_wait[v] = std::max(out.forward_wait[v], rp.last_out_end - t.start);
-      rp.forward(key, t.end, b, bw);
+      rp.forward(key, t.start, t.end, b, bw);
     }
     if (t.action.op == Op::R || t.action.op == Op::B) rp.rebuild(key, t.end, b);
     if (is_backward(t.action.op)) out.backward_wait[v] = std::max(out.backward_wait[v], rp.backward(key, t.start, b, bw));
