@@ -28,14 +28,28 @@ of the step after it), and the load time of a resume.
 in every round: loom with model.dtype = bfloat16, loom float32, PyTorch with torch.autocast("cpu",
 dtype=torch.bfloat16) over float32 weights, PyTorch float32 (DDP over gloo at dpN); it prints loom bf16 /
 loom fp32 and loom bf16 / PyTorch autocast, and "unsupported" for a loom run this build refuses.
+`memory` (issue 16; `memory:NAME` for pp = 2 and 4, `memory:NAME@ppN` for one) fixes a per-rank budget
+(plain 1F1B's largest stage at micro-batch 1, plus 10%) and finds, per memory policy (GPipe, 1F1B with
+no, full, stage-aware recomputation or swap = all, and memory.policy = auto with parallel.partition =
+auto), the largest micro-batch `loom config` accepts under it, verified by a real run; then auto's step
+time against every manual recompute x swap x partition combination that fits at auto's batch, the
+plan's predicted peak per stage and step time against the measured ones, and swap = all against keep
+at micro-batch 1. It runs gpt-small at pp = 2 and 4 and llama-small at pp = 2 (33 minutes on 2
+cores), one thread per rank, with a `loom profile` of the same micro-batch where one is used, and a
+private copy of build/bin/loom. BENCH_LOCK=FILE holds flock(FILE) around each profile and train run, so
+that builds sharing the machine take turns with the timings.
 """
+import fcntl
 import json
+import math
 import os
+import signal
 import socket
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import tomllib
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -527,6 +541,287 @@ def checkpoint(threads, rounds):
             "rounds": rounds, "note": "one rank, train.threads = all cores; the async writer shares them"}), flush=True)
 
 
+# The memory workload (issue 16, docs/memory.md): the largest batch each memory policy trains under
+# one fixed per-rank budget, auto's step time against the manual combinations at its batch, the
+# plan's predicted peak and step time against the measured ones, and whether swap hides.
+MEMORY_CASES = [("gpt-small", 2), ("gpt-small", 4), ("llama-small", 2)]
+MEMORY_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16)  # micro-batch sizes (GPipe: micro-batch counts) tried
+MEMORY_POLICIES = {
+    "gpipe-none": ["parallel.schedule=gpipe"],  # micro-batch 1, the count grows
+    "1f1b-none": ["parallel.schedule=1f1b"],
+    "1f1b-full": ["parallel.schedule=1f1b", "memory.recompute=full"],
+    "1f1b-stage-aware": ["parallel.schedule=1f1b", "memory.recompute=stage-aware", "memory.recompute_ratio=0.5"],
+    "1f1b-swap-all": ["parallel.schedule=1f1b", "memory.swap=all"],
+    "auto": ["parallel.schedule=1f1b", "memory.policy=auto", "parallel.partition=auto"],
+}
+MEMORY_TIMEOUT_S = 900  # one train or profile run; past it the run is killed and recorded as a hang
+
+
+def set_args(sets):
+    return [a for s in sets for a in ("--set", s)]
+
+
+def run_locked(cmd, timeout=MEMORY_TIMEOUT_S):
+    """(rc, stdout, stderr, seconds) of cmd, holding the flock of BENCH_LOCK (if set) for its duration, so
+    that builds and tests sharing the machine take turns with the timed run (seconds: the run's own, not
+    the wait for the lock); a run past `timeout` is killed with its process group (rc 124)."""
+    lock = open(os.environ["BENCH_LOCK"], "a") if os.environ.get("BENCH_LOCK") else None
+    try:
+        if lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+        start = time.time()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        try:
+            out, err = proc.communicate(timeout=timeout)
+            return proc.returncode, out, err, time.time() - start
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            out, err = proc.communicate()
+            return 124, out, err + f"\n(killed after {timeout} s)", time.time() - start
+    finally:
+        if lock:
+            lock.close()
+
+
+def last_lines(text, n=3):
+    return [line for line in text.strip().splitlines() if line.strip()][-n:]
+
+
+def error_lines(text):
+    """loom's own error lines of a failed run (each rank's), else the last lines (MPI's)."""
+    mine = [line for line in text.splitlines() if line.startswith("loom: error:")]
+    return mine[:4] or last_lines(text)
+
+
+def memory_plan(loom, path, sets):
+    """`loom config --json` (every check train runs): (plan, None) or (None, its error line)."""
+    out = subprocess.run([loom, "config", "-c", path, "--json"] + set_args(sets), capture_output=True, text=True)
+    if out.returncode:
+        return None, " ".join(last_lines(out.stderr, 1)) or f"exit {out.returncode}"
+    return json.loads(out.stdout), None
+
+
+def memory_profile(loom, path, micro_batch, out):
+    """`loom profile` at micro_batch in one process, one thread: the copy bandwidth it measured."""
+    rc, _, err, seconds = run_locked([loom, "profile", "-c", path, "--out", out] +
+                            set_args([f"train.micro_batch={micro_batch}", f"train.global_batch={micro_batch}",
+                                      "train.threads=1"]))
+    if rc:
+        sys.exit(f"loom: error: loom profile failed (exit {rc}): {' '.join(last_lines(err))}")
+    with open(out) as f:
+        copy = json.load(f)["copy"]
+    return {"micro_batch": micro_batch, "seconds": round(seconds, 1), **copy}
+
+
+def memory_measure(loom, path, pp, sets, steps):
+    """The plan of `sets` and, when loom config accepts it, a real run of 1 warm-up + `steps` timed
+    steps on pp ranks: predicted against measured peak per stage and step time."""
+    plan, refusal = memory_plan(loom, path, sets)
+    if plan is None:
+        return {"fits": False, "refusal": refusal}
+    out = {"fits": True, "cuts": plan["cuts"], "profiled": plan["profiled"],
+           "layer_policy_by_stage": ["".join(l["policy"][0] for l in s["layers"]) for s in plan["stages"]],
+           "predicted_peak_bytes_by_stage": [s["memory"]["total"] for s in plan["stages"]],
+           "predicted_host_bytes_by_stage": [s["memory"]["host"] for s in plan["stages"]],
+           "predicted_step_s": plan["predicted_step_s"]}
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics = os.path.join(tmp, "metrics.jsonl")
+        rc, _, err, _ = run_locked(mpirun(pp) + [loom, "train", "-c", path, "--quiet", "--metrics", metrics,
+                                              "--peak-flops", "1e11"] + set_args(sets + [f"train.steps={steps + 1}"]))
+        records = []
+        if os.path.exists(metrics):
+            with open(metrics) as f:
+                records = [json.loads(line) for line in f]
+    if rc or len(records) < steps + 1:
+        out.update(verified=False, rc=rc, steps_done=len(records), error=error_lines(err))
+        return out
+    timed = [r["step_ms"] for r in records[1:]]
+    step_ms = statistics.mean(timed)
+    measured = records[-1]["peak_bytes_by_stage"]
+    out.update(verified=True, step_ms=step_ms, step_ms_each=timed, measured_peak_bytes_by_stage=measured,
+               peak_predicted_over_measured=[p / m for p, m in zip(out["predicted_peak_bytes_by_stage"], measured)],
+               host_peak_bytes=records[-1]["host_peak_bytes"],
+               step_predicted_over_measured=plan["predicted_step_s"] * 1e3 / step_ms,
+               loss_last=records[-1]["loss"])
+    return out
+
+
+def memory(only=None):
+    """`memory` (or `memory:MODEL`, `memory:MODEL@ppN`): per model and pp (MEMORY_CASES), schedule 1F1B
+    unless said, M = 2 pp micro-batches per step, one thread per rank:
+    1. `loom profile` at micro-batch 1 (its copy bandwidth is reported).
+    2. The budget B per rank: plain 1F1B's largest stage estimate at micro-batch 1 (`loom config`) x 1.10,
+       rounded up to a MiB.
+    3. Per policy (MEMORY_POLICIES) the largest micro-batch in MEMORY_SIZES (GPipe: micro-batch count at
+       micro-batch 1) that `loom config` accepts under B, verified by a run of 1 warm-up + 2 timed steps
+       (the accounting allocator enforces B); a failed run retries the next smaller accepted size.
+       memory.profile is the micro-batch-1 profile where the micro-batch is 1, unset (analytic times)
+       elsewhere. Ratios: auto's samples per step over GPipe's and 1F1B's without recomputation.
+    4. At auto's micro-batch: `loom profile` again at that size (unless 1), then auto and every manual
+       recompute (none/full/stage-aware) x swap (none/all) x partition (compute/memory) that the plan
+       accepts under B, all with that profile; manual combinations whose plan (cuts and per-layer policy)
+       equals an earlier one's share its run. Auto's step time over the fastest manual one.
+    5. Every run reports the predicted peak per stage over the measured one and predicted_step_s over
+       the measured step (meaningful where the ranks do not outnumber the cores).
+    6. Swap hides: 1F1B at micro-batch 1 with the profile, memory.swap = all against none, alternating
+       for BENCH_ROUNDS rounds (mean of the timed steps).
+    One JSON line per measurement ("measure": profile, budget, batch, batch-ratios, step-time,
+    step-time-summary, swap-hides, summary)."""
+    cases = MEMORY_CASES
+    if only:
+        name, _, layout = only.partition("@")
+        cases = [(name, int(layout[2:]))] if layout.startswith("pp") else [(name, 2), (name, 4)]
+    rounds = int(os.environ.get("BENCH_ROUNDS", "2"))
+    steps = 2
+    started = time.time()
+    summary = []
+    # A private copy of the binary: a rebuild of build/bin/loom during the hour this takes must not
+    # mix two builds (a profile written by one and read by another, timings of both).
+    snapshot = tempfile.TemporaryDirectory()
+    loom = os.path.join(snapshot.name, "loom")
+    run_locked(["cp", "-p", LOOM, loom], timeout=60)  # under the lock: not while a build writes it
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    print(json.dumps({"workload": "memory", "measure": "binary", "commit": commit,
+                      "binary_mtime": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(LOOM)))}),
+          flush=True)
+    for name, pp in cases:
+        path, _ = effective_config(name)
+        M = 2 * pp
+        head = {"workload": "memory", "model": name, "pp": pp, "microbatches": M, "threads_per_rank": 1,
+                "cores": os.cpu_count()}
+        with tempfile.TemporaryDirectory() as tmp:
+            prof1 = os.path.join(tmp, "profile-mb1.json")
+            copy = memory_profile(loom, path, 1, prof1)
+            print(json.dumps({**head, "measure": "profile", **copy}), flush=True)
+
+            base = [f"parallel.pp={pp}", "train.threads=1", "train.warmup=0"]
+            plain, refusal = memory_plan(loom, path, base + ["parallel.schedule=1f1b", "train.micro_batch=1",
+                                                       f"train.global_batch={M}"])
+            if plain is None:
+                sys.exit(f"loom: error: plain 1F1B's plan failed: {refusal}")
+            plain_peaks = [s["memory"]["total"] for s in plain["stages"]]
+            budget_mib = math.ceil(max(plain_peaks) * 1.10 / 2**20)
+            base.append(f"memory.budget={budget_mib}MiB")
+            print(json.dumps({**head, "measure": "budget", "budget_mib": budget_mib,
+                              "plain_1f1b_mb1_predicted_peak_bytes_by_stage": plain_peaks}), flush=True)
+
+            def batch_sets(policy, m, profile=None):
+                if policy == "gpipe-none":
+                    sets = MEMORY_POLICIES[policy] + ["train.micro_batch=1", f"train.global_batch={m}"]
+                else:
+                    sets = MEMORY_POLICIES[policy] + [f"train.micro_batch={m}", f"train.global_batch={m * M}"]
+                profile = profile or (prof1 if policy == "gpipe-none" or m == 1 else None)
+                return base + sets + ([f"memory.profile={profile}"] if profile else [])
+
+            # 3. The largest batch per policy.
+            best = {}
+            for policy in MEMORY_POLICIES:
+                accepted = [m for m in MEMORY_SIZES if memory_plan(loom, path, batch_sets(policy, m))[0] is not None]
+                refused_first = next((m for m in MEMORY_SIZES if m not in accepted), None)
+                attempts = []
+                for m in reversed(accepted):
+                    r = memory_measure(loom, path, pp, batch_sets(policy, m), steps)
+                    samples = m if policy == "gpipe-none" else m * M
+                    attempts.append({"m": m, "samples_per_step": samples, **r})
+                    if r.get("verified"):
+                        break
+                final = attempts[-1] if attempts and attempts[-1].get("verified") else None
+                best[policy] = final
+                line = {**head, "measure": "batch", "policy": policy, "budget_mib": budget_mib,
+                        "size_is": "micro-batch count at micro-batch 1" if policy == "gpipe-none" else "micro-batch size",
+                        "config_accepts": accepted,
+                        "first_refusal": memory_plan(loom, path, batch_sets(policy, refused_first))[1] if refused_first else None,
+                        "m": final["m"] if final else None,
+                        "samples_per_step": final["samples_per_step"] if final else 0,
+                        "verified": final is not None, "failed_attempts": attempts[:-1] if final else attempts}
+                if final:
+                    line.update({k: v for k, v in final.items() if k not in ("m", "samples_per_step")})
+                print(json.dumps(line), flush=True)
+
+            def samples(policy):
+                return best[policy]["samples_per_step"] if best[policy] else 0
+
+            ratios = {"auto_vs_gpipe_none": samples("auto") / samples("gpipe-none") if samples("gpipe-none") else None,
+                      "auto_vs_1f1b_none": samples("auto") / samples("1f1b-none") if samples("1f1b-none") else None}
+            print(json.dumps({**head, "measure": "batch-ratios", "budget_mib": budget_mib,
+                              "samples_per_step": {p: samples(p) for p in MEMORY_POLICIES}, **ratios,
+                              "goals": {"auto_vs_gpipe_none": 4.0, "auto_vs_1f1b_none": 2.0}}), flush=True)
+
+            # 4. Step time at auto's batch: auto against every manual combination that fits.
+            step_summary = None
+            if best["auto"]:
+                m = best["auto"]["m"]
+                prof_m = prof1
+                if m != 1:
+                    prof_m = os.path.join(tmp, f"profile-mb{m}.json")
+                    copy_m = memory_profile(loom, path, m, prof_m)
+                    print(json.dumps({**head, "measure": "profile", **copy_m}), flush=True)
+                sets_m = [f"train.micro_batch={m}", f"train.global_batch={m * M}", f"memory.profile={prof_m}"]
+                combos = {"auto": MEMORY_POLICIES["auto"]}
+                for rec in ("none", "full", "stage-aware"):
+                    for swap in ("none", "all"):
+                        for part in ("compute", "memory"):
+                            combos[f"recompute={rec},swap={swap},partition={part}"] = (
+                                ["parallel.schedule=1f1b", f"memory.recompute={rec}", f"memory.swap={swap}",
+                                 f"parallel.partition={part}"]
+                                + (["memory.recompute_ratio=0.5"] if rec == "stage-aware" else []))
+                done, times = {}, {}
+                for combo, sets in combos.items():
+                    plan, refusal = memory_plan(loom, path, base + sets + sets_m)
+                    key = None if plan is None else (tuple(plan["cuts"]), tuple(
+                        l["policy"] for s in plan["stages"] for l in s["layers"]))
+                    if combo != "auto" and key in done:
+                        r = {**done[key][1], "same_plan_as": done[key][0]}
+                    else:
+                        r = memory_measure(loom, path, pp, base + sets + sets_m, steps)
+                        if combo != "auto" and key is not None:
+                            done[key] = (combo, r)
+                    if r.get("verified"):
+                        times[combo] = r["step_ms"]
+                    status = "does not fit" if not r["fits"] else ("ran" if r.get("verified") else "run failed")
+                    print(json.dumps({**head, "measure": "step-time", "m": m, "samples_per_step": m * M,
+                                      "budget_mib": budget_mib, "combination": combo, "status": status, **r}),
+                          flush=True)
+                manual = {c: t for c, t in times.items() if c != "auto"}
+                fastest = min(manual, key=manual.get) if manual else None
+                step_summary = {"m": m, "auto_step_ms": times.get("auto"), "fastest_manual": fastest,
+                                "fastest_manual_step_ms": manual.get(fastest),
+                                "auto_vs_fastest_manual": times["auto"] / manual[fastest]
+                                if fastest and "auto" in times else None, "goal_at_most": 1.10,
+                                "does_not_fit": [c for c in combos if c not in times and c != "auto"]}
+                print(json.dumps({**head, "measure": "step-time-summary", "budget_mib": budget_mib, **step_summary}),
+                      flush=True)
+
+            # 6. Swap hides: 1F1B at micro-batch 1 (fits without swap), swap = all against none.
+            runs = {"none": [], "all": []}
+            for _ in range(rounds):
+                for swap in runs:
+                    runs[swap].append(memory_measure(loom, path, pp, batch_sets("1f1b-none", 1) + [f"memory.swap={swap}"],
+                                                     steps))
+            hides = {"m": 1, "samples_per_step": M, "budget_mib": budget_mib,
+                     "copy_device_to_host_bytes_per_s": copy["device_to_host_bytes_per_s"],
+                     "copy_host_to_device_bytes_per_s": copy["host_to_device_bytes_per_s"]}
+            for swap, rs in runs.items():
+                ok = [r for r in rs if r.get("verified")]
+                hides[swap] = {"verified_runs": len(ok), "runs": len(rs),
+                               "step_ms": statistics.mean(t for r in ok for t in r["step_ms_each"]) if ok else None,
+                               "step_ms_each": [t for r in ok for t in r["step_ms_each"]],
+                               "measured_peak_bytes_by_stage": ok[-1]["measured_peak_bytes_by_stage"] if ok else None,
+                               "predicted_peak_bytes_by_stage": rs[-1].get("predicted_peak_bytes_by_stage"),
+                               "host_peak_bytes": ok[-1]["host_peak_bytes"] if ok else None,
+                               "predicted_step_s": rs[-1].get("predicted_step_s"),
+                               "errors": [r.get("error") or r.get("refusal") for r in rs if not r.get("verified")]}
+            hides["swap_vs_keep"] = (hides["all"]["step_ms"] / hides["none"]["step_ms"]
+                                     if hides["all"]["step_ms"] and hides["none"]["step_ms"] else None)
+            hides["goal_at_most"] = 1.15
+            print(json.dumps({**head, "measure": "swap-hides", **hides}), flush=True)
+            summary.append({"model": name, "pp": pp, "budget_mib": budget_mib, **ratios,
+                            "auto_vs_fastest_manual": step_summary and step_summary["auto_vs_fastest_manual"],
+                            "swap_vs_keep": hides["swap_vs_keep"]})
+    print(json.dumps({"workload": "memory", "measure": "summary", "cases": summary,
+                      "elapsed_s": round(time.time() - started)}), flush=True)
+
+
 def allreduce():
     out = subprocess.run(mpirun(2) + [os.path.join(ROOT, "build", "bin", "loom_bench_allreduce")], check=True,
                          capture_output=True, text=True)
@@ -555,11 +850,13 @@ def main():
             degrees = parse_layout(workload.partition("@")[2])[0]
         rank_threads = max(1, threads // (degrees.get("dp", 1) * degrees.get("tp", 1) * degrees.get("pp", 1)
                                           * degrees.get("sp", 1)))
-        if workload not in ("allreduce", "checkpoint") and rank_threads not in peaks:
+        if workload.split(":")[0] not in ("allreduce", "checkpoint", "memory") and rank_threads not in peaks:
             peaks[rank_threads] = gemm_peak(rank_threads)
         peak = peaks.get(rank_threads)
         if workload == "allreduce":
             allreduce()
+        elif workload == "memory" or workload.startswith("memory:"):
+            memory(workload.partition(":")[2] or None)
         elif workload == "checkpoint":
             checkpoint(threads, rounds)
         elif workload == "pipelines":

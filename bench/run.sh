@@ -12,7 +12,12 @@
 # dlrm-sparse@dp2 and @dp4; sparse-choice:NAME@dpN for one).
 # checkpoint: gpt-small's save bandwidth against dd's into the same directory (BENCH_CKPT_DIR, else
 # the temporary directory), the share of it an async save hides, and the load time.
-# Environment: BENCH_STEPS (timed steps per round, 8), BENCH_ROUNDS (3), THREADS (all cores).
+# memory: the largest batch each memory policy trains under one per-rank budget (GPipe, 1F1B with
+# recompute none/full/stage-aware or swap all, memory.policy = auto), auto's step time against the
+# manual combinations at its batch, predicted against measured peaks and step times, and swap against
+# keep (gpt-small at pp = 2 and 4, llama-small at pp = 2; memory:NAME or memory:NAME@ppN for one).
+# Environment: BENCH_STEPS (timed steps per round, 8), BENCH_ROUNDS (3; memory: 2), THREADS (all cores),
+# BENCH_LOCK (memory: a file to flock around each timed run, shared with builds on the same machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/bin/loom ] || { echo "loom: error: build/bin/loom is missing; run 'make' first" >&2; exit 2; }
