@@ -135,8 +135,8 @@ TEST(MemoryModel, StageThatFitsKeepsEverything) {
 }
 
 // One stage, GPipe over 4 micro-batches: every forward, then every backward, so all 4 are held at
-// once and recomputing a layer frees 4 x (saved - input) for one saved state of transient (the
-// rebuilt layer's). The copy engine is so slow that a swap frees nothing: only recompute helps.
+// once and recomputing a layer frees 4 x (saved - input) for two saved states of transient (the
+// rebuilt layer's state and its backward's gradients of it). The copy engine is so slow that a swap frees nothing: only recompute helps.
 MemoryModel single_stage(std::vector<LayerCosts> layers) {
   return {.layers = std::move(layers),
           .schedule = schedule::make_schedule("gpipe", 1, 4),
@@ -153,8 +153,8 @@ TEST(MemoryModel, TightBudgetRecomputesCheapestForwardFirst) {
   ASSERT_EQ(schedule::simulate(m.schedule).peak_stashed, std::vector<int64_t>{4});
   const std::vector<int64_t> cuts{0, 4};
   const double saved = kMB, input = 0.05 * kMB;
-  // k layers recomputed need 4 x ((4 - k) saved + k input) + saved (the rebuilt layer's transient).
-  auto need = [&](int k) { return 4 * ((4 - k) * saved + k * input) + (k > 0 ? saved : 0); };
+  // k layers recomputed need 4 x ((4 - k) saved + k input) + 2 saved (the rebuilt layer's transient).
+  auto need = [&](int k) { return 4 * ((4 - k) * saved + k * input) + (k > 0 ? 2 * saved : 0); };
   const std::vector<size_t> order{1, 3, 2, 0};
   for (int k = 1; k <= 4; ++k) {
     m.budget = (need(k) + need(k - 1)) / 2;  // between the thresholds of k - 1 and k changes
@@ -178,11 +178,11 @@ TEST(MemoryModel, TightBudgetRecomputesLargestSavedBytesFirst) {
   MemoryModel m = single_stage(layers);
   const std::vector<int64_t> cuts{0, 4};
   const std::vector<size_t> order{1, 3, 2, 0};
-  // The first k of `order` recomputed: 4 x (what the others keep + the inputs) + 4 MB of transient.
+  // The first k of `order` recomputed: 4 x (what the others keep + the inputs) + 2 x 4 MB of transient.
   auto need = [&](int k) {
     double held = 0;
     for (int j = 0; j < 4; ++j) held += j < k ? layers[order[j]].input_bytes : layers[order[j]].saved_bytes;
-    return 4 * held + (k > 0 ? 4 * kMB : 0);
+    return 4 * held + (k > 0 ? 2 * 4 * kMB : 0);
   };
   for (int k = 1; k <= 4; ++k) {
     // Between the thresholds: exactly k changes (the last may be any layer that frees enough).
@@ -206,9 +206,9 @@ TEST(MemoryModel, NothingFitsReportsLeastNeed) {
   const std::vector<int64_t> cuts{0, 4};
   const PolicyChoice choice = choose_policies(m, cuts);
   EXPECT_FALSE(choice.fits);
-  // Every layer recomputed: 4 x 4 inputs + one saved state of transient.
+  // Every layer recomputed: 4 x 4 inputs + two saved states of transient.
   EXPECT_EQ(count(choice.policy, MemoryPolicy::Recompute), 4u);
-  EXPECT_NEAR(rank_needs(m, cuts, choice.prediction)[0], 16 * 0.05 * kMB + kMB, 1.0);
+  EXPECT_NEAR(rank_needs(m, cuts, choice.prediction)[0], 16 * 0.05 * kMB + 2 * kMB, 1.0);
 }
 
 // pp = 4 1F1B over 8 micro-batches, two layers per rank: rank 0 holds 4 micro-batches (8 MB),

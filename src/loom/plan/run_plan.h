@@ -45,8 +45,8 @@ struct LayerPlan {
 // Bytes per rank. `weights`: parameters, their gradients and AdamW moments (dense); `activations`:
 // the saved activations of the micro-batches a stage holds at once; `sparse`: a table's owned
 // rows, their moments and the rows pulled in a step; `transient`: the busiest layer's moment
-// beyond those (a recomputing layer's saved state rebuilt before its backward, plus its
-// temporaries, nn::Cost::workspace_bytes).
+// beyond those (a recomputing layer's saved state rebuilt before its backward and its backward's
+// gradients of it, plus its temporaries, nn::Cost::workspace_bytes).
 struct MemoryEstimate {
   double weights = 0, activations = 0, sparse = 0, transient = 0;
   // checkpoint.async: the copy of the state this rank writes (its share of the stage's weights
