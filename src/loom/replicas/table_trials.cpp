@@ -5,17 +5,14 @@
 #include <cmath>
 #include <vector>
 
+#include "loom/core/stats.h"
+
 namespace loom::replicas {
 namespace {
 
 using Clock = std::chrono::steady_clock;
 
 double since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v[v.size() / 2];
-}
 
 // Matrix products of about `flops` (the backward that follows a table), testing `work` between
 // them as the reducer tests its buckets between layers. Returns the seconds they took.

@@ -11,6 +11,7 @@
 #include <thread>
 
 #include "loom/core/error.h"
+#include "loom/core/stats.h"
 #include "loom/dist/mesh.h"
 #include "loom/dist/null_communicator.h"
 #include "loom/memory/swap.h"
@@ -31,12 +32,6 @@ constexpr double kShortest = 1e-9;
 
 double seconds_since(Clock::time_point start) {
   return std::max(kShortest, std::chrono::duration<double>(Clock::now() - start).count());
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Times `run` once as a warm-up, then `repeats` times; the median of those.
