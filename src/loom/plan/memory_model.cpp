@@ -4,10 +4,8 @@
 #include <cmath>
 #include <limits>
 #include <map>
-#include <tuple>
 #include <utility>
 
-#include "loom/pipeline/partition.h"
 #include "loom/schedule/simulator.h"
 
 namespace loom::plan {
@@ -28,11 +26,6 @@ struct StageBytes {
   std::vector<std::pair<double, double>> swaps;
 };
 
-// A recomputing layer's busiest moment: its state rebuilt, and its backward's gradients of that
-// state (about as large: 0.7 of it measured on gpt-small's blocks at micro-batch 4) or its own
-// temporaries where larger (the head's logits). A layer that keeps finds that room in the state
-// its backward frees as it goes.
-double recompute_moment(const LayerCosts& l) { return l.saved_bytes + std::max(l.saved_bytes, l.workspace_bytes); }
 
 StageBytes stage_bytes(const MemoryModel& m, const std::vector<int64_t>& cuts, const std::vector<MemoryPolicy>& policy,
                        int64_t v) {
@@ -171,6 +164,8 @@ RankReplay replay_rank(const MemoryModel& m, const schedule::Simulation& sim, in
 
 }  // namespace
 
+double recompute_moment(const LayerCosts& l) { return l.saved_bytes + std::max(l.saved_bytes, l.workspace_bytes); }
+
 Prediction predict(const MemoryModel& m, const std::vector<int64_t>& cuts, const std::vector<MemoryPolicy>& policy) {
   const schedule::Schedule& s = m.schedule;
   std::vector<StageBytes> bytes;
@@ -210,20 +205,25 @@ double fixed_of(const MemoryModel& m, const std::vector<int64_t>& cuts, int64_t 
   return bytes;
 }
 
-// Bytes each rank needs beyond the budget (<= 0 where it fits).
-std::vector<double> excess(const MemoryModel& m, const std::vector<int64_t>& cuts, const Prediction& p) {
-  std::vector<double> out;
-  for (int64_t r = 0; r < m.schedule.stages; ++r)
-    out.push_back(fixed_of(m, cuts, r) + p.stages[r].total() - m.budget);
-  return out;
-}
-
 int64_t rank_of_layer(const MemoryModel& m, const std::vector<int64_t>& cuts, int64_t layer) {
   const auto v = std::upper_bound(cuts.begin(), cuts.end(), layer) - cuts.begin() - 1;
   return v % m.schedule.stages;
 }
 
 }  // namespace
+
+std::vector<double> bytes_over_budget(const MemoryModel& m, const std::vector<int64_t>& cuts, const Prediction& p) {
+  std::vector<double> out;
+  for (int64_t r = 0; r < m.schedule.stages; ++r)
+    out.push_back(fixed_of(m, cuts, r) + p.stages[r].total() - m.budget);
+  return out;
+}
+
+double total_over_budget(const MemoryModel& m, const std::vector<int64_t>& cuts, const Prediction& p) {
+  double bytes = 0;
+  for (double over : bytes_over_budget(m, cuts, p)) bytes += std::max(over, 0.0);
+  return bytes;
+}
 
 namespace {
 
@@ -249,13 +249,6 @@ std::vector<std::vector<MemoryPolicy>> candidates(const MemoryModel& m, const st
   return out;
 }
 
-// Bytes the ranks need beyond the budget, in all.
-double total_excess(const MemoryModel& m, const std::vector<int64_t>& cuts, const Prediction& p) {
-  double bytes = 0;
-  for (double over : excess(m, cuts, p)) bytes += std::max(over, 0.0);
-  return bytes;
-}
-
 // Pairs of layers are tried on chains this long at most (a stage has a few to a few tens).
 constexpr size_t kPolishPairsUpTo = 64;
 
@@ -263,10 +256,10 @@ constexpr size_t kPolishPairsUpTo = 64;
 // both changed, kept while it lowers what the ranks need beyond the budget (a change taken early may
 // stand in the way of a fitting policy, or of the least need the refusal names).
 void polish(const MemoryModel& m, const std::vector<int64_t>& cuts, PolicyChoice& choice) {
-  double now = total_excess(m, cuts, choice.prediction);
+  double now = total_over_budget(m, cuts, choice.prediction);
   auto try_policy = [&](std::vector<MemoryPolicy> trial) {
     Prediction p = predict(m, cuts, trial);
-    const double after = total_excess(m, cuts, p);
+    const double after = total_over_budget(m, cuts, p);
     if (after >= now) return false;
     choice.policy = std::move(trial), choice.prediction = std::move(p), now = after;
     return true;
@@ -300,7 +293,7 @@ void polish(const MemoryModel& m, const std::vector<int64_t>& cuts, PolicyChoice
 // The greedy got stuck over budget: polish its policies, and every layer of the ranks over
 // budget recomputed, and swapped; the one that needs least (fitting, perhaps).
 PolicyChoice least_over(const MemoryModel& m, const std::vector<int64_t>& cuts, PolicyChoice stuck) {
-  const std::vector<double> over = excess(m, cuts, stuck.prediction);
+  const std::vector<double> over = bytes_over_budget(m, cuts, stuck.prediction);
   std::vector<PolicyChoice> starts{std::move(stuck)};
   for (MemoryPolicy to : {MemoryPolicy::Recompute, MemoryPolicy::Swap}) {
     PolicyChoice all{.policy = starts.front().policy};
@@ -311,10 +304,10 @@ PolicyChoice least_over(const MemoryModel& m, const std::vector<int64_t>& cuts, 
   }
   for (PolicyChoice& start : starts) {
     polish(m, cuts, start);
-    start.fits = total_excess(m, cuts, start.prediction) <= 0;
+    start.fits = total_over_budget(m, cuts, start.prediction) <= 0;
   }
   return *std::min_element(starts.begin(), starts.end(), [&](const PolicyChoice& a, const PolicyChoice& b) {
-    const double ea = total_excess(m, cuts, a.prediction), eb = total_excess(m, cuts, b.prediction);
+    const double ea = total_over_budget(m, cuts, a.prediction), eb = total_over_budget(m, cuts, b.prediction);
     return ea != eb ? ea < eb : a.prediction.step_s < b.prediction.step_s;
   });
 }
@@ -326,7 +319,7 @@ PolicyChoice choose_policies(const MemoryModel& m, const std::vector<int64_t>& c
   out.prediction = predict(m, cuts, out.policy);
   if (m.budget <= 0) return out;
   for (;;) {
-    const std::vector<double> over = excess(m, cuts, out.prediction);
+    const std::vector<double> over = bytes_over_budget(m, cuts, out.prediction);
     if (std::all_of(over.begin(), over.end(), [](double b) { return b <= 0; })) return out;
     // The change with the least added time per byte freed on the ranks that do not fit.
     double best_score = std::numeric_limits<double>::infinity(), best_freed = 0;
@@ -334,7 +327,7 @@ PolicyChoice choose_policies(const MemoryModel& m, const std::vector<int64_t>& c
     Prediction best_prediction;
     for (std::vector<MemoryPolicy>& trial : candidates(m, cuts, out.policy, over)) {
       const Prediction p = predict(m, cuts, trial);
-      const std::vector<double> after = excess(m, cuts, p);
+      const std::vector<double> after = bytes_over_budget(m, cuts, p);
       double freed = 0;  // bytes the ranks still needed: freeing more than needed earns nothing
       for (size_t r = 0; r < over.size(); ++r)
         if (over[r] > 0) freed += over[r] - std::max(after[r], 0.0);
@@ -347,168 +340,6 @@ PolicyChoice choose_policies(const MemoryModel& m, const std::vector<int64_t>& c
     out.policy = std::move(best);
     out.prediction = std::move(best_prediction);
   }
-}
-
-namespace {
-
-// A slice [j, i) as pipeline rank k, for the cut search: the stash-times-bytes form of the replay
-// (micro-batches held at once from the schedule's unit replay, the copy's window from the slice's
-// own action times), each layer kept, swapped (about two micro-batches' state stays: one leaving,
-// one coming back) or recomputed (its input stays; its state returns as a temporary), chosen by
-// the same least-time-per-byte rule. auto_cuts checks the cut it finds with the replay.
-struct SliceCheck {
-  double time = 0;  // per micro-batch, the policy's extra included
-  bool fits = true;
-};
-
-struct SliceLayer {
-  double held_keep, held_swap, held_recompute;  // bytes the layer holds under each choice
-  double extra_swap, extra_recompute;           // seconds each adds per micro-batch
-  double temporary_recompute;                   // its rebuilt state and temporaries
-};
-
-SliceCheck check_slice(const MemoryModel& m, int64_t stashed, int64_t j, int64_t i, double budget) {
-  const auto held = static_cast<double>(stashed);
-  double fixed = 0, step = 0, workspace = 0;
-  for (int64_t l = j; l < i; ++l) {
-    fixed += m.layers[l].fixed_bytes, workspace = std::max(workspace, m.layers[l].workspace_bytes);
-    step += m.layers[l].forward_s + m.layers[l].backward_input_s + m.layers[l].backward_weight_s;
-  }
-  const double window = (held - 1) * step;  // actions between a micro-batch's forward and backward
-  std::vector<SliceLayer> layers;
-  for (int64_t l = j; l < i; ++l) {
-    const LayerCosts& c = m.layers[l];
-    layers.push_back({c.saved_bytes * held, c.saved_bytes * std::min(held, 2.0), c.input_bytes * held,
-                      std::max(0.0, 2 * c.saved_bytes / m.copy_bytes_per_s - window), c.forward_s,
-                      recompute_moment(c)});
-  }
-  std::vector<int> choice(layers.size(), 0);  // 0 keep, 1 swap, 2 recompute
-  auto need = [&] {
-    double bytes = fixed, temporary = workspace;
-    for (size_t l = 0; l < layers.size(); ++l) {
-      const SliceLayer& s = layers[l];
-      bytes += choice[l] == 0 ? s.held_keep : choice[l] == 1 ? s.held_swap : s.held_recompute;
-      if (choice[l] == 2) temporary = std::max(temporary, s.temporary_recompute);
-    }
-    return bytes + temporary;
-  };
-  double extra = 0;
-  for (double now = need(); now > budget;) {  // the move with the least time per byte, each layer once more
-    double best_score = std::numeric_limits<double>::infinity();
-    size_t best_layer = 0;
-    int best_to = 0;
-    for (size_t l = 0; l < layers.size(); ++l)
-      for (int to = choice[l] + 1; to <= 2; ++to) {
-        const int was = std::exchange(choice[l], to);
-        const double freed = now - need();
-        choice[l] = was;
-        const double cost = (to == 1 ? layers[l].extra_swap : layers[l].extra_recompute) -
-                            (was == 1 ? layers[l].extra_swap : 0);
-        if (freed > 0 && std::max(0.0, cost) / freed < best_score)
-          best_score = std::max(0.0, cost) / freed, best_layer = l, best_to = to;
-      }
-    if (best_score == std::numeric_limits<double>::infinity()) return {step + extra, false};
-    extra += (best_to == 1 ? layers[best_layer].extra_swap : layers[best_layer].extra_recompute) -
-             (choice[best_layer] == 1 ? layers[best_layer].extra_swap : 0);
-    choice[best_layer] = best_to;
-    now = need();
-  }
-  return {step + extra, true};
-}
-
-double time_of(const LayerCosts& c) { return c.forward_s + c.backward_input_s + c.backward_weight_s; }
-
-}  // namespace
-
-std::vector<int64_t> compute_cuts(const MemoryModel& m) {
-  std::vector<double> times;
-  for (const LayerCosts& c : m.layers) times.push_back(time_of(c));
-  return pipeline::balanced_cuts(times, m.schedule.virtual_stages());
-}
-
-std::vector<int64_t> memory_cuts(const MemoryModel& m) {
-  const std::vector<int64_t> held = schedule::simulate(m.schedule).peak_stashed;
-  return pipeline::balanced_cuts(static_cast<int64_t>(m.layers.size()), m.schedule.stages,
-                                 [&](int64_t k, int64_t j, int64_t i) {
-                                   double bytes = 0, transient = 0;
-                                   for (int64_t l = j; l < i; ++l) {
-                                     const LayerCosts& c = m.layers[l];
-                                     bytes += c.fixed_bytes + static_cast<double>(held[k]) * c.saved_bytes;
-                                     transient = std::max(transient, c.workspace_bytes);
-                                   }
-                                   return bytes + transient;
-                                 });
-}
-
-namespace {
-
-// Bytes the ranks need beyond the budget under their best policies (0 when the cut fits).
-double shortfall(const MemoryModel& m, const std::vector<int64_t>& cuts) {
-  const PolicyChoice choice = choose_policies(m, cuts);
-  double bytes = 0;
-  for (double over : excess(m, cuts, choice.prediction)) bytes += std::max(over, 0.0);
-  return choice.fits ? 0.0 : std::max(bytes, 1.0);
-}
-
-// Where the slice form misjudges: from `cuts`, move boundaries by one layer at a time while that
-// lowers the shortfall the replay finds, until the cut fits or no move helps.
-std::vector<int64_t> fitting_neighbour(const MemoryModel& m, std::vector<int64_t> cuts) {
-  double now = shortfall(m, cuts);
-  while (now > 0) {
-    std::vector<int64_t> best;
-    double best_short = now;
-    // A run of neighbouring boundaries moved together: one layer passed along several stages.
-    for (size_t first = 1; first + 1 < cuts.size(); ++first)
-      for (size_t last = first; last + 1 < cuts.size(); ++last)
-        for (int64_t step : {-1, 1}) {
-          std::vector<int64_t> trial = cuts;
-          for (size_t b = first; b <= last; ++b) trial[b] += step;
-          if (trial[first] <= trial[first - 1] || trial[last] >= trial[last + 1]) continue;
-          const double s = shortfall(m, trial);
-          if (s < best_short) best_short = s, best = std::move(trial);
-        }
-    if (best.empty()) break;
-    cuts = std::move(best), now = best_short;
-  }
-  return cuts;
-}
-
-}  // namespace
-
-std::vector<int64_t> auto_cuts(const MemoryModel& m) {
-  const std::vector<int64_t> held = schedule::simulate(m.schedule).peak_stashed;
-  const auto n = static_cast<int64_t>(m.layers.size());
-  const int64_t stages = m.schedule.stages;
-  // Bytes the slice form under-counts at each rank, learnt from the replay of the cuts it chose.
-  std::vector<double> slack(static_cast<size_t>(stages), 0.0);
-  std::vector<std::vector<int64_t>> starts{memory_cuts(m), compute_cuts(m)};
-  for (int round = 0; round < 8; ++round) {
-    std::map<std::tuple<int64_t, int64_t, int64_t>, SliceCheck> seen;
-    // Cuts whose slices all fit, minimising the slowest slice: the binary search over the
-    // bottleneck time, done exactly by the min-max recursion over the slices that fit.
-    const std::vector<int64_t> cuts = pipeline::balanced_cuts(n, stages, [&](int64_t k, int64_t j, int64_t i) {
-      auto [it, fresh] = seen.try_emplace({k, j, i});
-      if (fresh) it->second = check_slice(m, held[k], j, i, m.budget - slack[k]);
-      return it->second.fits ? it->second.time : std::numeric_limits<double>::infinity();
-    });
-    if (cuts.empty()) break;
-    if (round == 0) starts.push_back(cuts);
-    const PolicyChoice choice = choose_policies(m, cuts);
-    const std::vector<double> over = excess(m, cuts, choice.prediction);
-    if (choice.fits) return cuts;
-    for (int64_t k = 0; k < stages; ++k)
-      if (over[k] > 0) slack[k] += std::max(over[k], 0.01 * m.budget);
-  }
-  // The slice form misjudged: search near the memory-balanced, compute-balanced and first cuts.
-  std::vector<int64_t> best;
-  double least = std::numeric_limits<double>::infinity();
-  for (const std::vector<int64_t>& start : starts) {
-    std::vector<int64_t> cuts = fitting_neighbour(m, start);
-    const double s = shortfall(m, cuts);
-    if (s == 0) return cuts;
-    if (s < least) least = s, best = std::move(cuts);
-  }
-  return best;
 }
 
 }  // namespace loom::plan

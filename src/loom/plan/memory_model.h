@@ -42,6 +42,12 @@ struct LayerCosts {
   double fixed_bytes = 0;      // what no policy changes: parameters, gradients, moments, table rows
 };
 
+// A recomputing layer's busiest moment: its state rebuilt, and its backward's gradients of that
+// state (about as large: 0.7 of it measured on gpt-small's blocks at micro-batch 4) or its own
+// temporaries where larger (the head's logits). A layer that keeps finds that room in the state
+// its backward frees as it goes.
+double recompute_moment(const LayerCosts& layer);
+
 struct MemoryModel {
   std::vector<LayerCosts> layers;       // the chain
   schedule::Schedule schedule;          // pp x chunks virtual stages
@@ -78,7 +84,13 @@ struct PolicyChoice {
 };
 PolicyChoice choose_policies(const MemoryModel& model, const std::vector<int64_t>& cuts);
 
-// Cuts by the layers' summed times; by peak memory with every layer kept; and the fastest
+// Bytes each pipeline rank needs beyond model.budget under `prediction` (<= 0 where it fits),
+// and the sum of the positive ones.
+std::vector<double> bytes_over_budget(const MemoryModel& model, const std::vector<int64_t>& cuts,
+                                      const Prediction& prediction);
+double total_over_budget(const MemoryModel& model, const std::vector<int64_t>& cuts, const Prediction& prediction);
+
+// (plan/cut_search.cpp) Cuts by the layers' summed times; by peak memory with every layer kept; and the fastest
 // feasible one between them (falls back to the memory cut, which then may not fit). One slice
 // per pipeline rank (chunks = 1) for "memory" and "auto".
 std::vector<int64_t> compute_cuts(const MemoryModel& model);

@@ -216,18 +216,8 @@ MemoryDecision policies_on(const RunPlan& plan, const MemoryModel& model, std::v
 }
 
 // Whether every rank of `d` fits the model's budget (always, without one).
-bool fits_budget(const RunPlan& plan, const MemoryModel& model, const MemoryDecision& d) {
-  if (!d.fits) return false;
-  if (model.budget <= 0) return true;
-  for (int64_t r = 0; r < plan.config.parallel.pp; ++r) {
-    double fixed = 0;
-    for (int64_t c = 0; c < plan.config.parallel.chunks; ++c) {
-      const int64_t v = c * plan.config.parallel.pp + r;
-      for (int64_t i = d.cuts[v]; i < d.cuts[v + 1]; ++i) fixed += model.layers[i].fixed_bytes;
-    }
-    if (fixed + d.prediction.stages[r].total() > model.budget) return false;
-  }
-  return true;
+bool fits_budget(const MemoryModel& model, const MemoryDecision& d) {
+  return d.fits && (model.budget <= 0 || total_over_budget(model, d.cuts, d.prediction) <= 0);
 }
 
 // Stage cuts and memory policies (NOTE [Memory cost model]): parallel.pp_cuts, or
@@ -250,7 +240,7 @@ MemoryDecision decide_memory(const RunPlan& plan, const MemoryModel& model) {
     tried.push_back(policies_on(plan, model, std::move(cuts)));
   const MemoryDecision* best = nullptr;
   for (const MemoryDecision& d : tried)
-    if (fits_budget(plan, model, d) && (!best || d.prediction.step_s < best->prediction.step_s)) best = &d;
+    if (fits_budget(model, d) && (!best || d.prediction.step_s < best->prediction.step_s)) best = &d;
   return best ? *best : tried.back();  // none fits: the memory cut, whose needs the refusal names
 }
 
@@ -310,7 +300,7 @@ RunPlan make_plan(const Config& config, int world_size) {
     stage.comm_bytes = comm_volume(plan, rank, stage.layers);
     plan.stages.push_back(std::move(stage));
   }
-  if (config.memory.policy == PolicyMode::Auto && !fits_budget(plan, model, decision)) refuse_unfit(plan);
+  if (config.memory.policy == PolicyMode::Auto && !fits_budget(model, decision)) refuse_unfit(plan);
   // Last: the layout's own errors (stages, schedule) say more than a rank count that does not fit.
   dist::check_mesh_shape(plan.mesh, world_size);
   return plan;
