@@ -104,7 +104,6 @@ SwapTicket Swapper::swap_out(std::vector<at::Tensor> tensors) {
       }
       view.block = job->device.size();
       seen.push_back(whole ? storage.data() : nullptr);
-      job->bytes += static_cast<int64_t>(block.nbytes());
       job->device.push_back(std::move(block));
     }
     job->views.push_back(std::move(view));

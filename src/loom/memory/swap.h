@@ -59,7 +59,6 @@ struct SwapJob {
   std::vector<SwapView> views;     // in the order given to swap_out
   std::vector<at::Tensor> device;  // the blocks as bytes: until swapped out; again after swapped in
   std::vector<at::Tensor> host;
-  int64_t bytes = 0;
   bool in_queued = false, out_done = false, in_done = false;
   std::exception_ptr failure;
   Clock::time_point out_start, out_end, in_start, in_end;  // for the trace
