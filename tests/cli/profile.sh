@@ -8,10 +8,13 @@
 #              unit tests' job
 #   ranks2     2 ranks: the collectives of 2 ranks (all_reduce, all_gather, reduce_scatter,
 #              all_to_all, send_recv) with alpha > 0 and beta > 0; parallel.tp = 2 measured by both
-#              ranks together gives the tp chain's layers
-#   bad_input  --out over the config or the data file, a config error, tp = 2 on one rank,
-#              --repeats 0, --out in a missing directory: exit 2, one `loom: error:` line, nothing
-#              written, the input files unchanged
+#              ranks together gives the tp chain's layers; --cluster-out beside --out writes this
+#              machine as a cluster (NOTE [Cluster cost model]) that `loom simulate` reads, with
+#              2 devices on 1 node, positive peaks, efficiencies in (0, 1] and the send_recv as links
+#   bad_input  --out or --cluster-out over the config or the data file, --out and --cluster-out on
+#              one file, a config error, tp = 2 on one rank, --cluster-out on one rank, --repeats 0,
+#              --out in a missing directory: exit 2, one `loom: error:` line, nothing written, the
+#              input files unchanged
 # No timing decides a result: the times are checked positive, never compared.
 set -u -o pipefail
 loom=$1 src=$2 case=$3
@@ -54,6 +57,39 @@ for c in p["collectives"]:
 EOF
 }
 
+# check_cluster FILE: --cluster-out's file as loom reads it (`loom simulate` on it) and as NOTE
+# [Cluster cost model] says: this host's 2 ranks, measured numbers in range, the links its send_recv.
+check_cluster() {
+  local file=$1
+  "$loom" simulate "${tiny[@]}" --set parallel.dp=2 --cluster "$file" --gpus 2 --json >sim.json ||
+    fail "loom simulate does not read $file"
+  python3 - "$file" sim.json <<'EOF' || fail "$file does not hold what it should"
+import json, sys, tomllib
+c = tomllib.load(open(sys.argv[1], "rb"))
+sim = json.load(open(sys.argv[2]))
+assert open(sys.argv[1]).readline().startswith("# This machine, written by `loom profile --cluster-out`")
+assert c["name"] == "local" and "loom profile --cluster-out" in c["source"], (c["name"], c["source"])
+d = c["device"]
+assert d["per_node"] == 2 and d["max_nodes"] == 1, d
+assert d["memory_bytes"] > 0 and d["memory_bandwidth"] > 0, d
+assert {"float32", "float64"} <= set(d["peak_flops"]) and min(d["peak_flops"].values()) > 0, d
+e = c["efficiency"]
+for key in ("gemm_max", "attention", "memory"):
+    assert 0 < e[key] <= 1, (key, e[key])
+assert e["gemm_half_dim"] >= 0, e
+links = c["links"]
+send_recv = [m for m in c["collective"] if m["op"] == "send_recv"]
+assert len(send_recv) == 1, c["collective"]
+assert links["intra_node"] == links["inter_node"], links
+assert abs(links["intra_node"]["latency"] / send_recv[0]["alpha_s"] - 1) < 1e-5, (links, send_recv)
+assert abs(links["intra_node"]["bandwidth"] * send_recv[0]["beta_s_per_byte"] - 1) < 1e-5, (links, send_recv)
+assert links["host"] > 0, links
+assert sorted(m["op"] for m in c["collective"]) == ["all_gather", "all_reduce", "all_to_all", "reduce_scatter",
+                                                   "send_recv"], c["collective"]
+assert sim["cluster"] == "local" and sim["step_s"] > 0, sim
+EOF
+}
+
 case $case in
 serial)
   "$loom" profile "${tiny[@]}" --repeats 2 --out p.json >out.txt 2>err.txt || fail "loom profile exited $?"
@@ -67,10 +103,13 @@ serial)
   [ -z "$(ls -A | grep loom-partial)" ] || fail "a temporary was left"
   ;;
 ranks2)
-  timeout -k 5 120 "${mpi[@]}" -n 2 "$loom" profile "${tiny[@]}" --repeats 2 --out p2.json >out.txt 2>err.txt ||
-    fail "loom profile on 2 ranks exited $?"
+  timeout -k 5 120 "${mpi[@]}" -n 2 "$loom" profile "${tiny[@]}" --repeats 2 --out p2.json --cluster-out c.toml \
+    >out.txt 2>err.txt || fail "loom profile on 2 ranks exited $?"
   check_file p2.json 2
   grep -q '^all_reduce .* 2 ranks: alpha' out.txt || fail "the table lacks the collectives"
+  grep -q '^cluster local: 2 devices; peak GFLOP/s float32' out.txt || fail "the table lacks the cluster line"
+  grep -q "^wrote c.toml" out.txt || fail "no 'wrote c.toml' line"
+  check_cluster c.toml
   timeout -k 5 120 "${mpi[@]}" -n 2 "$loom" profile "${tiny[@]}" --set parallel.tp=2 --repeats 2 --out tp2.json \
     >out.txt 2>err.txt || fail "loom profile with tp = 2 on 2 ranks exited $?"
   check_file tp2.json 2 --set parallel.tp=2
@@ -93,6 +132,11 @@ bad_input)
   }
   refused "is the same file as the config file" -c config.toml --out config.toml
   refused "the data file (data.source)" -c config.toml --set data.source=text:text.txt --out text.txt
+  refused "--cluster-out 'config.toml' is the same file as the config file" -c config.toml --cluster-out config.toml
+  refused "the data file (data.source)" -c config.toml --set data.source=text:text.txt --cluster-out text.txt
+  refused "--out 'c.toml' and --cluster-out 'c.toml' are the same file" -c config.toml --out c.toml --cluster-out c.toml
+  refused "--cluster-out needs 2 ranks or more (its links are their send_recv), but the job has 1" \
+    -c config.toml --cluster-out c.toml
   refused "did you mean 'model.d_model'" -c config.toml --set model.d_modle=3 --out p.json
   refused "model.n_heads" -c config.toml --set model.n_heads=5 --out p.json
   refused "parallel.tp (2) x parallel.sp (1) = 2 ranks measure the layers together, but the job has 1" \

@@ -9,10 +9,14 @@
 
 namespace loom::plan {
 
-GemmMeasurement measure_gemm(int64_t size, at::ScalarType dtype, double min_seconds) {
+namespace {
+
+// The sorted seconds of one [m x k] x [k x n] product: one warm-up, then at least three runs and
+// until `min_seconds` have passed.
+std::vector<double> time_gemm(int64_t m, int64_t k, int64_t n, at::ScalarType dtype, double min_seconds) {
   const auto options = at::TensorOptions().dtype(dtype);
-  const at::Tensor a = at::rand({size, size}, options), b = at::rand({size, size}, options);
-  at::Tensor c = at::empty({size, size}, options);
+  const at::Tensor a = at::rand({m, k}, options), b = at::rand({k, n}, options);
+  at::Tensor c = at::empty({m, n}, options);
   at::mm_out(c, a, b);  // warm-up: first-touch pages, thread pool start
   using Clock = std::chrono::steady_clock;
   std::vector<double> seconds;
@@ -23,8 +27,24 @@ GemmMeasurement measure_gemm(int64_t size, at::ScalarType dtype, double min_seco
     seconds.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
   } while (std::chrono::duration<double>(Clock::now() - start).count() < min_seconds || seconds.size() < 3);
   std::sort(seconds.begin(), seconds.end());
-  const double flops = 2.0 * static_cast<double>(size) * static_cast<double>(size) * static_cast<double>(size);
+  return seconds;
+}
+
+double gemm_flops(int64_t m, int64_t k, int64_t n) {
+  return 2.0 * static_cast<double>(m) * static_cast<double>(k) * static_cast<double>(n);
+}
+
+}  // namespace
+
+GemmMeasurement measure_gemm(int64_t size, at::ScalarType dtype, double min_seconds) {
+  const std::vector<double> seconds = time_gemm(size, size, size, dtype, min_seconds);
+  const double flops = gemm_flops(size, size, size);
   return {size, flops / seconds[seconds.size() / 2], flops / seconds.front(), static_cast<int64_t>(seconds.size())};
+}
+
+double measure_gemm_rate(int64_t m, int64_t k, int64_t n, at::ScalarType dtype, double min_seconds) {
+  const std::vector<double> seconds = time_gemm(m, k, n, dtype, min_seconds);
+  return gemm_flops(m, k, n) / seconds[seconds.size() / 2];
 }
 
 double measure_gemm_peak(at::ScalarType dtype, double min_seconds_per_size, const std::vector<int64_t>& sizes) {

@@ -17,6 +17,9 @@ struct GemmMeasurement {
 
 // One size: warm up, then repeat until `min_seconds` have passed.
 GemmMeasurement measure_gemm(int64_t size, at::ScalarType dtype, double min_seconds);
+// The median FLOP/s of [m x k] x [k x n] products, timed as measure_gemm times a square one (the
+// GEMM efficiency curve of `loom profile --cluster-out` needs thin ones).
+double measure_gemm_rate(int64_t m, int64_t k, int64_t n, at::ScalarType dtype, double min_seconds);
 // The best median over `sizes`: the peak MFU is computed against.
 double measure_gemm_peak(at::ScalarType dtype, double min_seconds_per_size,
                          const std::vector<int64_t>& sizes = {512, 1024});

@@ -1,10 +1,14 @@
 #include "loom/train/profile_run.h"
 
 #include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <set>
 #include <string_view>
@@ -14,10 +18,13 @@
 #include "loom/core/stats.h"
 #include "loom/dist/mesh.h"
 #include "loom/dist/null_communicator.h"
+#include "loom/memory/host_memory.h"
 #include "loom/memory/swap.h"
 #include "loom/models/registry.h"
+#include "loom/nn/attention.h"
 #include "loom/nn/precision.h"
 #include "loom/parallel/sequence_parallel.h"
+#include "loom/plan/gemm_peak.h"
 
 namespace loom::train {
 namespace {
@@ -242,13 +249,115 @@ std::vector<plan::CollectiveProfile> measure_collectives(dist::Communicator& wor
   return out;
 }
 
+// ---- this machine as a cluster (--cluster-out) ----
+
+// Long enough per GEMM shape for a stable median on a noisy host, short enough that the whole
+// compute measurement takes seconds.
+constexpr double kGemmSeconds = 0.3;
+constexpr int64_t kGemmRows = 2048;
+constexpr std::array<int64_t, 6> kGemmDims{32, 64, 128, 256, 512, 1024};
+// Each of the add's three operands: beyond the caches (this machine's L3 is 300 MiB; the three
+// together are 768 MiB), so the rate is the memory's.
+constexpr int64_t kAddBytes = int64_t{256} << 20;
+// The attention measured: a GPT-sized head at a sequence the workloads train at.
+constexpr int64_t kAttnBatch = 2, kAttnHeads = 8, kAttnSeq = 512, kAttnHeadDim = 64;
+
+// Runs the scope with one intra-op thread (one device = one rank = one thread) and restores the
+// profile's count after, also when a measurement throws.
+class OneThread {
+ public:
+  OneThread() : threads_(at::get_num_threads()) { at::set_num_threads(1); }
+  ~OneThread() { at::set_num_threads(threads_); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+
+ private:
+  int threads_;
+};
+
+// Per dtype the device multiplies fast: bfloat16 only where native (emulated it is slower than
+// float32, and a plan should not count on it).
+std::map<DType, double> measure_peaks() {
+  std::map<DType, double> peaks;
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16})
+    if (dtype != DType::BFloat16 || plan::native_bfloat16())
+      peaks[dtype] = plan::measure_gemm_peak(nn::activation_type(dtype), kGemmSeconds, {1024, 2048});
+  return peaks;
+}
+
+GemmCurve measure_gemm_curve(double peak) {
+  std::vector<double> dims, efficiency;
+  for (int64_t d : kGemmDims) {
+    dims.push_back(static_cast<double>(d));
+    efficiency.push_back(plan::measure_gemm_rate(kGemmRows, d, d, at::kFloat, kGemmSeconds) / peak);
+  }
+  return fit_gemm_curve(dims, efficiency);
+}
+
+// A pass's model FLOPs (forward + backward = 3 x the forward's, as the cost model counts them)
+// per second of the kernel's forward and backward; the backward's recomputed scores are its cost.
+double measure_attention(int64_t tile, double peak, int64_t repeats) {
+  const at::Tensor q = at::randn({kAttnBatch, kAttnHeads, kAttnSeq, kAttnHeadDim}), k = at::randn_like(q),
+                   v = at::randn_like(q), dout = at::randn_like(q);
+  const double seconds = median_time(repeats, [&] {
+    const nn::AttentionForward f = nn::causal_attention_forward(q, k, v, tile);
+    nn::causal_attention_backward(dout, q, k, v, f.out, f.lse, tile);
+  });
+  const double flops = 3 * nn::causal_attention_flops(kAttnBatch, kAttnHeads, kAttnSeq, kAttnHeadDim);
+  return std::min(1.0, flops / seconds / peak);
+}
+
+// Bytes per second of c = a + b: two operands read, one written.
+double measure_memory_bandwidth(int64_t repeats) {
+  const int64_t n = kAddBytes / 4;
+  const at::Tensor a = at::ones({n}), b = at::ones({n});
+  at::Tensor c = at::empty({n});
+  return 3 * static_cast<double>(kAddBytes) / median_time(repeats, [&] { at::add_out(c, a, b); });
+}
+
+// What one device computes and moves: peaks, the GEMM curve, attention, memory.
+void measure_compute(const Config& config, plan::Cluster& c, int64_t repeats) {
+  const OneThread one_thread;
+  c.peak_flops = measure_peaks();
+  const double peak = c.peak_flops.at(DType::Float32);
+  const GemmCurve curve = measure_gemm_curve(peak);
+  c.gemm_max = curve.gemm_max, c.gemm_half_dim = curve.gemm_half_dim;
+  c.attention_efficiency = measure_attention(config.model.attn_tile, peak, repeats);
+  c.memory_bytes_per_s = measure_memory_bandwidth(repeats);
+  c.memory_efficiency = 1;  // the measured rate is what a kernel gets
+}
+
+std::string host_name() {
+  std::array<char, 256> name{};
+  if (gethostname(name.data(), name.size() - 1) != 0) return "this host";
+  return name.data();
+}
+
+// The devices, links and collectives from the job and `machine`'s copies and collectives.
+void describe_machine(const dist::Communicator& world, const plan::Profile& machine, plan::Cluster& c) {
+  c.name = "local";
+  c.source = fmt::format("measured by `loom profile --cluster-out` on {}: {} ranks, one thread each", host_name(),
+                         world.size());
+  c.devices_per_node = world.size();
+  c.max_nodes = 1;
+  c.memory_bytes = static_cast<double>(memory::host_memory_bytes()) / static_cast<double>(world.size());
+  c.host_bytes_per_s = std::min(machine.device_to_host_bytes_per_s, machine.host_to_device_bytes_per_s);
+  for (const plan::CollectiveProfile& m : machine.collectives) {
+    c.collectives.push_back({.op = option_from<CommOp>("collective.op", m.op), .ranks = m.ranks,
+                             .alpha_s = m.alpha_s, .beta_s_per_byte = m.beta_s_per_byte});
+    if (m.op == "send_recv")  // one host: a link between nodes is one between its ranks too
+      c.intra_node = c.inter_node = {.bytes_per_s = 1 / m.beta_s_per_byte, .latency_s = m.alpha_s};
+  }
+  LOOM_CHECK(c.intra_node.bytes_per_s > 0, "[profile] the machine's profile has no send_recv to take the links from");
+}
+
 }  // namespace
 
 void check_profile_input(const Config& config, int world_size, const ProfileOptions& options) {
   LOOM_CHECK_INPUT(options.repeats >= 1 && options.repeats <= 1000,
                    "[profile] --repeats {} must be between 1 and 1000 (timed runs of each measurement)", options.repeats);
   const auto& p = config.parallel;
-  LOOM_CHECK_INPUT(p.tp * p.sp <= world_size,
+  LOOM_CHECK_INPUT(!options.layers || p.tp * p.sp <= world_size,
                    "[profile] parallel.tp ({}) x parallel.sp ({}) = {} ranks measure the layers together, but the job "
                    "has {}; hint: run it under mpiexec -n {} (or more), or profile with parallel.tp = 1 and "
                    "parallel.sp = 1",
@@ -259,11 +368,48 @@ plan::Profile measure_profile(const Config& config, dist::Communicator& world, c
   check_profile_input(config, world.size(), options);
   at::set_num_threads(profile_threads(config, world));
   plan::Profile profile{.identity = plan::profile_identity(config), .threads = at::get_num_threads()};
-  profile.layers = measure_chain(config, world, options.repeats);
+  if (options.layers) profile.layers = measure_chain(config, world, options.repeats);
   if (world.rank() == 0) measure_copy(profile, options.repeats);
   wait_quietly(world);
   profile.collectives = measure_collectives(world, options.repeats);
   return profile;
+}
+
+void check_cluster_input(int world_size, int local_ranks) {
+  LOOM_CHECK_INPUT(world_size >= 2,
+                   "[profile] --cluster-out needs 2 ranks or more (its links are their send_recv), but the job has "
+                   "{}; hint: run it under mpiexec -n 2 (or one rank per core)",
+                   world_size);
+  LOOM_CHECK_INPUT(local_ranks == world_size,
+                   "[profile] --cluster-out measures one machine, but only {} of the job's {} ranks run on this host; "
+                   "hint: run every rank on one machine",
+                   local_ranks, world_size);
+}
+
+plan::Cluster measure_cluster(const Config& config, dist::Communicator& world, const ProfileOptions& options,
+                              const plan::Profile& machine) {
+  check_cluster_input(world.size(), world.local_ranks());
+  plan::Cluster cluster;
+  wait_quietly(world);  // every rank starts at once: each device computes while the others do
+  measure_compute(config, cluster, options.repeats);
+  wait_quietly(world);  // none leaves (to spin in MPI) while another still measures
+  if (world.rank() != 0) return {};
+  describe_machine(world, machine, cluster);
+  return cluster;
+}
+
+GemmCurve fit_gemm_curve(const std::vector<double>& dims, const std::vector<double>& efficiency) {
+  LOOM_CHECK(dims.size() == efficiency.size(), "[profile] {} dims against {} efficiencies", dims.size(),
+             efficiency.size());
+  // The collectives' line fit, on the relative error: a GEMM's noise is a share of its time, so
+  // every dim weighs alike. Its floors (1e-7, 1e-15) lie far below any a and b a CPU gives.
+  std::vector<double> x, y;
+  for (size_t i = 0; i < dims.size(); ++i) x.push_back(1 / dims[i]), y.push_back(1 / efficiency[i]);
+  const LineFit line = fit_alpha_beta(x, y);
+  GemmCurve curve;
+  curve.gemm_max = line.alpha_s > 1 ? 1 / line.alpha_s : 1.0;
+  curve.gemm_half_dim = std::max(0.0, line.beta_s_per_byte * curve.gemm_max);
+  return curve;
 }
 
 LineFit fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds) {

@@ -8,17 +8,22 @@
 
 #include "loom/core/config.h"
 #include "loom/dist/communicator.h"
+#include "loom/plan/cluster.h"
 #include "loom/plan/profile.h"
 
 namespace loom::train {
 
 struct ProfileOptions {
   int64_t repeats = 5;  // timed runs of each measurement after one warm-up; the file holds medians
+  bool layers = true;   // false: measure_profile leaves the chain out (--cluster-out alone needs none)
 };
 
 // What measure_profile needs of the job: tp x sp ranks measure the chain together (the first
 // ones of the world), so the world must have as many. InputError naming the keys otherwise.
 void check_profile_input(const Config& config, int world_size, const ProfileOptions& options);
+// What measure_cluster needs of the job: two ranks or more (its links are their send_recv) and
+// every one on this host (the cluster is this machine). InputError otherwise.
+void check_cluster_input(int world_size, int local_ranks);
 
 // The whole profile, complete on world rank 0:
 //   layers       the first tp x sp ranks build the chain for their tp and sp groups (tp rank 0's
@@ -29,6 +34,33 @@ void check_profile_input(const Config& config, int world_size, const ProfileOpti
 //                at message sizes 4 KiB .. 16 MiB; send_recv between ranks 0 and 1 (g = 2)
 // Other ranks return the parts they took no part in empty.
 plan::Profile measure_profile(const Config& config, dist::Communicator& world, const ProfileOptions& options = {});
+
+// `loom profile --cluster-out` (NOTE [Cluster cost model] in plan/cluster.h): this machine as the
+// cluster "local", complete on world rank 0. A device is one rank running one intra-op thread.
+//   device       per_node = the job's ranks (all on this host), max_nodes = 1; memory_bytes = this
+//                machine's memory / per_node
+//   compute      every rank measures at once with one thread (a run's ranks share the caches and
+//                the memory bus, so a device alone would look faster than it is); rank 0's numbers:
+//                peak_flops per dtype = measure_gemm_peak of large square GEMMs (bfloat16 only where
+//                native); the GEMM curve fitted (fit_gemm_curve) to [2048 x d] x [d x d] for
+//                d = 32 .. 1024 in float32; attention = the tiled causal kernel's forward + backward
+//                (B 2, H 8, T 512, hd 64, model.attn_tile) at 3 x its forward FLOPs over the float32
+//                peak; memory_bandwidth = a 256 MiB float32 add's 3 x 256 MiB per second
+//   links        from `machine` (measure_profile's on this world; its layers are not read):
+//                intra_node = inter_node = its send_recv (1 / beta, alpha); host = the slower of its
+//                two copies; every collective it measured as a [[collective]] entry
+// Collective over the world; check_cluster_input first.
+plan::Cluster measure_cluster(const Config& config, dist::Communicator& world, const ProfileOptions& options,
+                              const plan::Profile& machine);
+
+// The GEMM efficiency curve e(d) = gemm_max x d / (d + gemm_half_dim) fitted to measured
+// efficiencies (achieved / peak) at dims d: 1/e = a + b/d by least squares, gemm_max = 1/a
+// clamped to (0, 1], gemm_half_dim = b x gemm_max (so the small-d slope stays the fit's) and >= 0.
+// Needs two distinct dims.
+struct GemmCurve {
+  double gemm_max = 1, gemm_half_dim = 0;
+};
+GemmCurve fit_gemm_curve(const std::vector<double>& dims, const std::vector<double>& efficiency);
 
 // t = alpha + beta x bytes, fitted to (bytes[i], seconds[i]) by least squares on the relative
 // error (each point weighted 1 / seconds[i]^2: unweighted, the largest message's noise would

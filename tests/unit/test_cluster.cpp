@@ -1,0 +1,194 @@
+// NOTE [Cluster cost model]: a cluster file reads back to the same value, the shipped files parse,
+// a bad file is refused with one InputError naming the key, and the costs follow the note's
+// formulas (ring or tree over the slowest link a group spans; measured alpha / beta inside a node).
+// `loom profile --cluster-out`'s pieces that need no second rank are checked here too: the GEMM
+// curve's fit and the job it refuses.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+
+#include "loom/core/error.h"
+#include "loom/plan/cluster.h"
+#include "loom/train/profile_run.h"
+
+namespace loom::plan {
+
+// So that a failed EXPECT_EQ prints the two clusters as their files would read.
+void PrintTo(const Cluster& c, std::ostream* os) { *os << to_toml(c); }
+
+namespace {
+
+using ::testing::HasSubstr;
+
+template <class Fn>
+std::string input_error(Fn&& fn) {
+  try {
+    fn();
+  } catch (const InputError& e) {
+    EXPECT_EQ(e.exit_code(), 2);
+    return e.what();
+  }
+  ADD_FAILURE() << "expected an InputError";
+  return "";
+}
+
+// Every field set, each value exact in to_toml's 6 significant digits.
+Cluster full_cluster() {
+  return {.name = "test",
+          .source = "unit test",
+          .devices_per_node = 8,
+          .max_nodes = 2,
+          .peak_flops = {{DType::BFloat16, 312e12}, {DType::Float32, 19.5e12}},
+          .memory_bytes = 80e9,
+          .memory_bytes_per_s = 2.039e12,
+          .intra_node = {.bytes_per_s = 300e9, .latency_s = 5e-6},
+          .inter_node = {.bytes_per_s = 25e9, .latency_s = 10e-6},
+          .host_bytes_per_s = 25e9,
+          .gemm_max = 0.85,
+          .gemm_half_dim = 128,
+          .attention_efficiency = 0.5,
+          .memory_efficiency = 0.8,
+          .collectives = {{.op = CommOp::AllReduce, .ranks = 2, .alpha_s = 4e-6, .beta_s_per_byte = 2.5e-10},
+                          {.op = CommOp::SendRecv, .ranks = 2, .alpha_s = 3e-6, .beta_s_per_byte = 1e-10}}};
+}
+
+// A valid file with `from` replaced by `to` (which must occur once).
+std::string edited(const std::string& from, const std::string& to) {
+  std::string text = to_toml(full_cluster());
+  const size_t at = text.find(from);
+  EXPECT_NE(at, std::string::npos) << from;
+  EXPECT_EQ(text.find(from, at + 1), std::string::npos) << from;
+  return text.replace(at, from.size(), to);
+}
+
+std::string refusal(const std::string& text) {
+  return input_error([&] { cluster_from_toml(text, "bad.toml"); });
+}
+
+TEST(Cluster, ReadsBackWhatItWrites) {
+  const Cluster c = full_cluster();
+  EXPECT_EQ(cluster_from_toml(to_toml(c), "written"), c);
+  // Comment lines above it (--cluster-out's header) change nothing.
+  EXPECT_EQ(cluster_from_toml("# a header\n# of two lines\n" + to_toml(c), "with header"), c);
+}
+
+TEST(Cluster, ShippedFilesParse) {
+  const Cluster a100 = read_cluster("dgx-a100-80gb");
+  EXPECT_EQ(a100.devices_per_node, 8);
+  EXPECT_EQ(a100.peak(DType::BFloat16), 312e12);
+  EXPECT_EQ(a100.intra_node.bytes_per_s, 300e9);
+  EXPECT_EQ(a100.inter_node.bytes_per_s, 25e9);
+  const Cluster h100 = read_cluster("dgx-h100");
+  EXPECT_EQ(h100.peak(DType::BFloat16), 989e12);
+  EXPECT_EQ(h100.memory_bytes_per_s, 3.35e12);
+  // This machine, as `loom profile --cluster-out` measured it: one host, every number measured.
+  const Cluster local = read_cluster("local");
+  EXPECT_EQ(local.name, "local");
+  EXPECT_EQ(local.max_nodes, 1);
+  EXPECT_GE(local.devices_per_node, 2);
+  EXPECT_GT(local.peak(DType::Float32), 0);
+  EXPECT_GT(local.peak(DType::Float64), 0);
+  EXPECT_EQ(local.intra_node, local.inter_node);
+  EXPECT_FALSE(local.collectives.empty());
+}
+
+TEST(Cluster, RefusesABadFileNamingTheKey) {
+  EXPECT_THAT(refusal(edited("per_node = 8", "per_node = 8\nper_nodes = 8")),
+              HasSubstr("bad.toml: unknown key device.per_nodes"));
+  EXPECT_THAT(refusal(edited("[device]", "[devices]")), HasSubstr("bad.toml: [device] is missing"));
+  EXPECT_THAT(refusal(edited("bandwidth = 2.5e+10", "bandwidth = -1")),
+              HasSubstr("bad.toml: links.inter_node.bandwidth = -1 must be a positive number"));
+  EXPECT_THAT(refusal(edited("gemm_max = 0.85", "gemm_max = 1.5")),
+              HasSubstr("bad.toml: efficiency.gemm_max = 1.5 must be in (0, 1]"));
+  EXPECT_THAT(refusal(edited("op = \"send_recv\"", "op = \"broadcast\"")),
+              HasSubstr("bad.toml: collective.op = \"broadcast\" is not one of: all_reduce"));
+  EXPECT_THAT(refusal(edited("name = \"test\"", "name = \"test")), HasSubstr("bad.toml: not a cluster file"));
+  EXPECT_THAT(refusal(edited("peak_flops = { ", "peak_flops = { float16 = 1, ")),
+              HasSubstr("unknown key device.peak_flops.float16"));
+  EXPECT_THAT(input_error([] { read_cluster("no-such-cluster"); }), HasSubstr("no cluster file no-such-cluster"));
+}
+
+TEST(Cluster, RefusesMoreGpusThanItHas) {
+  const Cluster c = full_cluster();  // 2 nodes of 8
+  check_gpus(c, 16);
+  EXPECT_THAT(input_error([&] { check_gpus(c, 17); }),
+              HasSubstr("--gpus 17 is more than cluster test has (2 nodes x 8 devices = 16)"));
+  EXPECT_THAT(input_error([&] { check_gpus(c, 0); }), HasSubstr("--gpus 0 must be at least 1"));
+  Cluster unbounded = c;
+  unbounded.max_nodes = 0;
+  check_gpus(unbounded, 3072);
+}
+
+// The ring and the tree of NOTE [Cluster cost model] over each link, without measured costs.
+TEST(Cluster, CollectivesFollowTheRingOrTheTree) {
+  Cluster c = full_cluster();
+  c.collectives.clear();
+  const double bytes = 1e9, n = 8, bw = 300e9, lat = 5e-6;
+  const double ring = 2 * ((n - 1) / n * bytes / bw + (n - 1) * lat);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 8, bytes, false), ring);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::ReduceScatter, 8, bytes, false), ring / 2);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllGather, 8, bytes, true),
+                   (n - 1) / n * bytes / 25e9 + (n - 1) * 10e-6);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::SendRecv, 2, bytes, true), 10e-6 + bytes / 25e9);
+  // A small message over many ranks: the tree's 2 log2 n latencies beat the ring's 2 (n - 1).
+  const double small = 1024, many = 64;
+  const double tree = 2 * std::log2(many) * lat + 2 * small / bw;
+  EXPECT_LT(tree, 2 * ((many - 1) / many * small / bw + (many - 1) * lat));
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 64, small, false), tree);
+  EXPECT_EQ(c.collective_seconds(CommOp::AllReduce, 1, bytes, false), 0);
+}
+
+// Inside a node the measured alpha / beta of the op at the nearest group size at or above; across
+// nodes the links.
+TEST(Cluster, UsesMeasuredCollectivesInsideANode) {
+  Cluster c = full_cluster();
+  c.collectives.push_back({.op = CommOp::AllReduce, .ranks = 4, .alpha_s = 8e-6, .beta_s_per_byte = 5e-10});
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 2, 1e6, false), 4e-6 + 2.5e-10 * 1e6);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 3, 1e6, false), 8e-6 + 5e-10 * 1e6);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 8, 1e6, false), 8e-6 + 5e-10 * 1e6);  // the largest
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::SendRecv, 2, 1e6, false), 3e-6 + 1e-10 * 1e6);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::SendRecv, 2, 1e6, true), 10e-6 + 1e6 / 25e9);
+  // An op never measured: the ring over the link.
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllGather, 2, 1e6, false), 0.5 * 1e6 / 300e9 + 5e-6);
+}
+
+TEST(Cluster, GroupsSpanNodesByTheMeshOrder) {
+  EXPECT_FALSE(group_spans_nodes({.tp = 8}, "tp", 8));
+  EXPECT_FALSE(group_spans_nodes({.dp = 2, .pp = 2, .tp = 8}, "tp", 8));
+  EXPECT_TRUE(group_spans_nodes({.dp = 2, .pp = 2, .tp = 8}, "dp", 8));
+  EXPECT_TRUE(group_spans_nodes({.dp = 2, .pp = 2, .tp = 8}, "pp", 8));  // stage neighbours on two nodes
+  EXPECT_FALSE(group_spans_nodes({.pp = 2, .tp = 4}, "pp", 8));         // both stages on one node
+  EXPECT_TRUE(group_spans_nodes({.dp = 2, .tp = 4}, "dp", 4));
+  EXPECT_FALSE(group_spans_nodes({.dp = 2, .sp = 2, .tp = 2}, "dp_sp", 8));
+  EXPECT_TRUE(group_spans_nodes({.dp = 2, .sp = 2, .tp = 2}, "dp_sp", 4));
+}
+
+// `loom profile --cluster-out`'s curve: a measured e(d) = 0.9 d / (d + 100) is recovered; one above
+// the peak clamps gemm_max to 1; one falling with d clamps the half dimension to (about) 0.
+TEST(Cluster, FitsTheGemmCurve) {
+  std::vector<double> dims{32, 64, 128, 256, 512, 1024}, efficiency;
+  for (double d : dims) efficiency.push_back(0.9 * d / (d + 100));
+  train::GemmCurve curve = train::fit_gemm_curve(dims, efficiency);
+  EXPECT_NEAR(curve.gemm_max, 0.9, 1e-9);
+  EXPECT_NEAR(curve.gemm_half_dim, 100, 1e-6);
+  curve = train::fit_gemm_curve({64, 1024}, {1.2, 1.3});
+  EXPECT_EQ(curve.gemm_max, 1);
+  EXPECT_GT(curve.gemm_half_dim, 0);
+  curve = train::fit_gemm_curve({64, 1024}, {0.9, 0.8});
+  EXPECT_GT(curve.gemm_max, 0.75);
+  EXPECT_LT(curve.gemm_max, 0.8);
+  EXPECT_NEAR(curve.gemm_half_dim, 0, 1e-9);
+}
+
+TEST(Cluster, ProfileRefusesAJobThatCannotMeasureTheMachine) {
+  EXPECT_THAT(input_error([] { train::check_cluster_input(1, 1); }),
+              HasSubstr("--cluster-out needs 2 ranks or more (its links are their send_recv), but the job has 1"));
+  EXPECT_THAT(input_error([] { train::check_cluster_input(4, 2); }),
+              HasSubstr("only 2 of the job's 4 ranks run on this host"));
+  train::check_cluster_input(2, 2);
+}
+
+}  // namespace
+}  // namespace loom::plan
