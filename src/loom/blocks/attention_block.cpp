@@ -1,5 +1,7 @@
 #include "loom/blocks/attention_block.h"
 
+#include <algorithm>
+
 #include "loom/nn/attention.h"
 
 namespace loom::blocks {
@@ -88,6 +90,12 @@ nn::Cost AttentionBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) c
       dtype_bytes);
   const int64_t d_model = qkv.weight.full_shape.back();
   c.param_bytes = static_cast<double>((4 * d_model * local + 3 * local + d_model + norm.param_elements()) * dtype_bytes);
+  c.attention_flops = attention;
+  c.gemm_dim = static_cast<double>(std::min({rows, d_model, local}));
+  c.elementwise_bytes = static_cast<double>(6 * rows * local * dtype_bytes) +  // biases; q, k, v to heads; merge
+                        nn::causal_attention_score_bytes(batch, local_heads_, seq, dtype_bytes);
+  add_skeleton_costs(c, batch, seq, dtype_bytes);
+  for (nn::CommUse& u : core_->comm(batch, local_heads_, local_heads_, seq, hd, dtype_bytes)) c.comm.push_back(u);
   return c;
 }
 

@@ -1,5 +1,7 @@
 #include "loom/blocks/dlrm_layers.h"
 
+#include <algorithm>
+
 #include <fmt/format.h>
 
 #include <cmath>
@@ -64,6 +66,8 @@ nn::Cost Dense::cost(int64_t batch, int64_t, int64_t dtype_bytes) const {
   c.backward_weight_flops = gemm;
   c.saved_bytes = static_cast<double>(batch * (in_ + out_) * dtype_bytes);
   c.param_bytes = static_cast<double>((in_ * out_ + out_) * dtype_bytes);
+  c.gemm_dim = static_cast<double>(std::min({batch, in_, out_}));
+  c.elementwise_bytes = static_cast<double>(2 * batch * out_ * dtype_bytes);  // bias and activation
   return c;
 }
 

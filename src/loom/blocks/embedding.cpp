@@ -1,5 +1,7 @@
 #include "loom/blocks/embedding.h"
 
+#include <algorithm>
+
 #include "loom/nn/precision.h"
 #include "loom/parallel/sequence_parallel.h"
 #include "loom/parallel/tp_region.h"
@@ -123,6 +125,10 @@ nn::Cost TokenPositionEmbedding::cost(int64_t batch, int64_t seq, int64_t dtype_
   c.saved_bytes = static_cast<double>(batch * seq) * (tp_.size() > 1 ? 9 : 8);
   const int64_t positions = position_table.name.empty() ? 0 : position_table.full_shape[0];
   c.param_bytes = static_cast<double>((rows_ + positions) * d_model_ * dtype_bytes);
+  c.elementwise_bytes = static_cast<double>(3 * batch * seq * d_model_ * dtype_bytes);  // rows gathered, positions added
+  if (tp_.size() > 1)  // each rank's rows summed (scattered under tp_sequence) over tp
+    c.comm.push_back({.op = sequence_ ? nn::CommOp::ReduceScatter : nn::CommOp::AllReduce,
+                      .bytes = static_cast<double>(batch * seq * d_model_ * dtype_bytes)});
   return c;
 }
 

@@ -28,6 +28,7 @@ nn::Cost FinalNorm::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const 
   nn::Cost c;
   c.saved_bytes = static_cast<double>(norm.saved_elements(batch * seq / shards_) * dtype_bytes);
   c.param_bytes = static_cast<double>(norm.param_elements() * dtype_bytes);
+  c.elementwise_bytes = 2.0 * static_cast<double>(norm.saved_elements(batch * seq / shards_) * dtype_bytes);  // about in and out
   return c;
 }
 

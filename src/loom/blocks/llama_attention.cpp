@@ -1,5 +1,7 @@
 #include "loom/blocks/llama_attention.h"
 
+#include <algorithm>
+
 #include "loom/nn/precision.h"
 
 #include "loom/core/error.h"
@@ -112,6 +114,12 @@ nn::Cost LlamaAttentionBlock::cost(int64_t batch, int64_t seq, int64_t dtype_byt
                                       dtype_bytes);
   c.param_bytes = static_cast<double>((2 * d_model_ * local + 2 * d_model_ * local_kv + norm.param_elements()) *
                                       dtype_bytes);
+  c.attention_flops = attention;
+  c.gemm_dim = static_cast<double>(std::min({rows, d_model_, local_kv}));
+  c.elementwise_bytes = static_cast<double>(6 * rows * (local + local_kv) * dtype_bytes) +  // rotary; to heads; merge
+                        nn::causal_attention_score_bytes(batch, local_heads_, seq, dtype_bytes);
+  add_skeleton_costs(c, batch, seq, dtype_bytes);
+  for (nn::CommUse& u : core_->comm(batch, local_heads_, local_kv_heads_, seq, head_dim_, dtype_bytes)) c.comm.push_back(u);
   return c;
 }
 

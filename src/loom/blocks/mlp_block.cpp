@@ -1,5 +1,7 @@
 #include "loom/blocks/mlp_block.h"
 
+#include <algorithm>
+
 namespace loom::blocks {
 namespace {
 struct State : PreNormState {
@@ -62,6 +64,9 @@ nn::Cost MlpBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
   // x, its statistics and h; u and a of [rows, hidden / tp].
   c.saved_bytes = static_cast<double>((skeleton_saved_elements(batch, seq) + 2 * rows * local) * dtype_bytes);
   c.param_bytes = static_cast<double>((2 * d_model_ * local + local + d_model_ + norm.param_elements()) * dtype_bytes);
+  c.gemm_dim = static_cast<double>(std::min({rows, d_model_, local}));
+  c.elementwise_bytes = static_cast<double>(4 * rows * local * dtype_bytes);  // bias and GELU on the hidden
+  add_skeleton_costs(c, batch, seq, dtype_bytes);
   return c;
 }
 

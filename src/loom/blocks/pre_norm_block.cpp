@@ -63,4 +63,26 @@ int64_t PreNormBlock::skeleton_saved_elements(int64_t batch, int64_t seq) const 
   return norm.saved_elements(rows) + rows * d_model_;
 }
 
+void PreNormBlock::add_skeleton_costs(nn::Cost& c, int64_t batch, int64_t seq, int64_t dtype_bytes) const {
+  const int64_t rows = sequence_ ? batch * seq / tp_.size() : batch * seq;
+  c.elementwise_bytes += static_cast<double>(5 * rows * d_model_ * dtype_bytes);  // norm in/out; x + y -> out
+  if (tp_.size() <= 1) return;
+  const double full = static_cast<double>(batch * seq * d_model_ * dtype_bytes);
+  const bool overlapped = pieces_ > 1;
+  using nn::CommOp, nn::CommPass;
+  auto use = [&](CommOp op, CommPass pass) {
+    c.comm.push_back({.op = op, .axis = nn::CommAxis::Tp, .pass = pass, .bytes = full, .overlapped = overlapped});
+  };
+  if (!sequence_) {
+    use(CommOp::AllReduce, CommPass::Forward);
+    use(CommOp::AllReduce, CommPass::BackwardInput);
+    return;
+  }
+  use(CommOp::AllGather, CommPass::Forward);
+  use(CommOp::ReduceScatter, CommPass::Forward);
+  use(CommOp::AllGather, CommPass::BackwardInput);
+  use(CommOp::AllGather, CommPass::BackwardInput);
+  use(CommOp::ReduceScatter, CommPass::BackwardInput);
+}
+
 }  // namespace loom::blocks

@@ -70,6 +70,10 @@ class PreNormBlock : public nn::Layer {
   // Elements the skeleton keeps from forward for `batch` x `seq` tokens of the region: x and the
   // norm's statistics, and h (this rank's share of the tokens under tp_sequence).
   int64_t skeleton_saved_elements(int64_t batch, int64_t seq) const;
+  // The skeleton's part of a cost: the region's tp collectives (an all-reduce each way; under
+  // tp_sequence an all-gather and a reduce-scatter forward, and backward the gradient's and h's
+  // all-gathers and a reduce-scatter) and the norm's and residual's elementwise bytes.
+  void add_skeleton_costs(nn::Cost& c, int64_t batch, int64_t seq, int64_t dtype_bytes) const;
 
   dist::Communicator& tp_;
 

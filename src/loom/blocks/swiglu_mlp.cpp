@@ -1,5 +1,7 @@
 #include "loom/blocks/swiglu_mlp.h"
 
+#include <algorithm>
+
 #include "loom/nn/swiglu.h"
 
 namespace loom::blocks {
@@ -64,6 +66,9 @@ nn::Cost SwiGluMlpBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) c
   // x, its statistics and h; u of [rows, 2 hidden / tp] and a of [rows, hidden / tp].
   c.saved_bytes = static_cast<double>((skeleton_saved_elements(batch, seq) + 3 * rows * local) * dtype_bytes);
   c.param_bytes = static_cast<double>((3 * d_model_ * local + norm.param_elements()) * dtype_bytes);
+  c.gemm_dim = static_cast<double>(std::min({rows, d_model_, local}));
+  c.elementwise_bytes = static_cast<double>(3 * rows * local * dtype_bytes);  // silu(gate) x up
+  add_skeleton_costs(c, batch, seq, dtype_bytes);
   return c;
 }
 

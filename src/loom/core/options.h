@@ -99,6 +99,15 @@ struct OptionNames<Partition> {
   static constexpr std::array<std::string_view, 3> names{"compute", "memory", "auto"};
 };
 
+// The collectives a layer runs and a cluster file prices (NOTE [Cluster cost model]), named as
+// `loom profile` writes them.
+enum class CommOp : uint8_t { AllReduce, AllGather, ReduceScatter, AllToAll, SendRecv };
+template <>
+struct OptionNames<CommOp> {
+  static constexpr std::array<std::string_view, 5> names{"all_reduce", "all_gather", "reduce_scatter", "all_to_all",
+                                                         "send_recv"};
+};
+
 // "a, b, c": the accepted names, for messages and docs.
 std::string option_list(const std::string_view* names, size_t count);
 template <class E>

@@ -169,4 +169,13 @@ double causal_attention_flops(int64_t batch, int64_t heads, int64_t seq, int64_t
          static_cast<double>(head_dim);
 }
 
+double causal_attention_score_bytes(int64_t batch, int64_t heads, int64_t seq, int64_t dtype_bytes) {
+  // Per score element, forward_chunk's passes: the product written (a bytes) and widened (read a,
+  // write 4; none when a = 4 it still costs the pass), its row maximum (read 4), subtract and exp
+  // in place (read 4, write 4), the row sum (read 4), narrowed to the product type (read 4, write
+  // a) and read by the second product (a): 4a + 24. The backward moves about twice that.
+  const double elements = static_cast<double>(batch * heads) * static_cast<double>(seq) * static_cast<double>(seq + 1) / 2;
+  return elements * static_cast<double>(4 * dtype_bytes + 24);
+}
+
 }  // namespace loom::nn

@@ -30,5 +30,8 @@ AttentionGrads causal_attention_backward(const at::Tensor& dout, const at::Tenso
 
 // Multiply-add FLOPs of the forward for the causal (visible) part: QK^T and PV.
 double causal_attention_flops(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim);
+// Bytes the forward's score tiles move through memory (the causal half of seq x seq per head):
+// what bounds the kernel on a device whose matmuls are fast (NOTE [Cluster cost model]).
+double causal_attention_score_bytes(int64_t batch, int64_t heads, int64_t seq, int64_t dtype_bytes);
 
 }  // namespace loom::nn

@@ -11,6 +11,10 @@ Cost& Cost::operator+=(const Cost& o) {
   saved_bytes += o.saved_bytes;
   param_bytes += o.param_bytes;
   workspace_bytes = std::max(workspace_bytes, o.workspace_bytes);  // one layer's at a time
+  attention_flops += o.attention_flops;
+  gemm_dim = std::max(gemm_dim, o.gemm_dim);
+  elementwise_bytes += o.elementwise_bytes;
+  comm.insert(comm.end(), o.comm.begin(), o.comm.end());
   return *this;
 }
 

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "loom/core/options.h"
 #include "loom/nn/param.h"
 
 namespace loom::nn {
@@ -30,6 +31,23 @@ struct MicroBatch {
 };
 
 // Analytic cost of one layer for one micro-batch: model FLOPs (multiply-add = 2) and bytes.
+// A collective a layer runs inside one pass over one micro-batch, on its tensor- or
+// sequence-parallel group: `count` calls of `bytes` each (all_reduce's tensor, all_gather's
+// output, reduce_scatter's input, all_to_all's input, one ring step's message). A device cost
+// model (plan/cluster.h) prices them by the group's links.
+using CommOp = loom::CommOp;  // core/options.h, with its names
+enum class CommAxis : uint8_t { Tp, Sp };
+enum class CommPass : uint8_t { Forward, BackwardInput };
+struct CommUse {
+  CommOp op = CommOp::AllReduce;
+  CommAxis axis = CommAxis::Tp;
+  CommPass pass = CommPass::Forward;
+  double bytes = 0;
+  int64_t count = 1;
+  bool overlapped = false;  // issued asynchronously beside the layer's compute (tp_overlap, ring)
+  bool operator==(const CommUse&) const = default;
+};
+
 struct Cost {
   double forward_flops = 0;
   double backward_input_flops = 0;
@@ -39,6 +57,15 @@ struct Cost {
   // Temporaries beyond what is saved, at the layer's largest moment (the head's logits while the
   // loss and its gradient are formed): what a stage's peak adds for its busiest layer.
   double workspace_bytes = 0;
+  // For a device's cost model (NOTE [Cluster cost model]): the attention kernel's share of
+  // forward_flops (backward_input holds twice it), the smallest dimension of the layer's largest
+  // GEMM on this rank (small GEMMs run below peak), the bytes its non-GEMM kernels read and write
+  // in a forward (norms, bias and activation functions, residual adds, lookups; a backward moves
+  // about twice them), and its collectives.
+  double attention_flops = 0;
+  double gemm_dim = 0;
+  double elementwise_bytes = 0;
+  std::vector<CommUse> comm;
   Cost& operator+=(const Cost& o);
 };
 

@@ -70,6 +70,16 @@ class AllGatherCore final : public AttentionCore {
     return {g.dq, dkv[0], dkv[1]};
   }
 
+  // The fused k/v all-gather (again in backward), and the dk/dv reduce-scatter.
+  std::vector<nn::CommUse> comm(int64_t batch, int64_t, int64_t kv_heads, int64_t tokens, int64_t head_dim,
+                                int64_t dtype_bytes) const override {
+    const double all = static_cast<double>(2 * batch * kv_heads * tokens * head_dim * dtype_bytes * sp_.size());
+    using nn::CommOp, nn::CommPass;
+    return {{.op = CommOp::AllGather, .axis = nn::CommAxis::Sp, .pass = CommPass::Forward, .bytes = all},
+            {.op = CommOp::AllGather, .axis = nn::CommAxis::Sp, .pass = CommPass::BackwardInput, .bytes = all},
+            {.op = CommOp::ReduceScatter, .axis = nn::CommAxis::Sp, .pass = CommPass::BackwardInput, .bytes = all}};
+  }
+
  private:
   dist::Communicator& sp_;
   int64_t tile_;
@@ -92,6 +102,18 @@ class UlyssesCore final : public AttentionCore {
     return {back[0], back[1], back[2]};
   }
   bool keeps_output() const override { return true; }
+
+  // q, k, v to heads and the output back in forward; dout to heads and dq, dk, dv back in backward.
+  std::vector<nn::CommUse> comm(int64_t batch, int64_t heads, int64_t kv_heads, int64_t tokens, int64_t head_dim,
+                                int64_t dtype_bytes) const override {
+    const auto bytes = [&](int64_t h) { return static_cast<double>(batch * h * tokens * head_dim * dtype_bytes); };
+    using nn::CommOp, nn::CommPass;
+    const nn::CommAxis sp = nn::CommAxis::Sp;
+    return {{.op = CommOp::AllToAll, .axis = sp, .pass = CommPass::Forward, .bytes = bytes(heads + 2 * kv_heads)},
+            {.op = CommOp::AllToAll, .axis = sp, .pass = CommPass::Forward, .bytes = bytes(heads)},
+            {.op = CommOp::AllToAll, .axis = sp, .pass = CommPass::BackwardInput, .bytes = bytes(heads)},
+            {.op = CommOp::AllToAll, .axis = sp, .pass = CommPass::BackwardInput, .bytes = bytes(heads + 2 * kv_heads)}};
+  }
 
  private:
   dist::Communicator& sp_;
@@ -137,6 +159,19 @@ class RingCore final : public AttentionCore {
   RingCore(dist::Communicator& sp, int64_t tile) : sp_(sp), tile_(tile) {}
   at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionSaved& saved) override;
   AttentionInputGrads backward(const at::Tensor& dout, const at::Tensor& out, const AttentionSaved& s) override;
+
+  // sp - 1 steps of this rank's k/v block around the ring beside the compute; backward moves the
+  // block and its dk/dv.
+  std::vector<nn::CommUse> comm(int64_t batch, int64_t, int64_t kv_heads, int64_t tokens, int64_t head_dim,
+                                int64_t dtype_bytes) const override {
+    const double block = static_cast<double>(2 * batch * kv_heads * tokens * head_dim * dtype_bytes);
+    const int64_t steps = sp_.size() - 1;
+    using nn::CommOp, nn::CommPass;
+    const nn::CommAxis sp = nn::CommAxis::Sp;
+    return {{.op = CommOp::SendRecv, .axis = sp, .pass = CommPass::Forward, .bytes = block, .count = steps, .overlapped = true},
+            {.op = CommOp::SendRecv, .axis = sp, .pass = CommPass::BackwardInput, .bytes = 2 * block, .count = steps,
+             .overlapped = true}};
+  }
 
  private:
   dist::Communicator& sp_;

@@ -51,6 +51,13 @@ class AttentionCore {
   virtual AttentionInputGrads backward(const at::Tensor& dout, const at::Tensor& out, const AttentionSaved& saved) = 0;
   // Whether `saved.out` holds a copy of the output: bytes the layer's cost must count.
   virtual bool keeps_output() const { return false; }
+  // The sp collectives of one forward and one backward for q of [batch, heads, tokens, head_dim]
+  // and k, v of kv_heads (nn::CommUse; none without sequence parallelism).
+  virtual std::vector<nn::CommUse> comm(int64_t batch, int64_t heads, int64_t kv_heads, int64_t tokens,
+                                        int64_t head_dim, int64_t dtype_bytes) const {
+    (void)batch, (void)heads, (void)kv_heads, (void)tokens, (void)head_dim, (void)dtype_bytes;
+    return {};
+  }
 };
 
 // The core of `sp`'s mode (local when sp is inactive); `tile` is the kernel's query/key tile.
