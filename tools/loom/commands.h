@@ -18,5 +18,7 @@ Action add_data(CLI::App& app);
 Action add_schedule(CLI::App& app);
 Action add_ckpt(CLI::App& app);
 Action add_profile(CLI::App& app);
+Action add_simulate(CLI::App& app);
+Action add_plan(CLI::App& app);
 
 }  // namespace loom::cli

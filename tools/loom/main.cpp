@@ -21,7 +21,8 @@ int main(int argc, char** argv) {
   const std::vector<loom::cli::Action> actions{loom::cli::add_train(app), loom::cli::add_config(app),
                                                loom::cli::add_bench(app), loom::cli::add_data(app),
                                                loom::cli::add_schedule(app), loom::cli::add_ckpt(app),
-                                               loom::cli::add_profile(app)};
+                                               loom::cli::add_profile(app), loom::cli::add_simulate(app),
+                                               loom::cli::add_plan(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

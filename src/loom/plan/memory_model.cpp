@@ -46,7 +46,7 @@ StageBytes stage_bytes(const MemoryModel& m, const std::vector<int64_t>& cuts, c
 
 schedule::Costs stage_costs(const MemoryModel& m, const std::vector<int64_t>& cuts,
                             const std::vector<MemoryPolicy>& policy, const Prediction& waits) {
-  schedule::Costs costs;
+  schedule::Costs costs{.p2p = m.p2p_s};
   for (size_t v = 0; v + 1 < cuts.size(); ++v) {
     schedule::StageCosts c{.f = waits.swap_wait_forward_s[v], .b = waits.swap_wait_backward_s[v], .w = 0, .r = 0};
     for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) {
@@ -175,7 +175,7 @@ Prediction predict(const MemoryModel& m, const std::vector<int64_t>& cuts, const
   out.swap_wait_backward_s = out.swap_wait_forward_s;
   // Twice: the waits for copies found on the first replay lengthen the actions of the second.
   for (int pass = 0; pass < 2; ++pass) {
-    const schedule::Simulation sim = schedule::simulate(s, stage_costs(m, cuts, policy, out));
+    schedule::Simulation sim = schedule::simulate(s, stage_costs(m, cuts, policy, out));
     out.step_s = sim.makespan;
     out.stages.clear();
     std::vector<double> forward(out.swap_wait_forward_s.size(), 0.0), backward(forward);
@@ -188,7 +188,10 @@ Prediction predict(const MemoryModel& m, const std::vector<int64_t>& cuts, const
     const auto none = [](const std::vector<double>& w) {
       return std::all_of(w.begin(), w.end(), [](double t) { return t == 0; });
     };
-    if (pass == 1 || (none(forward) && none(backward))) break;
+    if (pass == 1 || (none(forward) && none(backward))) {
+      out.simulation = std::move(sim);
+      break;
+    }
     out.swap_wait_forward_s = std::move(forward), out.swap_wait_backward_s = std::move(backward);
   }
   return out;

@@ -30,6 +30,7 @@
 
 #include "loom/nn/memory_policy.h"
 #include "loom/schedule/schedule.h"
+#include "loom/schedule/simulator.h"
 
 namespace loom::plan {
 
@@ -53,6 +54,7 @@ struct MemoryModel {
   schedule::Schedule schedule;          // pp x chunks virtual stages
   double budget = 0;                    // bytes per rank; 0 = none
   double copy_bytes_per_s = 5e9;        // the swap tier, each way
+  double p2p_s = 0;                     // a dependency between ranks: the boundary's send
 };
 
 struct StagePrediction {
@@ -68,6 +70,7 @@ struct Prediction {
   // Per virtual stage: copy time each forward waits (for the last copy out, which the executor
   // lets finish first) and each backward waits (for its copy back).
   std::vector<double> swap_wait_forward_s, swap_wait_backward_s;
+  schedule::Simulation simulation;  // the timed actions of the last pass
 };
 
 // Time and memory of `cuts` (pp x chunks + 1 boundaries) under `policy` (per chain layer).

@@ -39,11 +39,12 @@ bool on_sparse_path(const ParallelConfig& p) {
 // The chain as tp rank 0 holds it (every tp rank's shard has the same shape), costed for one
 // micro-batch of this rank's tokens; layers only, nothing allocated.
 std::vector<LayerPlan> describe_chain(const Config& c, int64_t local_tokens) {
-  dist::SizingCommunicator tp(0, static_cast<int>(c.parallel.tp), "tp");
+  dist::SizingCommunicator tp(0, static_cast<int>(c.parallel.tp), "tp"), sp(0, static_cast<int>(c.parallel.sp), "sp");
   const models::Model model = models::model_kind(c.model.kind)
                                   .build(c.model, {.tp = tp,
                                                    .tp_options = {.overlap = c.parallel.tp_overlap,
-                                                                  .sequence = c.parallel.tp_sequence}});
+                                                                  .sequence = c.parallel.tp_sequence},
+                                                   .sp = {.sp = &sp, .mode = c.parallel.sp_mode}});
   std::vector<LayerPlan> chain;
   for (const auto& layer : model.chain) {
     LayerPlan plan{.name = layer->name(), .cost = layer->cost(c.train.micro_batch, local_tokens, activation_bytes(c.model))};
@@ -61,7 +62,15 @@ std::vector<LayerPlan> describe_chain(const Config& c, int64_t local_tokens) {
 
 // Each layer's seconds: measured (memory.profile, checked against this config and chain) or its
 // FLOPs at the nominal rate. Returns the swap tier's bandwidth to assume.
-double time_chain(const Config& c, std::vector<LayerPlan>& chain) {
+double time_chain(const Config& c, std::vector<LayerPlan>& chain, const Cluster* cluster) {
+  if (cluster != nullptr) {
+    const dist::MeshShape mesh = dist::mesh_shape(c.parallel);
+    for (LayerPlan& l : chain) {
+      const PassTimes t = pass_times(*cluster, l.cost, c.model.dtype, mesh);
+      l.forward_s = t.forward_s, l.backward_input_s = t.backward_input_s, l.backward_weight_s = t.backward_weight_s;
+    }
+    return cluster->host_bytes_per_s;
+  }
   if (c.memory.profile.empty()) {
     for (LayerPlan& l : chain) {
       l.forward_s = l.cost.forward_flops / kNominalFlops;
@@ -115,7 +124,8 @@ double sparse_bytes(const RunPlan& plan, const ParamInfo& table) {
   return static_cast<double>((3 * std::min(owned, rows) + 4 * std::min(rows, lookups)) * table.row_width * bytes);
 }
 
-// A recomputing layer keeps its input: seq/tp tokens of d_model under tp_sequence.
+// A recomputing layer keeps its input: seq/tp tokens of d_model under tp_sequence (what crosses a
+// stage boundary too).
 double input_bytes(const RunPlan& plan) {
   const Config& c = plan.config;
   const int64_t shards = c.parallel.tp_sequence ? c.parallel.tp : 1;
@@ -148,7 +158,8 @@ MemoryEstimate fixed_memory(const RunPlan& plan, const std::vector<int64_t>& lay
 MemoryModel memory_model(const RunPlan& plan) {
   MemoryModel m{.schedule = plan.schedule,
                 .budget = kPlannedBudgetShare * static_cast<double>(plan.config.budget_bytes()),
-                .copy_bytes_per_s = plan.copy_bytes_per_s};
+                .copy_bytes_per_s = plan.copy_bytes_per_s,
+                .p2p_s = plan.p2p_s};
   const double input = input_bytes(plan);
   for (size_t i = 0; i < plan.chain.size(); ++i) {
     const LayerPlan& l = plan.chain[i];
@@ -263,17 +274,47 @@ void refuse_unfit(const RunPlan& plan) {
 
 }  // namespace
 
-RunPlan make_plan(const Config& config, int world_size) {
+PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, const dist::MeshShape& mesh) {
+  const int64_t dpn = cluster.devices_per_node;
+  double comm[2] = {0, 0}, hidden[2] = {0, 0};  // per pass: serial, and beside the compute
+  for (const nn::CommUse& u : cost.comm) {
+    const bool tp = u.axis == nn::CommAxis::Tp;
+    const double t = static_cast<double>(u.count) *
+                     cluster.collective_seconds(u.op, tp ? mesh.tp : mesh.sp, u.bytes,
+                                                group_spans_nodes(mesh, tp ? "tp" : "sp", dpn));
+    (u.overlapped ? hidden : comm)[u.pass == nn::CommPass::Forward ? 0 : 1] += t;
+  }
+  const double f = cluster.compute_seconds(cost.forward_flops - cost.attention_flops, cost.gemm_dim,
+                                           cost.attention_flops, cost.elementwise_bytes, dtype);
+  const double b = cluster.compute_seconds(cost.backward_input_flops - 2 * cost.attention_flops, cost.gemm_dim,
+                                           2 * cost.attention_flops, 2 * cost.elementwise_bytes, dtype);
+  return {.forward_s = std::max(f, hidden[0]) + comm[0],
+          .backward_input_s = std::max(b, hidden[1]) + comm[1],
+          .backward_weight_s = cluster.compute_seconds(cost.backward_weight_flops, cost.gemm_dim, 0, 0, dtype)};
+}
+
+std::vector<LayerPlan> timed_chain(const Config& config, const Cluster* cluster) {
+  std::vector<LayerPlan> chain = describe_chain(config, config.model.seq_len / config.parallel.sp);
+  time_chain(config, chain, cluster);
+  return chain;
+}
+
+RunPlan make_plan(const Config& config, int world_size, const Cluster* cluster) {
   RunPlan plan{.config = config, .world_size = world_size, .mesh = dist::mesh_shape(config.parallel)};
+  plan.cluster = cluster;
   const auto& p = config.parallel;
   plan.local_tokens = config.model.seq_len / p.sp;
   plan.chain = describe_chain(config, plan.local_tokens);
   // Stages against the chain first: a huge parallel.pp must be refused, not simulated.
   pipeline::check_stage_count(static_cast<int64_t>(plan.chain.size()), p.pp * p.chunks);
   plan.profiled = !config.memory.profile.empty();
-  plan.copy_bytes_per_s = time_chain(config, plan.chain);
+  plan.copy_bytes_per_s = time_chain(config, plan.chain, cluster);
+  if (cluster != nullptr && p.pp > 1)
+    plan.p2p_s = cluster->collective_seconds(CommOp::SendRecv, 2, input_bytes(plan),
+                                             group_spans_nodes(plan.mesh, "pp", cluster->devices_per_node) &&
+                                                 p.sp * p.tp % cluster->devices_per_node == 0);
   plan.schedule = schedule::schedule_for(p.schedule, p.pp, config.microbatch_count() / p.dp, p.chunks);
-  LOOM_CHECK_INPUT(p.pp == 1 || pipeline::message_tags(plan.schedule) <= pipeline::kMaxTags,
+  LOOM_CHECK_INPUT(cluster != nullptr || p.pp == 1 || pipeline::message_tags(plan.schedule) <= pipeline::kMaxTags,
                    "{} micro-batches per data-parallel rank x {} virtual stages need {} message tags, more than "
                    "the {} MPI guarantees; hint: fewer, larger micro-batches",
                    plan.schedule.microbatches, plan.schedule.virtual_stages(), pipeline::message_tags(plan.schedule),
@@ -284,6 +325,7 @@ RunPlan make_plan(const Config& config, int world_size) {
   plan.cuts = decision.cuts;
   for (size_t i = 0; i < plan.chain.size(); ++i) plan.chain[i].policy = decision.policy[i];
   plan.predicted_step_s = decision.prediction.step_s;
+  plan.prediction = decision.prediction;
   for (int64_t rank = 0; rank < p.pp; ++rank) {
     StagePlan stage;
     for (int64_t c = 0; c < p.chunks; ++c) {

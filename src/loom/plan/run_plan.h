@@ -22,6 +22,7 @@
 #include "loom/dist/mesh.h"
 #include "loom/nn/layer.h"
 #include "loom/nn/memory_policy.h"
+#include "loom/plan/cluster.h"
 #include "loom/plan/memory_model.h"
 #include "loom/schedule/schedule.h"
 
@@ -79,8 +80,11 @@ struct RunPlan {
   std::vector<StagePlan> stages;                 // per pipeline rank
   int64_t local_tokens = 0;                      // tokens of each sequence a rank's layers see
   double predicted_step_s = 0;                   // the pipeline's simulated step (NOTE [Memory cost model])
+  Prediction prediction;                         // the memory cost model's, for the chosen cuts and policies
   double copy_bytes_per_s = 0;                   // the swap tier's bandwidth the plan assumed
+  double p2p_s = 0;                              // a stage boundary's send (on a cluster)
   bool profiled = false;                         // times from memory.profile (else analytic)
+  const Cluster* cluster = nullptr;              // times from this cluster's cost model (NOTE [Step simulator])
 
   dist::MeshCoords coords(int rank) const { return dist::mesh_coords(mesh, rank); }
   const StagePlan& stage_of(int rank) const { return stages[static_cast<size_t>(coords(rank).pp)]; }
@@ -101,7 +105,21 @@ inline constexpr double kPlannedBudgetShare = 0.9;
 // Throws InputError (naming the keys) for a config that passed models::validate_config but whose
 // layout cannot run on `world_size` ranks: stages against the chain, the schedule, message tags,
 // explicit cuts, the mesh against the world.
-RunPlan make_plan(const Config& config, int world_size);
+// With a `cluster`, every layer's times come from its cost model (NOTE [Cluster cost model]), the
+// swap tier copies at its host link and the stages' boundaries cost a send; the message-tag limit
+// of this build's MPI executor is not checked (the plan is for that cluster).
+RunPlan make_plan(const Config& config, int world_size, const Cluster* cluster = nullptr);
+
+// The chain of `config` (tp rank 0's shard, one micro-batch), each layer timed on `cluster` (or,
+// without one, as make_plan times it): what a planner's bounds need, without a schedule.
+std::vector<LayerPlan> timed_chain(const Config& config, const Cluster* cluster);
+
+// A layer's pass times on `cluster` (forward, backward input, backward weight), its collectives
+// priced by the links their groups span in `mesh`.
+struct PassTimes {
+  double forward_s = 0, backward_input_s = 0, backward_weight_s = 0;
+};
+PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, const dist::MeshShape& mesh);
 
 // Every stage's estimate against memory.budget (besides `in_use` bytes already allocated), or
 // without a budget against this machine's memory shared by `local_ranks`. InputError otherwise.

@@ -16,7 +16,8 @@ TraceFile::TraceFile(const std::string& path, int ranks) : out_(path) {
                                        {"args", {{"name", fmt::format("rank {}", r)}}}}.dump());
     head += ",\n" + nlohmann::json{{"name", "process_sort_index"}, {"ph", "M"}, {"pid", r},
                                    {"args", {{"sort_index", r}}}}.dump();
-    for (auto [track, name] : {std::pair{kComputeTrack, "compute"}, std::pair{kSwapTrack, "swap copies"}})
+    for (auto [track, name] : {std::pair{kComputeTrack, "compute"}, std::pair{kSwapTrack, "swap copies"},
+                               std::pair{kGradientTrack, "gradient reduction"}})
       head += ",\n" + nlohmann::json{{"name", "thread_name"}, {"ph", "M"}, {"pid", r}, {"tid", track},
                                      {"args", {{"name", name}}}}.dump();
   }
@@ -43,6 +44,11 @@ void ChromeTrace::add(std::string name, std::string category, Clock::time_point 
   const auto us = [&](Clock::time_point t) { return std::chrono::duration<double, std::micro>(t - origin_).count(); };
   const std::lock_guard lock(mutex_);
   events_.push_back({std::move(name), std::move(category), us(start), us(end) - us(start), track});
+}
+
+void ChromeTrace::add_at(std::string name, std::string category, double start_s, double duration_s, int track) {
+  const std::lock_guard lock(mutex_);
+  events_.push_back({std::move(name), std::move(category), start_s * 1e6, duration_s * 1e6, track});
 }
 
 size_t ChromeTrace::pending() const {

@@ -24,6 +24,9 @@ namespace loom::trace {
 // (NOTE [Swap tier]), which run beside them.
 inline constexpr int kComputeTrack = 0;
 inline constexpr int kSwapTrack = 1;
+// The replicas' gradient reduction, drawn by `loom simulate` (a real run's runs inside the compute
+// track's actions).
+inline constexpr int kGradientTrack = 2;
 
 // Rank 0's trace file: "[", one metadata pair per rank track, then the events as they arrive.
 class TraceFile {
@@ -43,6 +46,8 @@ class ChromeTrace {
   explicit ChromeTrace(int rank = 0);
   // Thread-safe: the pipeline's message thread records too.
   void add(std::string name, std::string category, Clock::time_point start, Clock::time_point end, int track = 0);
+  // An event at `start_s` seconds from the origin, lasting `duration_s` (a predicted timeline).
+  void add_at(std::string name, std::string category, double start_s, double duration_s, int track = 0);
   size_t pending() const;
   // The events since the last take, one JSON object per line ("" when none), and forgets them.
   std::string take_events();

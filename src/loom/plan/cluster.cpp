@@ -1,0 +1,258 @@
+#include "loom/plan/cluster.h"
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include "loom/core/error.h"
+
+#ifndef LOOM_CLUSTER_DIR
+#define LOOM_CLUSTER_DIR "clusters"
+#endif
+
+namespace loom::plan {
+
+double Cluster::peak(DType dtype) const {
+  const auto it = peak_flops.find(dtype);
+  LOOM_CHECK_INPUT(it != peak_flops.end(), "cluster {} gives no peak FLOP/s for {} (device.peak_flops); hint: add it",
+                   name, name_of(dtype));
+  return it->second;
+}
+
+double Cluster::gemm_efficiency(double gemm_dim) const {
+  if (gemm_dim <= 0) return gemm_max;  // a layer that did not say: the curve's top
+  return gemm_max * gemm_dim / (gemm_dim + gemm_half_dim);
+}
+
+double Cluster::compute_seconds(double gemm_flops, double gemm_dim, double attention_flops, double elementwise_bytes,
+                                DType dtype) const {
+  const double flops = peak(dtype);
+  return gemm_flops / (flops * gemm_efficiency(gemm_dim)) + attention_flops / (flops * attention_efficiency) +
+         elementwise_bytes / (memory_bytes_per_s * memory_efficiency);
+}
+
+double Cluster::collective_seconds(nn::CommOp op, int64_t ranks, double bytes, bool spans_nodes) const {
+  if (ranks <= 1 || bytes <= 0) return 0;
+  if (!spans_nodes) {  // this machine's measured costs, the nearest group size at or above
+    const MeasuredCollective* best = nullptr;
+    for (const MeasuredCollective& m : collectives)
+      if (m.op == op && m.ranks >= ranks && (!best || m.ranks < best->ranks)) best = &m;
+    if (!best)
+      for (const MeasuredCollective& m : collectives)
+        if (m.op == op && (!best || m.ranks > best->ranks)) best = &m;
+    if (best) return best->alpha_s + best->beta_s_per_byte * bytes;
+  }
+  const LinkSpec& link = spans_nodes ? inter_node : intra_node;
+  const auto n = static_cast<double>(ranks);
+  if (op == nn::CommOp::SendRecv) return link.latency_s + bytes / link.bytes_per_s;
+  const double half = op == nn::CommOp::AllReduce ? 2 : 1;  // all-reduce = reduce-scatter + all-gather
+  const double ring = half * ((n - 1) / n * bytes / link.bytes_per_s + (n - 1) * link.latency_s);
+  if (op != nn::CommOp::AllReduce) return ring;
+  const double tree = 2 * std::ceil(std::log2(n)) * link.latency_s + 2 * bytes / link.bytes_per_s;
+  return std::min(ring, tree);
+}
+
+bool group_spans_nodes(const dist::MeshShape& mesh, const std::string& axis, int64_t devices_per_node) {
+  // Rank = ((dp x pp + pp_rank) x sp + sp_rank) x tp + tp_rank: an axis's stride is the product
+  // of the axes inside it. The group of rank 0 holds rank 0 and the last of its members.
+  const int64_t tp = mesh.tp, sp = mesh.sp, pp = mesh.pp, dp = mesh.dp;
+  int64_t last = 0;
+  if (axis == "tp") last = tp - 1;
+  else if (axis == "sp") last = (sp - 1) * tp;
+  else if (axis == "pp") last = (pp - 1) * sp * tp;
+  else if (axis == "dp") last = (dp - 1) * pp * sp * tp;
+  else if (axis == "dp_sp") last = (dp - 1) * pp * sp * tp + (sp - 1) * tp;
+  else LOOM_CHECK(false, "unknown mesh axis {}", axis);
+  return last / devices_per_node != 0;
+}
+
+namespace {
+
+// Reads one TOML table with its keys checked: every key must be known, every value present.
+class Reader {
+ public:
+  Reader(const toml::table& table, std::string where, std::string prefix)
+      : table_(table), where_(std::move(where)), prefix_(std::move(prefix)) {}
+  ~Reader() = default;
+
+  double positive(const std::string& key) {
+    const double v = number(key);
+    LOOM_CHECK_INPUT(v > 0 && std::isfinite(v), "{}: {}{} = {} must be a positive number; hint: see docs/planner.md",
+                     where_, prefix_, key, v);
+    return v;
+  }
+  double fraction(const std::string& key) {
+    const double v = number(key);
+    LOOM_CHECK_INPUT(v > 0 && v <= 1, "{}: {}{} = {} must be in (0, 1]", where_, prefix_, key, v);
+    return v;
+  }
+  double non_negative(const std::string& key, double fallback) {
+    if (!table_.contains(key)) return known(key), fallback;
+    const double v = number(key);
+    LOOM_CHECK_INPUT(v >= 0 && std::isfinite(v), "{}: {}{} = {} must be zero or positive", where_, prefix_, key, v);
+    return v;
+  }
+  std::string text(const std::string& key, const std::string& fallback) {
+    known(key);
+    const toml::node* node = table_.get(key);
+    if (!node) return fallback;
+    const auto v = node->value<std::string>();
+    LOOM_CHECK_INPUT(v.has_value(), "{}: {}{} must be a string", where_, prefix_, key);
+    return *v;
+  }
+  const toml::table& table(const std::string& key) {
+    known(key);
+    const toml::table* t = table_.get_as<toml::table>(key);
+    LOOM_CHECK_INPUT(t != nullptr, "{}: [{}{}] is missing; hint: see clusters/dgx-a100-80gb.toml", where_, prefix_, key);
+    return *t;
+  }
+  // Refuses a key that nothing read (a misspelling would otherwise be ignored).
+  void done() const {
+    for (const auto& [key, node] : table_)
+      LOOM_CHECK_INPUT(known_.count(std::string(key.str())) != 0, "{}: unknown key {}{}; hint: see docs/planner.md",
+                       where_, prefix_, key.str());
+  }
+  double number(const std::string& key) {
+    known(key);
+    const toml::node* node = table_.get(key);
+    LOOM_CHECK_INPUT(node != nullptr, "{}: {}{} is missing; hint: see docs/planner.md", where_, prefix_, key);
+    const auto v = node->value<double>();
+    LOOM_CHECK_INPUT(v.has_value(), "{}: {}{} must be a number", where_, prefix_, key);
+    return *v;
+  }
+  void known(const std::string& key) { known_.insert(key); }
+
+ private:
+  const toml::table& table_;
+  std::string where_, prefix_;
+  std::set<std::string> known_;
+};
+
+LinkSpec read_link(const toml::table& t, const std::string& where, const std::string& prefix) {
+  Reader r(t, where, prefix);
+  LinkSpec link{.bytes_per_s = r.positive("bandwidth"), .latency_s = r.non_negative("latency", 0)};
+  r.done();
+  return link;
+}
+
+std::vector<MeasuredCollective> read_collectives(const toml::table& root, const std::string& where) {
+  std::vector<MeasuredCollective> out;
+  const toml::array* list = root.get_as<toml::array>("collective");
+  if (root.contains("collective"))
+    LOOM_CHECK_INPUT(list != nullptr, "{}: collective must be an array of tables ([[collective]])", where);
+  if (!list) return out;
+  for (const toml::node& node : *list) {
+    const toml::table* t = node.as_table();
+    LOOM_CHECK_INPUT(t != nullptr, "{}: each collective must be a table ([[collective]])", where);
+    Reader r(*t, where, "collective.");
+    MeasuredCollective m{.op = option_from<CommOp>(where + ": collective.op", r.text("op", "")),
+                         .ranks = static_cast<int64_t>(r.positive("ranks")),
+                         .alpha_s = r.non_negative("alpha_s", 0),
+                         .beta_s_per_byte = r.non_negative("beta_s_per_byte", 0)};
+    LOOM_CHECK_INPUT(m.ranks >= 2, "{}: collective.ranks = {} must be at least 2", where, m.ranks);
+    r.done();
+    out.push_back(m);
+  }
+  return out;
+}
+
+}  // namespace
+
+Cluster cluster_from_toml(const std::string& text, const std::string& where) {
+  toml::table root;
+  try {
+    root = toml::parse(text, where);
+  } catch (const toml::parse_error& e) {
+    throw InputError(fmt::format("{}: not a cluster file: {} (line {}); hint: see clusters/dgx-a100-80gb.toml", where,
+                                 e.description(), e.source().begin.line));
+  }
+  Reader top(root, where, "");
+  Cluster c{.name = top.text("name", ""), .source = top.text("source", "")};
+  LOOM_CHECK_INPUT(!c.name.empty(), "{}: name is missing; hint: name = \"my-cluster\"", where);
+  Reader device(top.table("device"), where, "device.");
+  c.devices_per_node = static_cast<int64_t>(device.positive("per_node"));
+  c.max_nodes = static_cast<int64_t>(device.non_negative("max_nodes", 0));
+  c.memory_bytes = device.positive("memory_bytes");
+  c.memory_bytes_per_s = device.positive("memory_bandwidth");
+  device.known("peak_flops");
+  const toml::table* peaks = top.table("device").get_as<toml::table>("peak_flops");
+  LOOM_CHECK_INPUT(peaks != nullptr, "{}: device.peak_flops is missing; hint: peak_flops = {{ bfloat16 = 312e12 }}",
+                   where);
+  Reader peak(*peaks, where, "device.peak_flops.");
+  for (std::string_view dtype : OptionNames<DType>::names)
+    if (peaks->contains(dtype)) c.peak_flops[option_from<DType>("", dtype)] = peak.positive(std::string(dtype));
+  peak.done();
+  LOOM_CHECK_INPUT(!c.peak_flops.empty(), "{}: device.peak_flops names no dtype of: {}", where, option_list<DType>());
+  device.done();
+  Reader links(top.table("links"), where, "links.");
+  c.intra_node = read_link(links.table("intra_node"), where, "links.intra_node.");
+  c.inter_node = read_link(links.table("inter_node"), where, "links.inter_node.");
+  c.host_bytes_per_s = links.positive("host");
+  links.done();
+  Reader eff(top.table("efficiency"), where, "efficiency.");
+  c.gemm_max = eff.fraction("gemm_max");
+  c.gemm_half_dim = eff.non_negative("gemm_half_dim", 0);
+  c.attention_efficiency = eff.fraction("attention");
+  c.memory_efficiency = eff.fraction("memory");
+  eff.done();
+  top.known("collective");
+  c.collectives = read_collectives(root, where);
+  top.done();
+  return c;
+}
+
+Cluster read_cluster(const std::string& name_or_path) {
+  namespace fs = std::filesystem;
+  const bool path = name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".toml");
+  std::vector<fs::path> tried;
+  if (path) tried.emplace_back(name_or_path);
+  else
+    for (const char* dir : {"clusters", LOOM_CLUSTER_DIR}) tried.push_back(fs::path(dir) / (name_or_path + ".toml"));
+  for (const fs::path& p : tried) {
+    std::ifstream in(p);
+    if (!in) continue;
+    std::ostringstream text;
+    text << in.rdbuf();
+    return cluster_from_toml(text.str(), p.string());
+  }
+  std::string names;
+  for (const fs::path& p : tried) names += (names.empty() ? "" : ", ") + p.string();
+  throw InputError(fmt::format("no cluster file {} (looked for {}); hint: a name from clusters/ (dgx-a100-80gb, "
+                               "dgx-h100, local) or a path to a .toml file",
+                               name_or_path, names));
+}
+
+std::string to_toml(const Cluster& c) {
+  std::string peaks;
+  for (const auto& [dtype, flops] : c.peak_flops)
+    peaks += fmt::format("{}{} = {:.6g}", peaks.empty() ? "" : ", ", name_of(dtype), flops);
+  std::string out = fmt::format(
+      "name = \"{}\"\nsource = \"{}\"\n\n[device]\nper_node = {}\nmax_nodes = {}\nmemory_bytes = {:.6g}\n"
+      "memory_bandwidth = {:.6g}\npeak_flops = {{ {} }}\n\n[links]\nintra_node = {{ bandwidth = {:.6g}, latency = "
+      "{:.6g} }}\ninter_node = {{ bandwidth = {:.6g}, latency = {:.6g} }}\nhost = {:.6g}\n\n[efficiency]\n"
+      "gemm_max = {:.6g}\ngemm_half_dim = {:.6g}\nattention = {:.6g}\nmemory = {:.6g}\n",
+      c.name, c.source, c.devices_per_node, c.max_nodes, c.memory_bytes, c.memory_bytes_per_s, peaks,
+      c.intra_node.bytes_per_s, c.intra_node.latency_s, c.inter_node.bytes_per_s, c.inter_node.latency_s,
+      c.host_bytes_per_s, c.gemm_max, c.gemm_half_dim, c.attention_efficiency, c.memory_efficiency);
+  for (const MeasuredCollective& m : c.collectives)
+    out += fmt::format("\n[[collective]]\nop = \"{}\"\nranks = {}\nalpha_s = {:.6g}\nbeta_s_per_byte = {:.6g}\n",
+                       name_of(m.op), m.ranks, m.alpha_s, m.beta_s_per_byte);
+  return out;
+}
+
+void check_gpus(const Cluster& c, int64_t gpus) {
+  LOOM_CHECK_INPUT(gpus >= 1, "--gpus {} must be at least 1", gpus);
+  if (c.max_nodes <= 0) return;
+  LOOM_CHECK_INPUT(gpus <= c.devices_per_node * c.max_nodes,
+                   "--gpus {} is more than cluster {} has ({} nodes x {} devices = {}); hint: fewer GPUs, or raise "
+                   "device.max_nodes in its file",
+                   gpus, c.name, c.max_nodes, c.devices_per_node, c.devices_per_node * c.max_nodes);
+}
+
+}  // namespace loom::plan

@@ -1,0 +1,85 @@
+#pragma once
+// NOTE [Cluster cost model]: what a layout's step costs on a given cluster, from numbers a user
+// knows before running (a spec sheet, or `loom profile --cluster-out` on this machine), as a TOML
+// file under clusters/ (docs/planner.md):
+//   devices     per node; each device's dense FLOP/s per dtype, memory bytes and bandwidth
+//   links       per device and direction: inside a node and between nodes (bandwidth, latency),
+//               and to host memory (the swap tier)
+//   efficiency  GEMMs reach gemm_max x d / (d + gemm_half_dim) of the peak, d the smallest
+//               dimension of the layer's largest GEMM (1/efficiency is linear in 1/d: a fit of
+//               measured GEMMs, or a documented curve for a GPU); the attention kernel reaches
+//               attention_efficiency; non-GEMM kernels move their bytes at memory_efficiency of
+//               the memory bandwidth
+//   collectives optional measured alpha/beta per (op, group size): used as they are for groups
+//               inside one node (this machine's `local`); otherwise ring (all-reduce: 2 (n-1)/n
+//               bytes / bw + 2 (n-1) latency; all-gather, reduce-scatter, all-to-all: half that)
+//               or tree (2 log2 n latency + 2 bytes / bw), whichever is faster, over the slowest
+//               link the group spans
+// A layer's pass then costs gemm + attention + elementwise + its collectives (those issued beside
+// the compute overlap it: the longer of the two).
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "loom/core/options.h"
+#include "loom/dist/mesh.h"
+#include "loom/nn/layer.h"
+
+namespace loom::plan {
+
+struct LinkSpec {
+  double bytes_per_s = 0;  // per device, each direction
+  double latency_s = 0;
+  bool operator==(const LinkSpec&) const = default;
+};
+
+struct MeasuredCollective {
+  nn::CommOp op = nn::CommOp::AllReduce;
+  int64_t ranks = 2;
+  double alpha_s = 0, beta_s_per_byte = 0;
+  bool operator==(const MeasuredCollective&) const = default;
+};
+
+struct Cluster {
+  std::string name;
+  std::string source;  // where the numbers come from
+  int64_t devices_per_node = 1;
+  int64_t max_nodes = 0;                   // 0: as many as asked
+  std::map<DType, double> peak_flops;      // dense FLOP/s per dtype the device runs
+  double memory_bytes = 0;                 // per device
+  double memory_bytes_per_s = 0;
+  LinkSpec intra_node, inter_node;
+  double host_bytes_per_s = 0;             // the swap tier's copies, each way
+  double gemm_max = 1, gemm_half_dim = 0;  // GEMM efficiency curve
+  double attention_efficiency = 1;
+  double memory_efficiency = 1;
+  std::vector<MeasuredCollective> collectives;
+  bool operator==(const Cluster&) const = default;
+
+  // InputError naming the dtype when the device has no peak for it.
+  double peak(DType dtype) const;
+  double gemm_efficiency(double gemm_dim) const;
+  // One pass of a layer: its GEMM FLOPs (attention excluded), attention FLOPs and elementwise bytes.
+  double compute_seconds(double gemm_flops, double gemm_dim, double attention_flops, double elementwise_bytes,
+                         DType dtype) const;
+  // One collective of `bytes` over `ranks` ranks whose group lies inside one node or not.
+  double collective_seconds(nn::CommOp op, int64_t ranks, double bytes, bool spans_nodes) const;
+};
+
+// The mesh's groups on nodes of `devices_per_node` consecutive ranks (dist::mesh_coords' order):
+// whether the group of `axis` ("dp", "pp", "sp", "tp", or "dp_sp") containing rank 0 spans more
+// than one node, and whether neighbouring pipeline stages sit on different nodes.
+bool group_spans_nodes(const dist::MeshShape& mesh, const std::string& axis, int64_t devices_per_node);
+
+// A cluster by name (clusters/NAME.toml in the working directory, then in loom's own clusters/)
+// or by path (containing '/' or ending in ".toml"). InputError for a missing or malformed file,
+// naming the file, the key and the value.
+Cluster read_cluster(const std::string& name_or_path);
+Cluster cluster_from_toml(const std::string& text, const std::string& where);
+std::string to_toml(const Cluster& cluster);
+
+// `gpus` against the cluster (at most devices_per_node x max_nodes): InputError otherwise.
+void check_gpus(const Cluster& cluster, int64_t gpus);
+
+}  // namespace loom::plan

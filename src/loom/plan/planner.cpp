@@ -1,0 +1,263 @@
+#include "loom/plan/planner.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include "loom/core/error.h"
+#include "loom/core/units.h"
+#include "loom/models/registry.h"
+#include "loom/schedule/schedule.h"
+
+namespace loom::plan {
+namespace {
+
+std::vector<int64_t> divisors(int64_t n, int64_t at_most) {
+  std::vector<int64_t> out;
+  for (int64_t d = 1; d <= std::min(n, at_most); ++d)
+    if (n % d == 0) out.push_back(d);
+  return out;
+}
+
+inline constexpr int64_t kAutoPolicyLayers = 64;
+
+// One way to hold activations: as the config has it, or one of the three the search tries.
+enum class MemoryMode : uint8_t { Config, Keep, RecomputeAll, Auto };
+
+struct Candidate {
+  Config config;
+  double bound_s = 0;  // no step of this layout is shorter
+};
+
+void apply_memory(Config& c, MemoryMode mode) {
+  if (mode == MemoryMode::Config) return;
+  c.memory.policy = mode == MemoryMode::Auto ? PolicyMode::Auto : PolicyMode::Manual;
+  c.memory.recompute = mode == MemoryMode::RecomputeAll ? Recompute::Full : Recompute::None;
+  c.memory.recompute_ratio = 0;
+  c.memory.swap = Swap::None;
+  c.parallel.partition = mode == MemoryMode::Auto && c.parallel.chunks == 1 ? Partition::Auto : Partition::Compute;
+  c.parallel.pp_cuts.clear();
+}
+
+// Bytes every device holds at least: its share of the dense parameters with their gradients,
+// product copies and AdamW moments (activations only add).
+double weight_bound(const Config& c, double params) {
+  const double master = c.model.dtype == DType::Float64 ? 8 : 4, copy = c.model.dtype == DType::BFloat16 ? 2 : 0;
+  const double local = params / static_cast<double>(c.parallel.tp * c.parallel.pp);
+  return local * (2 * master + copy) + local * 2 * master / static_cast<double>(c.parallel.zero == 1 ? c.parallel.dp : 1);
+}
+
+// The search's state: the config, the cluster, and the timed chains already built.
+class Search {
+ public:
+  Search(const Config& config, const Cluster& cluster, int64_t gpus, const SearchOptions& options)
+      : base_(config), cluster_(cluster), gpus_(gpus), options_(options) {
+    Config serial = config;
+    serial.parallel = ParallelConfig{};
+    const std::vector<LayerPlan> chain = timed_chain(serial, nullptr);
+    chain_layers_ = static_cast<int64_t>(chain.size());
+    for (const LayerPlan& l : chain)
+      for (const ParamInfo& p : l.params) params_ += static_cast<double>(p.numel);
+  }
+
+  std::vector<Candidate> enumerate(PlanResult& result);
+  void simulate(std::vector<Candidate> candidates, PlanResult& result);
+
+ private:
+  bool kept(const char* key) const { return options_.keep.count(key) != 0; }
+  template <class T>
+  std::vector<T> choices(const char* key, T configured, std::vector<T> all) const {
+    return kept(key) ? std::vector<T>{configured} : all;
+  }
+  void add_schedules(Config c, PlanResult& result, std::vector<Candidate>& out);
+  void add(Config c, PlanResult& result, std::vector<Candidate>& out);
+  double bound(const Config& c);
+  std::vector<MemoryMode> memory_modes() const;
+
+  const Config& base_;
+  const Cluster& cluster_;
+  int64_t gpus_;
+  SearchOptions options_;
+  double params_ = 0;
+  int64_t chain_layers_ = 0;
+  std::map<std::tuple<int64_t, int64_t, int, int64_t, bool>, std::pair<double, double>> chain_times_;
+};
+
+// The chain's summed time per micro-batch (all passes; and the forwards alone), by what shapes it.
+double Search::bound(const Config& c) {
+  const auto& p = c.parallel;
+  const auto key = std::tuple{p.tp, p.sp, static_cast<int>(p.sp_mode.value), c.train.micro_batch, p.tp_sequence};
+  auto it = chain_times_.find(key);
+  if (it == chain_times_.end()) {
+    double all = 0, forward = 0;
+    for (const LayerPlan& l : timed_chain(c, &cluster_))
+      all += l.forward_s + l.backward_input_s + l.backward_weight_s, forward += l.forward_s;
+    it = chain_times_.emplace(key, std::pair{all, forward}).first;
+  }
+  const double per_mb = it->second.first + (c.memory.recompute == Recompute::Full ? it->second.second : 0);
+  return per_mb * static_cast<double>(c.microbatch_count() / p.dp) / static_cast<double>(p.pp);
+}
+
+// memory.policy = "auto" replays the pipeline for every layer it considers changing, so it is
+// searched on chains of kAutoPolicyLayers layers at most; longer ones try keep and recompute-all.
+std::vector<MemoryMode> Search::memory_modes() const {
+  if (kept("memory")) return {MemoryMode::Config};
+  if (chain_layers_ > kAutoPolicyLayers) return {MemoryMode::Keep, MemoryMode::RecomputeAll};
+  return {MemoryMode::Keep, MemoryMode::RecomputeAll, MemoryMode::Auto};
+}
+
+void Search::add(Config c, PlanResult& result, std::vector<Candidate>& out) {
+  ++result.enumerated;
+  try {
+    models::validate_config(c);
+  } catch (const InputError& e) {
+    if (result.refused++ == 0) result.first_refusal = e.what();
+    return;
+  }
+  if (weight_bound(c, params_) > cluster_.memory_bytes) {
+    ++result.over_memory;
+    return;
+  }
+  const double b = bound(c);
+  out.push_back({std::move(c), b});
+}
+
+void Search::add_schedules(Config c, PlanResult& result, std::vector<Candidate>& out) {
+  auto& p = c.parallel;
+  std::vector<std::string> kinds{"1f1b"};
+  if (p.pp > 1 && !kept("schedule")) kinds.assign(schedule::kScheduleKinds.begin(), schedule::kScheduleKinds.end());
+  if (kept("schedule")) kinds = {base_.parallel.schedule};
+  for (const std::string& kind : kinds) {
+    p.schedule = kind;
+    std::vector<int64_t> chunks{1};
+    if (kind == "interleaved") chunks = choices<int64_t>("chunks", base_.parallel.chunks, {2, 3, 4, 5, 6, 7, 8});
+    for (int64_t k : chunks) {
+      p.chunks = k;
+      for (MemoryMode m : memory_modes()) {
+        Config with = c;
+        apply_memory(with, m);
+        add(std::move(with), result, out);
+      }
+    }
+  }
+}
+
+std::vector<Candidate> Search::enumerate(PlanResult& result) {
+  std::vector<Candidate> out;
+  const int64_t node = cluster_.devices_per_node;
+  for (int64_t tp : choices("tp", base_.parallel.tp, divisors(gpus_, node)))
+    for (int64_t sp : choices("sp", base_.parallel.sp, divisors(gpus_ / tp, node / tp)))
+      for (int64_t pp : choices("pp", base_.parallel.pp, divisors(gpus_ / (tp * sp), gpus_))) {
+        if (gpus_ % (tp * sp * pp) != 0) continue;
+        const int64_t dp = gpus_ / (tp * sp * pp);
+        if ((kept("dp") && dp != base_.parallel.dp) || base_.train.global_batch % dp != 0) continue;
+        const int64_t replica_batch = base_.train.global_batch / dp;
+        for (int64_t mb : choices("micro_batch", base_.train.micro_batch, divisors(replica_batch, replica_batch)))
+          for (SpMode mode : sp > 1 ? choices<SpMode>("sp_mode", base_.parallel.sp_mode,
+                                                      {SpMode::AllGather, SpMode::Ring, SpMode::Ulysses})
+                                    : std::vector{base_.parallel.sp_mode.value})
+            for (int64_t zero : dp > 1 ? choices<int64_t>("zero", base_.parallel.zero, {0, 1}) : std::vector<int64_t>{0})
+              for (bool seq : tp > 1 ? choices("tp_sequence", base_.parallel.tp_sequence, {false, true})
+                                     : std::vector{false}) {
+                Config c = base_;
+                c.parallel.dp = dp, c.parallel.tp = tp, c.parallel.pp = pp, c.parallel.sp = sp;
+                c.parallel.sp_mode = mode, c.parallel.zero = zero, c.parallel.tp_sequence = seq;
+                c.train.micro_batch = mb;
+                add_schedules(std::move(c), result, out);
+              }
+      }
+  return out;
+}
+
+void Search::simulate(std::vector<Candidate> candidates, PlanResult& result) {
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return a.bound_s < b.bound_s; });
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    auto& best = result.best;
+    if (static_cast<int64_t>(best.size()) == options_.top && candidates[i].bound_s >= best.back().step_s) {
+      result.bounded += static_cast<int64_t>(candidates.size() - i);
+      return;
+    }
+    ++result.simulated;
+    StepPrediction p;
+    try {
+      p = simulate_step(candidates[i].config, cluster_, gpus_);
+    } catch (const InputError& e) {  // the plan's own checks: stages against the chain, a schedule's counts
+      if (result.refused++ == 0) result.first_refusal = e.what();
+      continue;
+    }
+    if (!p.fits) {
+      ++result.unfit;
+      const double need = *std::max_element(p.peak_bytes_by_stage.begin(), p.peak_bytes_by_stage.end());
+      if (result.least_need_bytes == 0 || need < result.least_need_bytes) result.least_need_bytes = need;
+      continue;
+    }
+    const auto at = std::upper_bound(best.begin(), best.end(), p.step_s,
+                                     [](double s, const StepPrediction& q) { return s < q.step_s; });
+    best.insert(at, std::move(p));
+    if (static_cast<int64_t>(best.size()) > options_.top) best.pop_back();
+  }
+}
+
+}  // namespace
+
+PlanResult plan_layouts(const Config& config, const Cluster& cluster, int64_t gpus, const SearchOptions& options) {
+  check_gpus(cluster, gpus);
+  for (const std::string& key : options.keep)
+    LOOM_CHECK_INPUT(std::find_if(std::begin(kLayoutKeys), std::end(kLayoutKeys),
+                                  [&](const char* k) { return key == k; }) != std::end(kLayoutKeys),
+                     "--keep {} is not a layout key; hint: one of dp, tp, pp, sp, sp_mode, micro_batch, schedule, "
+                     "chunks, zero, tp_sequence, memory",
+                     key);
+  PlanResult result;
+  Search search(config, cluster, gpus, options);
+  search.simulate(search.enumerate(result), result);
+  LOOM_CHECK_INPUT(!result.best.empty() || result.refused < result.enumerated,
+                   "none of the {} layouts of {} on {} devices is valid; the first refused: {}", result.enumerated,
+                   config.model.kind, gpus, result.first_refusal);
+  LOOM_CHECK_INPUT(!result.best.empty(),
+                   "no layout of {} on {} x {} fits its {} per device: the smallest needs {} ({} layouts tried, {} "
+                   "over memory by their weights alone); hint: more devices, a smaller train.micro_batch or "
+                   "global_batch, or fewer --keep keys",
+                   config.model.kind, gpus, cluster.name, format_bytes(cluster.memory_bytes),
+                   result.least_need_bytes > 0 ? format_bytes(result.least_need_bytes) : "more than the weights alone",
+                   result.enumerated, result.over_memory);
+  return result;
+}
+
+std::string describe(const PlanResult& r) {
+  std::string out = fmt::format(
+      "loom plan: {} layouts, {} refused by the model or schedule, {} over memory by weights alone, {} simulated "
+      "({} did not fit), {} not simulated (their bound was slower than the top {})\n",
+      r.enumerated, r.refused, r.over_memory, r.simulated, r.unfit, r.bounded, r.best.size());
+  out += fmt::format("{:>3} {:<58} {:>10} {:>12} {:>6} {}\n", "#", "layout", "step s", "tokens/s", "MFU",
+                     "peak per stage");
+  for (size_t i = 0; i < r.best.size(); ++i) {
+    const StepPrediction& p = r.best[i];
+    const Config& c = p.plan.config;
+    const auto& q = c.parallel;
+    std::string layout = fmt::format("dp{} tp{} pp{} sp{} mb{} {}", q.dp, q.tp, q.pp, q.sp, c.train.micro_batch, q.schedule);
+    if (q.chunks > 1) layout += fmt::format("x{}", q.chunks);
+    if (q.sp > 1) layout += fmt::format(" {}", q.sp_mode.name());
+    if (q.zero == 1) layout += " zero1";
+    if (q.tp_sequence) layout += " tp-seq";
+    layout += c.memory.policy == PolicyMode::Auto ? " mem-auto"
+              : c.memory.recompute == Recompute::Full ? " recompute" : "";
+    std::string peaks;
+    const double most = *std::max_element(p.peak_bytes_by_stage.begin(), p.peak_bytes_by_stage.end());
+    if (p.peak_bytes_by_stage.size() <= 4)
+      for (double b : p.peak_bytes_by_stage) peaks += (peaks.empty() ? "" : " ") + format_bytes(b);
+    else peaks = fmt::format("max {} over {} stages", format_bytes(most), p.peak_bytes_by_stage.size());
+    out += fmt::format("{:>3} {:<58} {:>10.4g} {:>12.6g} {:>5.1f}% {}\n", i + 1, layout, p.step_s, p.tokens_per_s,
+                       100 * p.mfu, peaks);
+  }
+  return out;
+}
+
+std::string layout_toml(const Config& chosen) {
+  return "# written by `loom plan` (docs/planner.md): the config with the chosen layout\n" + to_toml(chosen);
+}
+
+}  // namespace loom::plan

@@ -1,0 +1,54 @@
+#pragma once
+// NOTE [Layout planner]: `loom plan` searches the layouts of a config for a cluster with the step
+// simulator (NOTE [Step simulator]):
+//   enumerate  tp (dividing the heads, inside one node), sp (+ mode) with tp x sp inside a node,
+//              pp up to the chain's length, dp the rest; the micro-batch (dividing a replica's
+//              batch); the schedule (+ chunks for interleaved); ZeRO-1 where dp > 1; tp_sequence
+//              where tp > 1; memory as keep / recompute all / memory.policy = "auto" (on chains
+//              of at most 64 layers: its greedy replays the pipeline per change). Keys named
+//              in `keep` stay as the config has them.
+//   prune      a candidate the model kind refuses; one whose weights, gradients and moments alone
+//              exceed the device (a bound: activations only add); then, candidates visited in
+//              order of a lower bound on their step (every layer's time spread evenly over the
+//              stages, no bubble, no exposed communication), stop once the bound exceeds the
+//              K-th best simulated step
+//   simulate   the rest; a layout that does not fit is dropped
+// The result is the top K, fastest first; the best as a config fragment `loom train -c` accepts.
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "loom/plan/simulate.h"
+
+namespace loom::plan {
+
+// The layout keys a search may change; `keep` holds those it must not.
+inline constexpr const char* kLayoutKeys[] = {"dp", "tp", "pp", "sp", "sp_mode", "micro_batch", "schedule",
+                                              "chunks", "zero", "tp_sequence", "memory"};
+
+struct SearchOptions {
+  int64_t top = 5;
+  std::set<std::string> keep;  // of kLayoutKeys; InputError for another name
+};
+
+struct PlanResult {
+  std::vector<StepPrediction> best;  // fastest first, at most `top`
+  int64_t enumerated = 0, refused = 0, over_memory = 0, bounded = 0, simulated = 0, unfit = 0;
+  // Nothing fitted: the least memory a candidate needed (its largest stage), for the refusal.
+  double least_need_bytes = 0;
+  std::string first_refusal;  // the first candidate's refusal, for the error when all were
+};
+
+// InputError when no layout fits the cluster (naming the smallest memory a layout needed and the
+// device's), or for a bad `keep` name.
+PlanResult plan_layouts(const Config& config, const Cluster& cluster, int64_t gpus, const SearchOptions& options);
+
+// The table `loom plan` prints.
+std::string describe(const PlanResult& result);
+
+// The chosen layout as TOML `loom train -c` accepts: the config's own keys, with [parallel],
+// train.micro_batch and [memory] of the layout.
+std::string layout_toml(const Config& chosen);
+
+}  // namespace loom::plan

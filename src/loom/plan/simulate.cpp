@@ -1,0 +1,246 @@
+#include "loom/plan/simulate.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <nlohmann/json.hpp>
+
+#include "loom/core/error.h"
+#include "loom/core/units.h"
+#include "loom/models/registry.h"
+
+namespace loom::plan {
+namespace {
+
+using schedule::Op;
+
+// Bytes the optimizer moves per dense parameter it updates: the fused AdamW loop reads value,
+// gradient and both moments and writes value and moments (28), the global norm reads the gradient
+// (4), clipping scales it (8), the next step's zeroing writes it (4); under bfloat16 the products'
+// copy is rewritten from the value (6).
+double optimizer_bytes_per_param(DType dtype) { return 44.0 + (dtype == DType::BFloat16 ? 6.0 : 0.0); }
+
+double grad_wire_bytes(const Config& c) {
+  if (c.parallel.grad_dtype == GradDType::BFloat16) return 2;
+  return c.model.dtype == DType::Float64 ? 8 : 4;
+}
+double master_bytes(const Config& c) { return c.model.dtype == DType::Float64 ? 8 : 4; }
+
+double dense_numel(const LayerPlan& layer) {
+  double n = 0;
+  for (const ParamInfo& p : layer.params)
+    if (!p.table) n += static_cast<double>(p.numel);
+  return n;
+}
+
+// When each layer of pipeline rank `rank` has its final weight gradient: its virtual stage's last
+// W (or BW) ends, the stage's layers finishing back to front in proportion to their W time.
+std::vector<std::pair<int64_t, double>> gradient_ready(const RunPlan& plan, int64_t rank) {
+  const schedule::Schedule& s = plan.schedule;
+  std::vector<std::pair<int64_t, double>> ready;  // (layer, time)
+  for (int64_t chunk = 0; chunk < s.chunks; ++chunk) {
+    double start = 0, end = -1;
+    for (const schedule::TimedAction& t : plan.prediction.simulation.ranks[rank])
+      if (t.action.chunk == chunk && (t.action.op == Op::W || t.action.op == Op::BW) && t.end > end)
+        start = t.start, end = t.end;
+    const int64_t v = s.virtual_stage(rank, chunk), first = plan.cuts[v], last = plan.cuts[v + 1];
+    double total = 0, done = 0;
+    for (int64_t i = first; i < last; ++i) total += plan.chain[i].backward_weight_s;
+    for (int64_t i = last - 1; i >= first; --i) {
+      done += plan.chain[i].backward_weight_s;
+      ready.emplace_back(i, start + (total > 0 ? done / total : 1.0) * (end - start));
+    }
+  }
+  std::sort(ready.begin(), ready.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  return ready;
+}
+
+struct RankTail {
+  double end = 0;       // when the rank's step ends
+  double reduced = 0;   // when its last bucket was reduced
+  double optimizer = 0;
+};
+
+// The replicas' buckets in reverse chain order, each reduced once ready on one channel, then the
+// optimizer (and ZeRO-1's all-gather of the updated shard).
+RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, std::vector<Span>& timeline) {
+  const Config& c = plan.config;
+  const int64_t replicas = c.parallel.dp * c.parallel.sp;
+  const bool spans = group_spans_nodes(plan.mesh, "dp_sp", cluster.devices_per_node);
+  const CommOp reduce = c.parallel.zero == 1 ? CommOp::ReduceScatter : CommOp::AllReduce;
+  const double bucket_bytes = c.parallel.bucket_mb * 1024 * 1024;
+  double channel = 0, pending = 0, pending_ready = 0, params = 0;
+  auto send = [&]() {
+    if (pending <= 0 || replicas <= 1) return;
+    const double start = std::max(channel, pending_ready);
+    channel = start + cluster.collective_seconds(reduce, replicas, pending, spans);
+    timeline.push_back({rank, "gradients", fmt::format("{} {}", name_of(reduce), format_bytes(pending)), start, channel});
+    pending = 0;
+  };
+  for (const auto& [layer, ready] : gradient_ready(plan, rank)) {
+    const double n = dense_numel(plan.chain[layer]);
+    params += n;
+    pending += n * grad_wire_bytes(c), pending_ready = std::max(pending_ready, ready);
+    if (pending >= bucket_bytes) send();
+  }
+  send();
+  const double pipeline_end = plan.prediction.simulation.ranks[rank].empty()
+                                  ? 0
+                                  : plan.prediction.simulation.ranks[rank].back().end;
+  RankTail tail{.reduced = channel};
+  const double updated = c.parallel.zero == 1 ? params / static_cast<double>(c.parallel.dp) : params;
+  tail.optimizer = updated * optimizer_bytes_per_param(c.model.dtype) /
+                   (cluster.memory_bytes_per_s * cluster.memory_efficiency);
+  if (c.parallel.zero == 1 && replicas > 1)
+    tail.optimizer += cluster.collective_seconds(CommOp::AllGather, replicas, params * master_bytes(c), spans);
+  const double start = std::max(pipeline_end, channel);
+  tail.end = start + tail.optimizer;
+  timeline.push_back({rank, "compute", "optimizer", start, tail.end});
+  return tail;
+}
+
+// The sparse path's exchange per step: the rows looked up pulled from their owners before the
+// step, and their gradients pushed back after it (NOTE [Sparse exchange]).
+double sparse_exchange_s(const RunPlan& plan, const Cluster& cluster) {
+  const Config& c = plan.config;
+  const int64_t replicas = c.parallel.dp * c.parallel.sp;
+  if (replicas <= 1) return 0;
+  const int64_t samples = c.train.global_batch / c.parallel.dp;
+  const int64_t lookups = samples * models::model_kind(c.model.kind).lookups_per_sample(c.model, plan.local_tokens);
+  double bytes = 0;
+  for (const LayerPlan& layer : plan.chain)
+    for (const ParamInfo& p : layer.params)
+      if (p.table) bytes += static_cast<double>(std::min(lookups, p.numel / p.row_width) * p.row_width) * master_bytes(c);
+  const bool spans = group_spans_nodes(plan.mesh, "dp_sp", cluster.devices_per_node);
+  return 2 * cluster.collective_seconds(CommOp::AllToAll, replicas, bytes, spans);
+}
+
+// FLOPs of one step on pipeline rank `rank`: every micro-batch through its layers, and (counted
+// apart) the forwards its recomputing layers run again.
+std::pair<double, double> rank_flops(const RunPlan& plan, int64_t rank) {
+  const auto mbs = static_cast<double>(plan.schedule.microbatches);
+  double model = 0, recomputed = 0;
+  for (int64_t i : plan.stages[rank].layers) {
+    const nn::Cost& cost = plan.chain[i].cost;
+    model += mbs * (cost.forward_flops + cost.backward_input_flops + cost.backward_weight_flops);
+    if (plan.chain[i].policy == nn::MemoryPolicy::Recompute) recomputed += mbs * cost.forward_flops;
+  }
+  return {model, recomputed};
+}
+
+void add_compute_spans(const RunPlan& plan, std::vector<Span>& timeline) {
+  const bool chunks = plan.schedule.chunks > 1;
+  for (size_t r = 0; r < plan.prediction.simulation.ranks.size(); ++r)
+    for (const schedule::TimedAction& t : plan.prediction.simulation.ranks[r])
+      timeline.push_back({static_cast<int64_t>(r), "compute", t.action.text(chunks), t.start, t.end});
+}
+
+std::vector<std::pair<std::string, std::string>> sources(const RunPlan& plan, const Cluster& cluster) {
+  const std::string device =
+      fmt::format("modelled: cluster {} (GEMM efficiency curve, attention efficiency, memory bandwidth)", cluster.name);
+  return {
+      {"layer compute", plan.profiled ? fmt::format("measured: memory.profile {}", plan.config.memory.profile) : device},
+      {"tp/sp collectives", plan.profiled ? "measured: inside the profile's layer times"
+                            : cluster.collectives.empty()
+                                ? fmt::format("modelled: ring/tree over {}'s links", cluster.name)
+                                : fmt::format("measured: {}'s [[collective]] alpha/beta", cluster.name)},
+      {"pipeline", "simulated: every rank's schedule actions replayed with these times (schedule simulator)"},
+      {"gradient reduction", cluster.collectives.empty()
+                                 ? fmt::format("modelled: buckets over {}'s links, overlapping the backward", cluster.name)
+                                 : fmt::format("measured alpha/beta of {}, buckets overlapping the backward", cluster.name)},
+      {"optimizer", "modelled: AdamW's state read and written at the memory bandwidth"},
+      {"memory", "modelled: the plan's analytic bytes and the replayed stash (NOTE [Memory cost model])"}};
+}
+
+}  // namespace
+
+StepPrediction simulate_step(const Config& config, const Cluster& cluster, int64_t gpus) {
+  check_gpus(cluster, gpus);
+  Config c = config;
+  // Without a budget, a stage must fit the device (memory.policy = "auto" plans for it).
+  if (c.memory.budget.empty()) c.memory.budget = fmt::format("{}B", static_cast<int64_t>(cluster.memory_bytes));
+  StepPrediction out{.plan = make_plan(c, static_cast<int>(gpus), &cluster), .cluster = cluster.name, .gpus = gpus};
+  RunPlan& plan = out.plan;
+  plan.cluster = nullptr;  // the cluster is the caller's: do not keep its address
+  out.device_bytes = static_cast<double>(c.budget_bytes());
+  add_compute_spans(plan, out.timeline);
+  const double sparse = sparse_exchange_s(plan, cluster);
+  double model_flops = 0, hardware_flops = 0;
+  for (int64_t r = 0; r < c.parallel.pp; ++r) {
+    const RankTail tail = finish_rank(plan, cluster, r, out.timeline);
+    out.step_s = std::max(out.step_s, tail.end + sparse);
+    out.optimizer_s = std::max(out.optimizer_s, tail.optimizer);
+    const auto [model, recomputed] = rank_flops(plan, r);
+    model_flops += model / static_cast<double>(c.parallel.pp), hardware_flops += (model + recomputed) / static_cast<double>(c.parallel.pp);
+    out.peak_bytes_by_stage.push_back(plan.stages[r].memory.total());
+    out.fits = out.fits && plan.stages[r].memory.total() <= out.device_bytes;
+  }
+  out.pipeline_s = plan.prediction.simulation.makespan;
+  out.gradient_tail_s = std::max(0.0, out.step_s - sparse - out.optimizer_s - out.pipeline_s);
+  out.bubble_fraction = plan.prediction.simulation.bubble_fraction;
+  const models::Throughput items = models::model_kind(c.model.kind).throughput(c.model);
+  out.tokens_per_s = static_cast<double>(c.train.global_batch * items.per_sample) / out.step_s;
+  out.model_flops_per_device = model_flops / out.step_s;
+  out.hardware_flops_per_device = hardware_flops / out.step_s;
+  out.mfu = out.model_flops_per_device / cluster.peak(c.model.dtype);
+  out.sources = sources(plan, cluster);
+  return out;
+}
+
+void refuse_unfit(const StepPrediction& p) {
+  if (p.fits) return;
+  std::string needs;
+  for (size_t s = 0; s < p.plan.stages.size(); ++s)
+    needs += fmt::format("{}stage {} needs {} ({})", s == 0 ? "" : "; ", s, format_bytes(p.plan.stages[s].memory.total()),
+                         memory_text(p.plan, p.plan.stages[s].memory));
+  throw InputError(fmt::format(
+      "the layout does not fit {}'s {} per device: {}; hint: more pipeline or tensor stages, a smaller "
+      "train.micro_batch, memory.recompute = \"full\" or memory.policy = \"auto\" (or let `loom plan` choose)",
+      p.cluster, format_bytes(p.device_bytes), needs));
+}
+
+std::string describe(const StepPrediction& p) {
+  const Config& c = p.plan.config;
+  std::string out = fmt::format(
+      "loom simulate: {} on {} x {} (dp {} x tp {} x pp {} x sp {}, {} schedule, {} micro-batches of {} per replica)\n",
+      c.model.kind, p.gpus, p.cluster, c.parallel.dp, c.parallel.tp, c.parallel.pp, c.parallel.sp, c.parallel.schedule,
+      p.plan.schedule.microbatches, c.train.micro_batch);
+  out += fmt::format("  step        {:.4g} s (pipeline {:.4g} s, gradient reduction not hidden {:.4g} s, optimizer {:.4g} s)\n",
+                     p.step_s, p.pipeline_s, p.gradient_tail_s, p.optimizer_s);
+  out += fmt::format("  throughput  {:.6g} {}/s; {:.4g} TFLOP/s model and {:.4g} with recompute per device; MFU {:.1f}%\n",
+                     p.tokens_per_s, models::model_kind(c.model.kind).throughput(c.model).items,
+                     p.model_flops_per_device / 1e12, p.hardware_flops_per_device / 1e12, 100 * p.mfu);
+  out += fmt::format("  bubble      {:.1f}% of the pipeline\n", 100 * p.bubble_fraction);
+  for (size_t s = 0; s < p.peak_bytes_by_stage.size(); ++s)
+    out += fmt::format("  stage {:<5} peak {} of {}{}\n", s, format_bytes(p.peak_bytes_by_stage[s]),
+                       format_bytes(p.device_bytes), p.peak_bytes_by_stage[s] <= p.device_bytes ? "" : "  DOES NOT FIT");
+  for (const auto& [cost, how] : p.sources) out += fmt::format("  {:<19} {}\n", cost, how);
+  return out;
+}
+
+nlohmann::json to_json(const StepPrediction& p) {
+  nlohmann::json sources = nlohmann::json::object();
+  for (const auto& [cost, how] : p.sources) sources[cost] = how;
+  const auto& par = p.plan.config.parallel;
+  return {{"cluster", p.cluster},
+          {"gpus", p.gpus},
+          {"layout",
+           {{"dp", par.dp}, {"tp", par.tp}, {"pp", par.pp}, {"sp", par.sp}, {"schedule", par.schedule},
+            {"chunks", par.chunks}, {"micro_batch", p.plan.config.train.micro_batch}}},
+          {"step_s", p.step_s},
+          {"pipeline_s", p.pipeline_s},
+          {"gradient_tail_s", p.gradient_tail_s},
+          {"optimizer_s", p.optimizer_s},
+          {"tokens_per_s", p.tokens_per_s},
+          {"model_tflops_per_device", p.model_flops_per_device / 1e12},
+          {"hardware_tflops_per_device", p.hardware_flops_per_device / 1e12},
+          {"mfu", p.mfu},
+          {"bubble_fraction", p.bubble_fraction},
+          {"peak_bytes_by_stage", p.peak_bytes_by_stage},
+          {"device_bytes", p.device_bytes},
+          {"fits", p.fits},
+          {"sources", sources}};
+}
+
+}  // namespace loom::plan
