@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 #include <tuple>
 
 #include "loom/core/error.h"
@@ -28,8 +29,21 @@ enum class MemoryMode : uint8_t { Config, Keep, RecomputeAll, Auto };
 
 struct Candidate {
   Config config;
-  double bound_s = 0;  // no step of this layout is shorter
+  double bound_s = 0;  // the estimate its step is searched in order of
+  MemoryMode memory = MemoryMode::Config;
+  std::string layout;  // every choice but the memory mode's
 };
+
+std::string layout_key(const Config& c) {
+  const auto& p = c.parallel;
+  return fmt::format("{} {} {} {} {} {} {} {} {} {}", p.dp, p.tp, p.pp, p.sp, p.sp_mode.name(), c.train.micro_batch,
+                     p.schedule, p.chunks, p.zero, p.tp_sequence);
+}
+
+// A candidate whose estimate exceeds the K-th best simulated step by more than this is not
+// simulated: the estimate leaves out communication and imbalance (which only lengthen a step)
+// but its fill term is the balanced schedule's, which a simulated schedule may beat a little.
+inline constexpr double kEstimateMargin = 0.05;
 
 void apply_memory(Config& c, MemoryMode mode) {
   if (mode == MemoryMode::Config) return;
@@ -72,7 +86,7 @@ class Search {
     return kept(key) ? std::vector<T>{configured} : all;
   }
   void add_schedules(Config c, PlanResult& result, std::vector<Candidate>& out);
-  void add(Config c, PlanResult& result, std::vector<Candidate>& out);
+  void add(Config c, MemoryMode memory, PlanResult& result, std::vector<Candidate>& out);
   double bound(const Config& c);
   std::vector<MemoryMode> memory_modes() const;
 
@@ -85,7 +99,9 @@ class Search {
   std::map<std::tuple<int64_t, int64_t, int, int64_t, bool>, std::pair<double, double>> chain_times_;
 };
 
-// The chain's summed time per micro-batch (all passes; and the forwards alone), by what shapes it.
+// A step's estimate: the chain's time per micro-batch (all passes, a recomputed forward again)
+// spread evenly over the stages, for every micro-batch and the schedule's fill. Chains are timed
+// once per shape (tp, sp, its mode, micro-batch, tp_sequence).
 double Search::bound(const Config& c) {
   const auto& p = c.parallel;
   const auto key = std::tuple{p.tp, p.sp, static_cast<int>(p.sp_mode.value), c.train.micro_batch, p.tp_sequence};
@@ -97,7 +113,12 @@ double Search::bound(const Config& c) {
     it = chain_times_.emplace(key, std::pair{all, forward}).first;
   }
   const double per_mb = it->second.first + (c.memory.recompute == Recompute::Full ? it->second.second : 0);
-  return per_mb * static_cast<double>(c.microbatch_count() / p.dp) / static_cast<double>(p.pp);
+  // The schedule's fill and drain in stage times: (pp - 1) for one chunk, (pp - 1) / chunks
+  // interleaved, about a third of that when W fills the bubbles (zb-h1).
+  const auto stages = static_cast<double>(p.pp);
+  double fill = (stages - 1) / static_cast<double>(p.chunks);
+  if (p.schedule == "zb-h1") fill /= 3;
+  return per_mb * (static_cast<double>(c.microbatch_count() / p.dp) + fill) / stages;
 }
 
 // memory.policy = "auto" replays the pipeline for every layer it considers changing, so it is
@@ -108,7 +129,7 @@ std::vector<MemoryMode> Search::memory_modes() const {
   return {MemoryMode::Keep, MemoryMode::RecomputeAll, MemoryMode::Auto};
 }
 
-void Search::add(Config c, PlanResult& result, std::vector<Candidate>& out) {
+void Search::add(Config c, MemoryMode memory, PlanResult& result, std::vector<Candidate>& out) {
   ++result.enumerated;
   try {
     models::validate_config(c);
@@ -121,7 +142,8 @@ void Search::add(Config c, PlanResult& result, std::vector<Candidate>& out) {
     return;
   }
   const double b = bound(c);
-  out.push_back({std::move(c), b});
+  std::string layout = layout_key(c);
+  out.push_back({std::move(c), b, memory, std::move(layout)});
 }
 
 void Search::add_schedules(Config c, PlanResult& result, std::vector<Candidate>& out) {
@@ -138,7 +160,7 @@ void Search::add_schedules(Config c, PlanResult& result, std::vector<Candidate>&
       for (MemoryMode m : memory_modes()) {
         Config with = c;
         apply_memory(with, m);
-        add(std::move(with), result, out);
+        add(std::move(with), m, result, out);
       }
     }
   }
@@ -174,11 +196,19 @@ std::vector<Candidate> Search::enumerate(PlanResult& result) {
 void Search::simulate(std::vector<Candidate> candidates, PlanResult& result) {
   std::stable_sort(candidates.begin(), candidates.end(),
                    [](const Candidate& a, const Candidate& b) { return a.bound_s < b.bound_s; });
+  std::set<std::string> kept_fits;  // layouts that fit with every activation kept
   for (size_t i = 0; i < candidates.size(); ++i) {
     auto& best = result.best;
-    if (static_cast<int64_t>(best.size()) == options_.top && candidates[i].bound_s >= best.back().step_s) {
+    if (static_cast<int64_t>(best.size()) == options_.top &&
+        candidates[i].bound_s >= (1 + kEstimateMargin) * best.back().step_s) {
       result.bounded += static_cast<int64_t>(candidates.size() - i);
       return;
+    }
+    // Keeping every activation is the fastest way to hold them: where it fits, recomputing or
+    // letting the cost model choose (which then keeps) cannot be faster.
+    if (candidates[i].memory != MemoryMode::Keep && kept_fits.count(candidates[i].layout)) {
+      ++result.dominated;
+      continue;
     }
     ++result.simulated;
     StepPrediction p;
@@ -194,6 +224,7 @@ void Search::simulate(std::vector<Candidate> candidates, PlanResult& result) {
       if (result.least_need_bytes == 0 || need < result.least_need_bytes) result.least_need_bytes = need;
       continue;
     }
+    if (candidates[i].memory == MemoryMode::Keep) kept_fits.insert(candidates[i].layout);
     const auto at = std::upper_bound(best.begin(), best.end(), p.step_s,
                                      [](double s, const StepPrediction& q) { return s < q.step_s; });
     best.insert(at, std::move(p));
@@ -230,8 +261,9 @@ PlanResult plan_layouts(const Config& config, const Cluster& cluster, int64_t gp
 std::string describe(const PlanResult& r) {
   std::string out = fmt::format(
       "loom plan: {} layouts, {} refused by the model or schedule, {} over memory by weights alone, {} simulated "
-      "({} did not fit), {} not simulated (their bound was slower than the top {})\n",
-      r.enumerated, r.refused, r.over_memory, r.simulated, r.unfit, r.bounded, r.best.size());
+      "({} did not fit), {} not simulated (keeping activations fitted: {}; estimated slower than the top {}: {})\n",
+      r.enumerated, r.refused, r.over_memory, r.simulated, r.unfit, r.dominated + r.bounded, r.dominated,
+      r.best.size(), r.bounded);
   out += fmt::format("{:>3} {:<58} {:>10} {:>12} {:>6} {}\n", "#", "layout", "step s", "tokens/s", "MFU",
                      "peak per stage");
   for (size_t i = 0; i < r.best.size(); ++i) {

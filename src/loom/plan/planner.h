@@ -9,9 +9,12 @@
 //              in `keep` stay as the config has them.
 //   prune      a candidate the model kind refuses; one whose weights, gradients and moments alone
 //              exceed the device (a bound: activations only add); then, candidates visited in
-//              order of a lower bound on their step (every layer's time spread evenly over the
-//              stages, no bubble, no exposed communication), stop once the bound exceeds the
-//              K-th best simulated step
+//              order of an estimate of their step (every layer's time spread evenly over the
+//              stages, the schedule's fill, no communication), stop once the estimate exceeds the
+//              K-th best simulated step by 5% (the estimate's fill is the balanced schedule's: a
+//              simulated one may beat it a little, so this is a heuristic, not a bound); and a
+//              recomputing (or "auto") candidate whose keep-everything twin fitted (it cannot be
+//              faster)
 //   simulate   the rest; a layout that does not fit is dropped
 // The result is the top K, fastest first; the best as a config fragment `loom train -c` accepts.
 #include <cstdint>
@@ -34,7 +37,7 @@ struct SearchOptions {
 
 struct PlanResult {
   std::vector<StepPrediction> best;  // fastest first, at most `top`
-  int64_t enumerated = 0, refused = 0, over_memory = 0, bounded = 0, simulated = 0, unfit = 0;
+  int64_t enumerated = 0, refused = 0, over_memory = 0, dominated = 0, bounded = 0, simulated = 0, unfit = 0;
   // Nothing fitted: the least memory a candidate needed (its largest stage), for the refusal.
   double least_need_bytes = 0;
   std::string first_refusal;  // the first candidate's refusal, for the error when all were

@@ -319,9 +319,12 @@ RunPlan make_plan(const Config& config, int world_size, const Cluster* cluster) 
                    "the {} MPI guarantees; hint: fewer, larger micro-batches",
                    plan.schedule.microbatches, plan.schedule.virtual_stages(), pipeline::message_tags(plan.schedule),
                    pipeline::kMaxTags);
-  const std::vector<int64_t> stashed = schedule::simulate(plan.schedule).peak_stashed;  // refuses a bad schedule
   const MemoryModel model = memory_model(plan);
-  MemoryDecision decision = decide_memory(plan, model);
+  MemoryDecision decision = decide_memory(plan, model);  // its simulations refuse a bad schedule
+  // The micro-batches each rank holds: the schedule's own (unit costs); on a cluster, the timed
+  // replay's (a planner simulates thousands of layouts: one replay each, not two).
+  const std::vector<int64_t> stashed =
+      cluster ? decision.prediction.simulation.peak_stashed : schedule::simulate(plan.schedule).peak_stashed;
   plan.cuts = decision.cuts;
   for (size_t i = 0; i < plan.chain.size(); ++i) plan.chain[i].policy = decision.policy[i];
   plan.predicted_step_s = decision.prediction.step_s;

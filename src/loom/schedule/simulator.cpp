@@ -19,15 +19,43 @@ struct Slot {
   int64_t rank, index;
 };
 
+// Slots by key in one flat array: a schedule of hundreds of stages and micro-batches is replayed
+// per candidate layout by a planner, where a tree's lookups were most of the time.
+class SlotIndex {
+ public:
+  explicit SlotIndex(const Schedule& s)
+      : microbatches_(s.microbatches), stages_(s.virtual_stages()),
+        slots_(static_cast<size_t>(kComputeOps * s.microbatches * s.virtual_stages()), Slot{-1, -1}) {}
+  const Slot* find(const Key& k) const {
+    const Slot& slot = slots_[offset(k)];
+    return slot.rank < 0 ? nullptr : &slot;
+  }
+  bool emplace(const Key& k, Slot value) {  // false when the key holds a slot already
+    Slot& slot = slots_[offset(k)];
+    if (slot.rank >= 0) return false;
+    slot = value;
+    return true;
+  }
+
+ private:
+  static constexpr int64_t kComputeOps = 5;  // F, B, W, BW, R: the ops before the messages
+  size_t offset(const Key& k) const {
+    const auto [op, mb, stage] = k;
+    return static_cast<size_t>((static_cast<int64_t>(op) * microbatches_ + mb) * stages_ + stage);
+  }
+  int64_t microbatches_, stages_;
+  std::vector<Slot> slots_;
+};
+
 std::string describe(const Schedule& s, const Action& a, int64_t rank) {
   return fmt::format("{} on rank {}", a.text(s.chunks > 1), rank);
 }
 
 // Where each compute action sits, refusing messages, out-of-range actions and duplicates.
-std::map<Key, Slot> index_actions(const Schedule& s) {
+SlotIndex index_actions(const Schedule& s) {
   LOOM_CHECK_INPUT(static_cast<int64_t>(s.ranks.size()) == s.stages, "schedule {}: {} rank lists for {} stages",
                    s.kind, s.ranks.size(), s.stages);
-  std::map<Key, Slot> where;
+  SlotIndex where(s);
   for (int64_t r = 0; r < s.stages; ++r) {
     const auto& list = s.ranks[r];
     for (int64_t i = 0; i < static_cast<int64_t>(list.size()); ++i) {
@@ -38,7 +66,7 @@ std::map<Key, Slot> index_actions(const Schedule& s) {
                        "schedule {}: {} is out of range ({} micro-batches, {} chunks)", s.kind, describe(s, a, r),
                        s.microbatches, s.chunks);
       const Key key{a.op, a.mb, s.virtual_stage(r, a.chunk)};
-      LOOM_CHECK_INPUT(where.emplace(key, Slot{r, i}).second, "schedule {}: {} appears twice", s.kind,
+      LOOM_CHECK_INPUT(where.emplace(key, Slot{r, i}), "schedule {}: {} appears twice", s.kind,
                        describe(s, a, r));
     }
   }
@@ -47,15 +75,15 @@ std::map<Key, Slot> index_actions(const Schedule& s) {
 
 // Every rank holds, for each micro-batch and each of its chunks, one F and one BW or one B and one
 // W, at most one R, in the order F, R, B, W; everything in range.
-std::map<Key, Slot> check_complete(const Schedule& s) {
-  std::map<Key, Slot> where = index_actions(s);
+SlotIndex check_complete(const Schedule& s) {
+  SlotIndex where = index_actions(s);
   for (int64_t r = 0; r < s.stages; ++r) {
     for (int64_t c = 0; c < s.chunks; ++c) {
       const int64_t v = s.virtual_stage(r, c);
       for (int64_t mb = 0; mb < s.microbatches; ++mb) {
         auto find = [&](Op op) {
-          auto it = where.find({op, mb, v});
-          return it == where.end() ? int64_t{-1} : it->second.index;
+          const Slot* slot = where.find({op, mb, v});
+          return slot == nullptr ? int64_t{-1} : slot->index;
         };
         const Action f{Op::F, mb, c};
         const int64_t fi = find(Op::F), ri = find(Op::R), bi = find(Op::B), wi = find(Op::W), bwi = find(Op::BW);
@@ -115,7 +143,7 @@ class Replay {
 
   const Schedule& s_;
   const Costs& costs_;
-  const std::map<Key, Slot> where_;
+  const SlotIndex where_;
   std::vector<std::vector<Timed>> times_;  // per rank, per action; those before next_ have run
   std::vector<int64_t> next_;              // per rank: the first action not run yet
 };
@@ -125,7 +153,7 @@ std::vector<Slot> Replay::deps(int64_t r, const Action& a) const {
   std::vector<Slot> d;
   const int64_t v = s_.virtual_stage(r, a.chunk), last = s_.virtual_stages() - 1;
   auto add = [&](Op op, int64_t stage) {
-    if (auto it = where_.find({op, a.mb, stage}); it != where_.end()) d.push_back(it->second);
+    if (const Slot* slot = where_.find({op, a.mb, stage})) d.push_back(*slot);
   };
   switch (a.op) {
     case Op::F:
@@ -152,7 +180,7 @@ std::vector<Slot> Replay::deps(int64_t r, const Action& a) const {
 double Replay::duration(int64_t r, const Action& a) const {
   const int64_t v = s_.virtual_stage(r, a.chunk);
   const StageCosts c = costs_.at(v);
-  const double recompute = where_.count({Op::R, a.mb, v}) > 0 ? 0.0 : c.r;  // not recomputed ahead: B pays it
+  const double recompute = where_.find({Op::R, a.mb, v}) != nullptr ? 0.0 : c.r;  // not recomputed ahead: B pays it
   switch (a.op) {
     case Op::F: return c.f;
     case Op::R: return c.r;
