@@ -18,9 +18,10 @@ void write_trace(const plan::StepPrediction& p, const std::string& path) {
   const auto& par = p.plan.config.parallel;
   const int ranks = static_cast<int>(par.dp * par.tp * par.pp * par.sp);
   std::string events;
+  const std::vector<plan::Span> spans = plan::timeline(p);
   for (int64_t stage = 0; stage < par.pp; ++stage) {
     trace::ChromeTrace trace(static_cast<int>(stage * par.sp * par.tp));
-    for (const plan::Span& s : p.timeline)
+    for (const plan::Span& s : spans)
       if (s.rank == stage)
         trace.add_at(s.name, s.track == "gradients" ? "gradients" : "pipeline", s.start, s.end - s.start,
                      s.track == "gradients" ? trace::kGradientTrack : trace::kComputeTrack);

@@ -62,50 +62,60 @@ schedule::Costs stage_costs(const MemoryModel& m, const std::vector<int64_t>& cu
 // One rank's replay (NOTE [Memory cost model]): activation bytes over time, the copy engine's
 // jobs in the order the executor queues them, and each backward's wait for its copy back.
 struct Replay {
+  // What one (micro-batch, chunk) holds and where its copies are.
+  struct Slot {
+    double out_end = 0, in_end = 0, held = 0;
+    bool copied_out = false, fetched = false, rebuilt = false;
+  };
+  explicit Replay(size_t slots) : slots(slots) {}
+
   std::vector<std::pair<double, double>> events;  // (time, bytes added or freed)
   std::vector<std::pair<double, double>> host;    // the same for the host tier
   double engine_free = 0;
-  std::map<std::pair<int64_t, int64_t>, double> out_end, in_end, held;  // by (micro-batch, chunk)
-  std::map<std::pair<int64_t, int64_t>, bool> fetched, rebuilt;
+  std::vector<Slot> slots;  // by micro-batch x chunks + chunk
   double last_out_end = 0;  // the latest copy out's end: the next forward waits for it
 
   void add(double t, double bytes) { events.emplace_back(t, bytes); }
-  // The copy back of (mb, chunk), queued at `t`; the engine runs jobs in order.
-  void fetch(std::pair<int64_t, int64_t> key, double t, double bytes, double bw) {
-    if (fetched[key] || bytes <= 0) return;
-    fetched[key] = true;
-    const double start = std::max({t, engine_free, out_end[key]});
-    engine_free = in_end[key] = start + bytes / bw;
+  // The copy back of slot `key`, queued at `t`; the engine runs jobs in order.
+  void fetch(size_t key, double t, double bytes, double bw) {
+    Slot& s = slots[key];
+    if (s.fetched || bytes <= 0) return;
+    s.fetched = true;
+    const double start = std::max({t, engine_free, s.out_end});
+    engine_free = s.in_end = start + bytes / bw;
     add(start, bytes);
     host.emplace_back(engine_free, -bytes);
   }
   // A forward ran from `begin` to `end`: what it keeps is held from its end; each swapping
   // layer's state from when that layer is done until the engine has copied it out.
-  void forward(std::pair<int64_t, int64_t> key, double begin, double end, const StageBytes& b, double bw) {
+  void forward(size_t key, double begin, double end, const StageBytes& b, double bw) {
+    Slot& s = slots[key];
     add(end, b.kept + b.inputs);
-    held[key] = b.kept + b.inputs;
+    s.held = b.kept + b.inputs;
     for (const auto& [share, bytes] : b.swaps) {
       const double ready = begin + share * (end - begin), start = std::max(ready, engine_free);
       add(ready, bytes);
-      engine_free = out_end[key] = last_out_end = start + bytes / bw;
+      engine_free = s.out_end = last_out_end = start + bytes / bw;
+      s.copied_out = true;
       add(engine_free, -bytes);
       host.emplace_back(start, bytes);
     }
   }
   // An R, or a split B that recomputes without one, ended at `t`: the rebuilt state is held
   // until the W (and the inputs it was rebuilt from are released).
-  void rebuild(std::pair<int64_t, int64_t> key, double t, const StageBytes& b) {
-    if (std::exchange(rebuilt[key], true)) return;
+  void rebuild(size_t key, double t, const StageBytes& b) {
+    Slot& s = slots[key];
+    if (std::exchange(s.rebuilt, true)) return;
     add(t, b.recomputed - b.inputs);
-    held[key] += b.recomputed - b.inputs;
+    s.held += b.recomputed - b.inputs;
   }
   // A backward starts at `t`: the swapped state comes back (fetched now if not ahead); returns
   // how long the backward waits for it.
-  double backward(std::pair<int64_t, int64_t> key, double t, const StageBytes& b, double bw) {
-    held[key] += b.swapped;
+  double backward(size_t key, double t, const StageBytes& b, double bw) {
+    slots[key].held += b.swapped;
     if (b.swapped <= 0) return 0;
     fetch(key, t, b.swapped, bw);
-    return std::max(0.0, in_end[key] - t);
+    return std::max(0.0, slots[key].in_end - t);
   }
   static double peak(std::vector<std::pair<double, double>> e) {
     // At one instant, what is freed goes first: a copy engine's next job starts when the last
@@ -130,15 +140,15 @@ RankReplay replay_rank(const MemoryModel& m, const schedule::Simulation& sim, in
                        const std::vector<StageBytes>& bytes) {
   const auto& list = sim.ranks[r];
   const schedule::Schedule& s = m.schedule;
-  Replay rp;
+  Replay rp(static_cast<size_t>(s.microbatches * s.chunks));
   RankReplay out;
-  auto key_of = [](const schedule::TimedAction& t) { return std::pair{t.action.mb, t.action.chunk}; };
+  auto key_of = [&](const schedule::TimedAction& t) { return static_cast<size_t>(t.action.mb * s.chunks + t.action.chunk); };
   auto swapped = [&](const schedule::TimedAction& t) { return bytes[s.virtual_stage(r, t.action.chunk)].swapped; };
   // The executor queues the copy back of the next backward's micro-batch before and after each action.
   auto prefetch_next = [&](size_t i, double t) {
     if (i + 1 >= list.size() || !is_backward(list[i + 1].action.op)) return;
     const auto key = key_of(list[i + 1]);
-    if (rp.out_end.count(key)) rp.fetch(key, t, swapped(list[i + 1]), m.copy_bytes_per_s);
+    if (rp.slots[key].copied_out) rp.fetch(key, t, swapped(list[i + 1]), m.copy_bytes_per_s);
   };
   for (size_t i = 0; i < list.size(); ++i) {
     const schedule::TimedAction& t = list[i];
@@ -153,7 +163,7 @@ RankReplay replay_rank(const MemoryModel& m, const schedule::Simulation& sim, in
     }
     if (t.action.op == Op::R || t.action.op == Op::B) rp.rebuild(key, t.end, b);
     if (is_backward(t.action.op)) out.backward_wait[v] = std::max(out.backward_wait[v], rp.backward(key, t.start, b, bw));
-    if (t.action.op == Op::W || t.action.op == Op::BW) rp.add(t.end, -rp.held[key]);
+    if (t.action.op == Op::W || t.action.op == Op::BW) rp.add(t.end, -rp.slots[key].held);
     prefetch_next(i, t.end);
     out.memory.transient_bytes = std::max(out.memory.transient_bytes, b.transient);
   }

@@ -10,6 +10,7 @@
 #include "loom/core/error.h"
 #include "loom/core/units.h"
 #include "loom/models/registry.h"
+#include "loom/pipeline/partition.h"
 #include "loom/schedule/schedule.h"
 
 namespace loom::plan {
@@ -96,29 +97,45 @@ class Search {
   SearchOptions options_;
   double params_ = 0;
   int64_t chain_layers_ = 0;
-  std::map<std::tuple<int64_t, int64_t, int, int64_t, bool>, std::pair<double, double>> chain_times_;
+  using Shape = std::tuple<int64_t, int64_t, int, int64_t, bool>;
+  std::map<Shape, std::pair<std::vector<double>, std::vector<double>>> chain_times_;
+  std::map<std::tuple<Shape, int64_t, int64_t, bool>, double> cuts_;  // the busiest rank's time per micro-batch
 };
 
-// A step's estimate: the chain's time per micro-batch (all passes, a recomputed forward again)
-// spread evenly over the stages, for every micro-batch and the schedule's fill. Chains are timed
-// once per shape (tp, sp, its mode, micro-batch, tp_sequence).
+// A step's estimate: each layer's time per micro-batch (all passes, a recomputed forward again),
+// the stages cut to balance it (as make_plan cuts on a cluster), the busiest rank's time for every
+// micro-batch and the schedule's fill. Chains are timed once per shape (tp, sp, its mode,
+// micro-batch, tp_sequence); cuts once per shape, pp, chunks and recompute.
 double Search::bound(const Config& c) {
   const auto& p = c.parallel;
-  const auto key = std::tuple{p.tp, p.sp, static_cast<int>(p.sp_mode.value), c.train.micro_batch, p.tp_sequence};
-  auto it = chain_times_.find(key);
+  const auto shape = std::tuple{p.tp, p.sp, static_cast<int>(p.sp_mode.value), c.train.micro_batch, p.tp_sequence};
+  auto it = chain_times_.find(shape);
   if (it == chain_times_.end()) {
-    double all = 0, forward = 0;
-    for (const LayerPlan& l : timed_chain(c, &cluster_))
-      all += l.forward_s + l.backward_input_s + l.backward_weight_s, forward += l.forward_s;
-    it = chain_times_.emplace(key, std::pair{all, forward}).first;
+    std::pair<std::vector<double>, std::vector<double>> times;  // all passes; the forward
+    for (const LayerPlan& l : timed_chain(c, &cluster_)) {
+      times.first.push_back(l.forward_s + l.backward_input_s + l.backward_weight_s);
+      times.second.push_back(l.forward_s);
+    }
+    it = chain_times_.emplace(shape, std::move(times)).first;
   }
-  const double per_mb = it->second.first + (c.memory.recompute == Recompute::Full ? it->second.second : 0);
-  // The schedule's fill and drain in stage times: (pp - 1) for one chunk, (pp - 1) / chunks
-  // interleaved, about a third of that when W fills the bubbles (zb-h1).
-  const auto stages = static_cast<double>(p.pp);
-  double fill = (stages - 1) / static_cast<double>(p.chunks);
+  const bool recompute = c.memory.recompute == Recompute::Full;
+  const int64_t stages = p.pp * p.chunks;
+  auto cut = cuts_.find({shape, p.pp, p.chunks, recompute});
+  if (cut == cuts_.end()) {
+    std::vector<double> layer = it->second.first;
+    if (recompute)
+      for (size_t i = 0; i < layer.size(); ++i) layer[i] += it->second.second[i];
+    std::vector<double> rank(static_cast<size_t>(p.pp), 0.0);  // per pipeline rank, over its chunks
+    const std::vector<int64_t> cuts = pipeline::balanced_cuts(layer, stages);  // add() checked stages <= layers
+    for (int64_t v = 0; v < stages; ++v)
+      for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) rank[v % p.pp] += layer[i];
+    cut = cuts_.emplace(std::tuple{shape, p.pp, p.chunks, recompute}, *std::max_element(rank.begin(), rank.end())).first;
+  }
+  // The fill and drain in rank times: (pp - 1) / chunks, about a third of that when W fills
+  // the bubbles (zb-h1).
+  double fill = static_cast<double>(p.pp - 1) / static_cast<double>(p.chunks);
   if (p.schedule == "zb-h1") fill /= 3;
-  return per_mb * (static_cast<double>(c.microbatch_count() / p.dp) + fill) / stages;
+  return cut->second * (static_cast<double>(c.microbatch_count() / p.dp) + fill);
 }
 
 // memory.policy = "auto" replays the pipeline for every layer it considers changing, so it is
@@ -135,6 +152,10 @@ void Search::add(Config c, MemoryMode memory, PlanResult& result, std::vector<Ca
     models::validate_config(c);
   } catch (const InputError& e) {
     if (result.refused++ == 0) result.first_refusal = e.what();
+    return;
+  }
+  if (c.parallel.pp * c.parallel.chunks > chain_layers_) {  // a stage without a layer (make_plan refuses it)
+    ++result.refused;
     return;
   }
   if (weight_bound(c, params_) > cluster_.memory_bytes) {

@@ -240,8 +240,8 @@ MemoryDecision decide_memory(const RunPlan& plan, const MemoryModel& model) {
   if (!p.pp_cuts.empty()) return policies_on(plan, model, pipeline::explicit_cuts(p.pp_cuts, n, p.pp * p.chunks));
   if (p.partition == Partition::Memory) return policies_on(plan, model, memory_cuts(model));
   if (p.partition == Partition::Compute) {
-    if (plan.profiled) return policies_on(plan, model, compute_cuts(model));
-    std::vector<double> flops;  // without a profile: the FLOPs, exactly as they are
+    if (plan.profiled || plan.cluster) return policies_on(plan, model, compute_cuts(model));
+    std::vector<double> flops;  // without a profile or a cluster: the FLOPs, exactly as they are
     for (const LayerPlan& layer : plan.chain)
       flops.push_back(layer.cost.forward_flops + layer.cost.backward_input_flops + layer.cost.backward_weight_flops);
     return policies_on(plan, model, pipeline::balanced_cuts(flops, p.pp * p.chunks));

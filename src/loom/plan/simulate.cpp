@@ -39,11 +39,12 @@ double dense_numel(const LayerPlan& layer) {
 std::vector<std::pair<int64_t, double>> gradient_ready(const RunPlan& plan, int64_t rank) {
   const schedule::Schedule& s = plan.schedule;
   std::vector<std::pair<int64_t, double>> ready;  // (layer, time)
+  std::vector<std::pair<double, double>> last(static_cast<size_t>(s.chunks), {0.0, -1.0});  // per chunk
+  for (const schedule::TimedAction& t : plan.prediction.simulation.ranks[rank])
+    if ((t.action.op == Op::W || t.action.op == Op::BW) && t.end > last[t.action.chunk].second)
+      last[t.action.chunk] = {t.start, t.end};
   for (int64_t chunk = 0; chunk < s.chunks; ++chunk) {
-    double start = 0, end = -1;
-    for (const schedule::TimedAction& t : plan.prediction.simulation.ranks[rank])
-      if (t.action.chunk == chunk && (t.action.op == Op::W || t.action.op == Op::BW) && t.end > end)
-        start = t.start, end = t.end;
+    const auto [start, end] = last[chunk];
     const int64_t v = s.virtual_stage(rank, chunk), first = plan.cuts[v], last = plan.cuts[v + 1];
     double total = 0, done = 0;
     for (int64_t i = first; i < last; ++i) total += plan.chain[i].backward_weight_s;
@@ -129,13 +130,6 @@ std::pair<double, double> rank_flops(const RunPlan& plan, int64_t rank) {
   return {model, recomputed};
 }
 
-void add_compute_spans(const RunPlan& plan, std::vector<Span>& timeline) {
-  const bool chunks = plan.schedule.chunks > 1;
-  for (size_t r = 0; r < plan.prediction.simulation.ranks.size(); ++r)
-    for (const schedule::TimedAction& t : plan.prediction.simulation.ranks[r])
-      timeline.push_back({static_cast<int64_t>(r), "compute", t.action.text(chunks), t.start, t.end});
-}
-
 std::vector<std::pair<std::string, std::string>> sources(const RunPlan& plan, const Cluster& cluster) {
   const std::string device =
       fmt::format("modelled: cluster {} (GEMM efficiency curve, attention efficiency, memory bandwidth)", cluster.name);
@@ -164,11 +158,10 @@ StepPrediction simulate_step(const Config& config, const Cluster& cluster, int64
   RunPlan& plan = out.plan;
   plan.cluster = nullptr;  // the cluster is the caller's: do not keep its address
   out.device_bytes = static_cast<double>(c.budget_bytes());
-  add_compute_spans(plan, out.timeline);
   const double sparse = sparse_exchange_s(plan, cluster);
   double model_flops = 0, hardware_flops = 0;
   for (int64_t r = 0; r < c.parallel.pp; ++r) {
-    const RankTail tail = finish_rank(plan, cluster, r, out.timeline);
+    const RankTail tail = finish_rank(plan, cluster, r, out.after_pipeline);
     out.step_s = std::max(out.step_s, tail.end + sparse);
     out.optimizer_s = std::max(out.optimizer_s, tail.optimizer);
     const auto [model, recomputed] = rank_flops(plan, r);
@@ -186,6 +179,17 @@ StepPrediction simulate_step(const Config& config, const Cluster& cluster, int64
   out.mfu = out.model_flops_per_device / cluster.peak(c.model.dtype);
   out.sources = sources(plan, cluster);
   return out;
+}
+
+std::vector<Span> timeline(const StepPrediction& p) {
+  std::vector<Span> spans;
+  const bool chunks = p.plan.schedule.chunks > 1;
+  const auto& ranks = p.plan.prediction.simulation.ranks;
+  for (size_t r = 0; r < ranks.size(); ++r)
+    for (const schedule::TimedAction& t : ranks[r])
+      spans.push_back({static_cast<int64_t>(r), "compute", t.action.text(chunks), t.start, t.end});
+  spans.insert(spans.end(), p.after_pipeline.begin(), p.after_pipeline.end());
+  return spans;
 }
 
 void refuse_unfit(const StepPrediction& p) {

@@ -54,8 +54,11 @@ struct StepPrediction {
   bool fits = true;
   // Which costs were measured and which modelled: (cost, how it was obtained).
   std::vector<std::pair<std::string, std::string>> sources;
-  std::vector<Span> timeline;
+  std::vector<Span> after_pipeline;  // the gradient buckets and the optimizer (timeline() adds the rest)
 };
+
+// The predicted timeline: every pipeline action, the gradient buckets and the optimizer.
+std::vector<Span> timeline(const StepPrediction& prediction);
 
 // Simulates `config` on `gpus` devices of `cluster`. InputError for a layout that does not use
 // exactly `gpus` ranks or is otherwise invalid (the run plan's checks); a layout that does not fit
