@@ -11,6 +11,7 @@
 #include "loom/core/error.h"
 #include "loom/plan/gemm_peak.h"
 #include "loom/dist/input_agreement.h"
+#include "loom/train/auto_layout.h"
 #include "loom/train/trainer.h"
 
 namespace loom::cli {
@@ -67,9 +68,12 @@ Action add_train(CLI::App& app) {
     if (!*cmd) return;
     // Every rank reads the config; all agree before going on (dist/input_agreement.h).
     Config loaded;
+    std::string cluster_cache;  // parallel.auto's (NOTE [parallel.auto])
     std::exception_ptr failure;
     try {
       loaded = config->load();
+      if (loaded.parallel.auto_layout)
+        cluster_cache = train::local_cluster_cache(std::getenv("XDG_CACHE_HOME"), std::getenv("HOME"));
       LOOM_CHECK_INPUT(peak->count() == 0 || (std::isfinite(options->peak_flops) && options->peak_flops > 0),
                        "--peak-flops {} must be a positive number of FLOP/s (e.g. 1e11), or omitted to measure it",
                        options->peak_flops);
@@ -87,8 +91,14 @@ Action add_train(CLI::App& app) {
       failure = std::current_exception();
     }
     dist::agree_on_input(runtime.world(), failure);
+    train::AutoLayout chosen;  // parallel.auto: the plan's layout replaces the config's
+    if (loaded.parallel.auto_layout) {
+      chosen = train::choose_layout(loaded, runtime.world(), cluster_cache);
+      loaded = chosen.config;
+    }
     train::Trainer trainer(std::move(loaded), runtime.world(), *resume);
     if (runtime.world().rank() == 0) {  // after every check: a refused run prints only its error
+      std::cout << chosen.report << std::flush;
       for (const std::string& warning : config_warnings(trainer.config())) std::cerr << "loom: warning: " << warning << '\n';
       if (trainer.config().model.dtype == DType::BFloat16 && !plan::native_bfloat16())
         std::cerr << "loom: warning: " << plan::bfloat16_speed_warning() << '\n';

@@ -59,6 +59,7 @@ const std::vector<KeySpec>& key_specs() {
       LOOM_KEY(parallel, zero),        LOOM_KEY(parallel, bucket_mb),
       LOOM_KEY(parallel, sparse),      LOOM_KEY(parallel, sparse_partitions),
       LOOM_KEY(parallel, grad_dtype),  LOOM_KEY(parallel, partition),
+      KeySpec{"parallel", "auto", [](Config& c) -> FieldPtr { return &c.parallel.auto_layout; }},
       LOOM_KEY(memory, budget),        LOOM_KEY(memory, recompute),
       LOOM_KEY(memory, recompute_ratio), LOOM_KEY(memory, swap),
       LOOM_KEY(memory, policy),        LOOM_KEY(memory, profile),

@@ -58,6 +58,9 @@ struct ParallelConfig {
   int64_t sparse_partitions = 0;
   Option<GradDType> grad_dtype = GradDType::Float32;
   Option<Partition> partition = Partition::Compute;
+  // parallel.auto (`auto` is a C++ keyword): `loom train` plans the layout for its world size on
+  // the `local` cluster (train/auto_layout.h) and replaces the layout keys with the plan's.
+  bool auto_layout = false;
   bool operator==(const ParallelConfig&) const = default;
 };
 

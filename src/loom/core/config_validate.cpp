@@ -52,6 +52,20 @@ void validate_parallel(const ParallelConfig& p) {
 
 
 
+// parallel.auto chooses the degrees and the cuts: ones the user wrote would be silently replaced.
+void validate_auto_layout(const ParallelConfig& p) {
+  if (!p.auto_layout) return;
+  std::vector<std::string> set;
+  for (auto [key, value] : {std::pair{"parallel.dp", p.dp}, {"parallel.tp", p.tp}, {"parallel.pp", p.pp},
+                            {"parallel.sp", p.sp}})
+    if (value != 1) set.push_back(fmt::format("{} = {}", key, value));
+  if (!p.pp_cuts.empty()) set.push_back(fmt::format("parallel.pp_cuts = [{}]", fmt::join(p.pp_cuts, ", ")));
+  LOOM_CHECK_INPUT(set.empty(),
+                   "parallel.auto = true chooses the layout, but the config also sets {}: they conflict; hint: drop "
+                   "{}, or set parallel.auto = false to run the layout as written",
+                   fmt::join(set, ", "), set.size() == 1 ? "it" : "them");
+}
+
 void validate_common_model(const ModelConfig& m) {
   LOOM_CHECK_INPUT(!m.kind.empty(), "model.kind is empty; name a model kind (`loom config --print` shows the default)");
 }
@@ -137,6 +151,7 @@ void validate(const Config& config) {
   // models::validate_config.
   validate_common_model(config.model);
   validate_parallel(config.parallel);
+  validate_auto_layout(config.parallel);
   validate_memory(config.memory, config.parallel);
   validate_train(config.train);
   validate_checkpoint(config.checkpoint);
