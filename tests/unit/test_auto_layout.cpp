@@ -12,6 +12,7 @@
 #include "loom/dist/null_communicator.h"
 #include "loom/models/registry.h"
 #include "loom/plan/cluster.h"
+#include "loom/plan/planner.h"
 #include "loom/train/auto_layout.h"
 
 namespace loom::train {
@@ -67,7 +68,7 @@ TEST(AutoLayout, TheLayoutKeysComeFromThePlanTheRestFromTheUser) {
   chosen.parallel.sp = 2, chosen.parallel.sp_mode = SpMode::Ring, chosen.parallel.zero = 1;
   chosen.train.micro_batch = 4, chosen.train.lr = 0.25;
   chosen.memory.recompute = Recompute::Full, chosen.memory.budget = "80GiB";
-  Config got = apply_layout(user, chosen);
+  Config got = plan::apply_layout(user, chosen);
   EXPECT_FALSE(got.parallel.auto_layout);
   EXPECT_EQ(got.parallel.sp, 2);
   EXPECT_EQ(got.parallel.sp_mode, SpMode::Ring);
@@ -77,10 +78,10 @@ TEST(AutoLayout, TheLayoutKeysComeFromThePlanTheRestFromTheUser) {
   EXPECT_EQ(got.memory.recompute, Recompute::Full);
   EXPECT_EQ(got.memory.budget, "");               // the user's (none): the device's is the plan's assumption
   user.memory.budget = "1GiB";
-  EXPECT_EQ(apply_layout(user, chosen).memory.budget, "1GiB");
+  EXPECT_EQ(plan::apply_layout(user, chosen).memory.budget, "1GiB");
   user.memory.budget = "";
   chosen.memory.recompute = Recompute::None, chosen.memory.policy = PolicyMode::Auto;  // needs a budget
-  EXPECT_EQ(apply_layout(user, chosen).memory.budget, "80GiB");
+  EXPECT_EQ(plan::apply_layout(user, chosen).memory.budget, "80GiB");
 }
 
 class AutoLayoutOneRank : public ::testing::Test {

@@ -94,7 +94,7 @@ Action add_plan(CLI::App& app) {
     const plan::PlanResult result = plan::plan_layouts(loaded, spec, *gpus, *options);
     std::cout << plan::describe(result);
     if (out.is_open()) {
-      out.write(plan::layout_toml(result.best.front().plan.config));
+      out.write(plan::layout_toml(loaded, result.best.front().plan.config));
       out.commit();
       std::cout << fmt::format("wrote {}\n", *out_path);
     }

@@ -77,7 +77,9 @@ std::vector<nn::Param*> AttentionBlock::params() {
 nn::Cost AttentionBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
   const int64_t rows = batch * seq, local = proj.local_in(), hd = local / local_heads_;
   const double linear = qkv.flops(rows) + proj.flops(rows);
-  const double attention = nn::causal_attention_flops(batch, local_heads_, seq, hd);
+  // This rank's share of the whole sequence's causal pairs (its queries see earlier segments).
+  const int64_t n = core_->sequence_ranks();
+  const double attention = nn::causal_attention_flops(batch, local_heads_, n * seq, hd) / static_cast<double>(n);
   nn::Cost c;
   c.forward_flops = linear + attention;
   c.backward_input_flops = linear + 2 * attention;  // dQ, dK, dV, dP: twice the forward's matmuls
@@ -93,7 +95,7 @@ nn::Cost AttentionBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) c
   c.attention_flops = attention;
   c.gemm_dim = static_cast<double>(std::min({rows, d_model, local}));
   c.elementwise_bytes = static_cast<double>(6 * rows * local * dtype_bytes) +  // biases; q, k, v to heads; merge
-                        nn::causal_attention_score_bytes(batch, local_heads_, seq, dtype_bytes);
+                        nn::causal_attention_score_bytes(batch, local_heads_, n * seq, dtype_bytes) / static_cast<double>(n);
   add_skeleton_costs(c, batch, seq, dtype_bytes);
   for (nn::CommUse& u : core_->comm(batch, local_heads_, local_heads_, seq, hd, dtype_bytes)) c.comm.push_back(u);
   return c;

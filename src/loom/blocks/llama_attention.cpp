@@ -101,7 +101,9 @@ std::vector<nn::Param*> LlamaAttentionBlock::params() {
 nn::Cost LlamaAttentionBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
   const int64_t rows = batch * seq, local = local_heads_ * head_dim_, local_kv = local_kv_heads_ * head_dim_;
   const double linear = q.flops(rows) + kv.flops(rows) + proj.flops(rows);
-  const double attention = nn::causal_attention_flops(batch, local_heads_, seq, head_dim_);
+  // This rank's share of the whole sequence's causal pairs (its queries see earlier segments).
+  const int64_t n = core_->sequence_ranks();
+  const double attention = nn::causal_attention_flops(batch, local_heads_, n * seq, head_dim_) / static_cast<double>(n);
   nn::Cost c;
   c.forward_flops = linear + attention;
   c.backward_input_flops = linear + 2 * attention;  // dQ, dK, dV, dP: twice the forward's matmuls
@@ -117,7 +119,7 @@ nn::Cost LlamaAttentionBlock::cost(int64_t batch, int64_t seq, int64_t dtype_byt
   c.attention_flops = attention;
   c.gemm_dim = static_cast<double>(std::min({rows, d_model_, local_kv}));
   c.elementwise_bytes = static_cast<double>(6 * rows * (local + local_kv) * dtype_bytes) +  // rotary; to heads; merge
-                        nn::causal_attention_score_bytes(batch, local_heads_, seq, dtype_bytes);
+                        nn::causal_attention_score_bytes(batch, local_heads_, n * seq, dtype_bytes) / static_cast<double>(n);
   add_skeleton_costs(c, batch, seq, dtype_bytes);
   for (nn::CommUse& u : core_->comm(batch, local_heads_, local_kv_heads_, seq, head_dim_, dtype_bytes)) c.comm.push_back(u);
   return c;

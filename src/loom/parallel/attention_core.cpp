@@ -70,6 +70,7 @@ class AllGatherCore final : public AttentionCore {
     return {g.dq, dkv[0], dkv[1]};
   }
 
+  int64_t sequence_ranks() const override { return sp_.size(); }
   // The fused k/v all-gather (again in backward), and the dk/dv reduce-scatter.
   std::vector<nn::CommUse> comm(int64_t batch, int64_t, int64_t kv_heads, int64_t tokens, int64_t head_dim,
                                 int64_t dtype_bytes) const override {
@@ -103,6 +104,7 @@ class UlyssesCore final : public AttentionCore {
   }
   bool keeps_output() const override { return true; }
 
+  int64_t sequence_ranks() const override { return sp_.size(); }
   // q, k, v to heads and the output back in forward; dout to heads and dq, dk, dv back in backward.
   std::vector<nn::CommUse> comm(int64_t batch, int64_t heads, int64_t kv_heads, int64_t tokens, int64_t head_dim,
                                 int64_t dtype_bytes) const override {
@@ -160,6 +162,7 @@ class RingCore final : public AttentionCore {
   at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionSaved& saved) override;
   AttentionInputGrads backward(const at::Tensor& dout, const at::Tensor& out, const AttentionSaved& s) override;
 
+  int64_t sequence_ranks() const override { return sp_.size(); }
   // sp - 1 steps of this rank's k/v block around the ring beside the compute; backward moves the
   // block and its dk/dv.
   std::vector<nn::CommUse> comm(int64_t batch, int64_t, int64_t kv_heads, int64_t tokens, int64_t head_dim,

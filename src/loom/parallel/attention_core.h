@@ -51,6 +51,9 @@ class AttentionCore {
   virtual AttentionInputGrads backward(const at::Tensor& dout, const at::Tensor& out, const AttentionSaved& saved) = 0;
   // Whether `saved.out` holds a copy of the output: bytes the layer's cost must count.
   virtual bool keeps_output() const { return false; }
+  // The ranks a sequence is split over: the causal pairs of the whole sequence are shared by them
+  // (a rank's queries see the earlier segments' keys too), for the layer's cost.
+  virtual int64_t sequence_ranks() const { return 1; }
   // The sp collectives of one forward and one backward for q of [batch, heads, tokens, head_dim]
   // and k, v of kv_heads (nn::CommUse; none without sequence parallelism).
   virtual std::vector<nn::CommUse> comm(int64_t batch, int64_t heads, int64_t kv_heads, int64_t tokens,

@@ -68,7 +68,7 @@ double weight_bound(const Config& c, double params) {
 class Search {
  public:
   Search(const Config& config, const Cluster& cluster, int64_t gpus, const SearchOptions& options)
-      : base_(config), cluster_(cluster), gpus_(gpus), options_(options) {
+      : base_(searchable(config, cluster)), cluster_(cluster), gpus_(gpus), options_(options) {
     Config serial = config;
     serial.parallel = ParallelConfig{};
     const std::vector<LayerPlan> chain = timed_chain(serial, nullptr);
@@ -91,7 +91,16 @@ class Search {
   double bound(const Config& c);
   std::vector<MemoryMode> memory_modes() const;
 
-  const Config& base_;
+  // The config as the candidates start from: parallel.auto off (they set the degrees it refuses
+  // beside it), and the device's memory as budget where none is set (memory.policy = "auto"
+  // needs one; simulate_step budgets so anyway).
+  static Config searchable(Config c, const Cluster& cluster) {
+    c.parallel.auto_layout = false;
+    if (c.memory.budget.empty()) c.memory.budget = fmt::format("{}B", static_cast<int64_t>(cluster.memory_bytes));
+    return c;
+  }
+
+  const Config base_;
   const Cluster& cluster_;
   int64_t gpus_;
   SearchOptions options_;
@@ -309,8 +318,20 @@ std::string describe(const PlanResult& r) {
   return out;
 }
 
-std::string layout_toml(const Config& chosen) {
-  return "# written by `loom plan` (docs/planner.md): the config with the chosen layout\n" + to_toml(chosen);
+Config apply_layout(const Config& user, const Config& chosen) {
+  Config out = user;
+  out.parallel = chosen.parallel;
+  out.parallel.auto_layout = false;  // the layout is now written: the trainer runs it as any other
+  out.train.micro_batch = chosen.train.micro_batch;
+  out.memory = chosen.memory;
+  const bool needs_budget = chosen.memory.policy == PolicyMode::Auto || chosen.parallel.partition == Partition::Auto;
+  if (!user.memory.budget.empty() || !needs_budget) out.memory.budget = user.memory.budget;
+  return out;
+}
+
+std::string layout_toml(const Config& user, const Config& chosen) {
+  return "# written by `loom plan` (docs/planner.md): the config with the chosen layout\n" +
+         to_toml(apply_layout(user, chosen));
 }
 
 }  // namespace loom::plan

@@ -50,8 +50,13 @@ PlanResult plan_layouts(const Config& config, const Cluster& cluster, int64_t gp
 // The table `loom plan` prints.
 std::string describe(const PlanResult& result);
 
-// The chosen layout as TOML `loom train -c` accepts: the config's own keys, with [parallel],
-// train.micro_batch and [memory] of the layout.
-std::string layout_toml(const Config& chosen);
+// The user's config with the layout of `chosen` (a plan's config): [parallel] and the memory
+// keys but memory.budget, and train.micro_batch; parallel.auto false. The user's memory.budget
+// stays; an empty one takes the plan's (the device's memory) only where the chosen layout needs a
+// budget (memory.policy or parallel.partition "auto"): a plan for a GPU must not bind this host.
+Config apply_layout(const Config& user, const Config& chosen);
+
+// apply_layout's config as TOML `loom train -c` accepts, under a line saying where it came from.
+std::string layout_toml(const Config& user, const Config& chosen);
 
 }  // namespace loom::plan

@@ -63,7 +63,7 @@ std::vector<LayerPlan> describe_chain(const Config& c, int64_t local_tokens) {
 // Each layer's seconds: measured (memory.profile, checked against this config and chain) or its
 // FLOPs at the nominal rate. Returns the swap tier's bandwidth to assume.
 double time_chain(const Config& c, std::vector<LayerPlan>& chain, const Cluster* cluster) {
-  if (cluster != nullptr) {
+  if (cluster != nullptr && c.memory.profile.empty()) {  // a profile's measured times win over the model
     const dist::MeshShape mesh = dist::mesh_shape(c.parallel);
     for (LayerPlan& l : chain) {
       const PassTimes t = pass_times(*cluster, l.cost, c.model.dtype, mesh);

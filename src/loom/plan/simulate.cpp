@@ -151,6 +151,11 @@ std::vector<std::pair<std::string, std::string>> sources(const RunPlan& plan, co
 
 StepPrediction simulate_step(const Config& config, const Cluster& cluster, int64_t gpus) {
   check_gpus(cluster, gpus);
+  const auto& q = config.parallel;
+  LOOM_CHECK_INPUT(q.dp * q.tp * q.pp * q.sp == gpus,
+                   "the layout parallel.dp x tp x pp x sp = {} x {} x {} x {} = {} ranks, but --gpus {}; hint: --gpus {}, "
+                   "or set the degrees (--set parallel.dp=...), or let `loom plan` choose them",
+                   q.dp, q.tp, q.pp, q.sp, q.dp * q.tp * q.pp * q.sp, gpus, q.dp * q.tp * q.pp * q.sp);
   Config c = config;
   // Without a budget, a stage must fit the device (memory.policy = "auto" plans for it).
   if (c.memory.budget.empty()) c.memory.budget = fmt::format("{}B", static_cast<int64_t>(cluster.memory_bytes));

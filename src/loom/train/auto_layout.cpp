@@ -109,12 +109,10 @@ void measure(const Config& config, dist::Communicator& world, LocalCluster& loca
 // Rank 0: the fastest layout of `config` on the cluster, as the TOML every rank trains; `report`
 // gets its two lines.
 std::string plan_on_rank0(const Config& config, const LocalCluster& local, int ranks, std::string& report) {
-  Config base = config;
-  base.parallel.auto_layout = false;  // the candidates set the degrees it refuses beside it
-  const plan::PlanResult result = plan::plan_layouts(base, local.cluster, ranks, {.top = 1});
+  const plan::PlanResult result = plan::plan_layouts(config, local.cluster, ranks, {.top = 1});
   const plan::StepPrediction& best = result.best.front();
   report = fmt::format("loom: parallel.auto: {}\nloom: parallel.auto chose {}\n", local.note, describe_layout(best));
-  return to_toml(apply_layout(config, best.plan.config));
+  return to_toml(plan::apply_layout(config, best.plan.config));
 }
 
 }  // namespace
@@ -148,16 +146,6 @@ AutoLayout choose_layout(const Config& config, dist::Communicator& world, const 
   return out;
 }
 
-Config apply_layout(const Config& user, const Config& chosen) {
-  Config out = user;
-  out.parallel = chosen.parallel;
-  out.parallel.auto_layout = false;  // the layout is now written: the trainer runs it as any other
-  out.train.micro_batch = chosen.train.micro_batch;
-  out.memory = chosen.memory;
-  const bool needs_budget = chosen.memory.policy == PolicyMode::Auto || chosen.parallel.partition == Partition::Auto;
-  if (!user.memory.budget.empty() || !needs_budget) out.memory.budget = user.memory.budget;
-  return out;
-}
 
 std::string describe_layout(const plan::StepPrediction& p) {
   const Config& c = p.plan.config;

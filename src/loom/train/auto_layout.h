@@ -12,7 +12,7 @@
 //   plan     rank 0 alone runs plan_layouts (top 1) and sends the chosen config as TOML: every
 //            rank trains the same layout whatever their floating point does, and a refusal on
 //            rank 0 (nothing fits) ends every rank with its message (agree_on_input)
-//   result   the user's config with the layout keys of the plan (apply_layout) and parallel.auto
+//   result   the user's config with the layout keys of the plan (plan::apply_layout) and parallel.auto
 //            false: the trainer then checks and runs it as any written layout
 // Every phase that can refuse input is agreed over the world before the next collective, so a
 // refusal on one rank never leaves another waiting.
@@ -26,7 +26,7 @@ namespace loom::train {
 
 // What choose_layout returns on every rank.
 struct AutoLayout {
-  Config config;       // the user's config with the chosen layout (apply_layout)
+  Config config;       // the user's config with the chosen layout (plan::apply_layout)
   std::string report;  // rank 0: two lines, the cluster planned on and the layout chosen; else ""
 };
 
@@ -42,11 +42,6 @@ std::string local_cluster_cache(const char* xdg_cache_home, const char* home);
 // to print once its own checks of the chosen config passed (a refused run prints only its error).
 AutoLayout choose_layout(const Config& config, dist::Communicator& world, const std::string& cache_path);
 
-// The user's config with the layout of `chosen` (a plan's config): [parallel] and the memory
-// keys but memory.budget, and train.micro_batch; parallel.auto false. The user's memory.budget
-// stays; an empty one takes the plan's (the device's memory) only where the chosen layout needs a
-// budget (memory.policy or parallel.partition "auto").
-Config apply_layout(const Config& user, const Config& chosen);
 
 // "dp 2 x tp 1 x pp 1 x sp 1, micro-batch 4, 1f1b, keep activations (predicted 0.12 s/step on
 // local)": what the chosen layout line says after "loom: parallel.auto chose ".
