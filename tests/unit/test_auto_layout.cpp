@@ -14,22 +14,14 @@
 #include "loom/plan/cluster.h"
 #include "loom/plan/planner.h"
 #include "loom/train/auto_layout.h"
+#include "unit/input_error.h"
 
 namespace loom::train {
 namespace {
 
 using ::testing::HasSubstr;
 
-template <class Fn>
-std::string input_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError";
-  return "";
-}
+using loom::testing::input_error;
 
 Config tiny_auto() {
   Config c;

@@ -12,6 +12,7 @@
 #include "loom/core/error.h"
 #include "loom/plan/cluster.h"
 #include "loom/train/profile_run.h"
+#include "unit/input_error.h"
 
 namespace loom::plan {
 
@@ -22,17 +23,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-template <class Fn>
-std::string input_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    EXPECT_EQ(e.exit_code(), 2);
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError";
-  return "";
-}
+using loom::testing::input_error;
 
 // Every field set, each value exact in to_toml's 6 significant digits.
 Cluster full_cluster() {

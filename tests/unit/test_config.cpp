@@ -13,6 +13,7 @@
 #include "loom/core/error.h"
 #include "loom/core/units.h"
 #include "loom/models/registry.h"
+#include "unit/input_error.h"
 
 namespace loom {
 namespace {
@@ -20,18 +21,7 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-// The message of the InputError `fn` throws; fails the test if it throws nothing or something else.
-template <class Fn>
-std::string input_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    EXPECT_EQ(e.exit_code(), 2);
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError";
-  return "";
-}
+using loom::testing::input_error;
 
 TEST(Config, ParsesSectionsAndKeepsDefaultsForAbsentKeys) {
   const Config c = parse_config(R"(

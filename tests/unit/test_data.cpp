@@ -21,6 +21,7 @@
 #include "loom/data/sampler.h"
 #include "loom/data/token_file.h"
 #include "loom/data/token_sidecar.h"
+#include "unit/input_error.h"
 
 namespace loom::data {
 namespace {
@@ -44,15 +45,7 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-std::string input_error(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError";
-  return "";
-}
+using loom::testing::input_error;
 
 // The message of the loom::Error (not InputError: a failure at run time) that `fn` throws.
 std::string run_error(const std::function<void()>& fn) {

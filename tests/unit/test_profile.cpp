@@ -17,6 +17,7 @@
 #include "loom/plan/profile.h"
 #include "loom/plan/run_plan.h"
 #include "loom/train/profile_run.h"
+#include "unit/input_error.h"
 
 namespace loom::plan {
 
@@ -27,17 +28,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-template <class Fn>
-std::string input_error(Fn&& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    EXPECT_EQ(e.exit_code(), 2);
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an InputError";
-  return "";
-}
+using loom::testing::input_error;
 
 Config tiny_config() {
   Config c;
