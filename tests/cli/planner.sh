@@ -57,7 +57,7 @@ bad_input)
     "${small[@]}" --cluster ./negative.toml --gpus 1
   # clusters/local.toml is this machine: one node (max_nodes = 1).
   both_refuse "--gpus 64 is more than cluster local has \(1 nodes x " "${small[@]}" --cluster local --gpus 64
-  refused "dp \(2\) x pp \(1\) x sp \(1\) x tp \(1\) = 2 ranks, but the job has 4" \
+  refused "parallel.dp x tp x pp x sp = 2 x 1 x 1 x 1 = 2 ranks, but --gpus 4; hint: --gpus 2" \
     simulate "${small[@]}" "${a100[@]}" --gpus 4 --set parallel.dp=2 --trace t.json
   # No layout fits one A100: a 131072-token sequence's activations (the weights fit), then a model
   # whose weights alone do not.
