@@ -822,6 +822,496 @@ def memory(only=None):
                       "elapsed_s": round(time.time() - started)}), flush=True)
 
 
+# The simulator against measured runs (issue 17, NOTE [Step simulator]): `loom simulate` of a layout
+# beside real `loom train` runs of the same config. SIM_ROWS: (config, label, --set values); the rank
+# count is dp x tp x pp x sp. Every row runs SIM_BATCH (global batch, micro-batch) so that the whole
+# workload fits in about 15 minutes on 2 cores; the plan check uses the same batch.
+SIM_BATCH = (4, 1)
+SIM_ROWS = [
+    ("gpt-small", "single rank", []),
+    ("gpt-small", "dp2", ["parallel.dp=2"]),
+    ("gpt-small", "dp2 zero1", ["parallel.dp=2", "parallel.zero=1"]),
+    ("gpt-small", "tp2", ["parallel.tp=2"]),
+    ("gpt-small", "tp2 seq", ["parallel.tp=2", "parallel.tp_sequence=true"]),
+    ("gpt-small", "pp2 gpipe", ["parallel.pp=2"] + SCHEDULES["gpipe"]),
+    ("gpt-small", "pp2 1f1b", ["parallel.pp=2"] + SCHEDULES["1f1b"]),
+    ("gpt-small", "pp2 interleaved x2", ["parallel.pp=2"] + SCHEDULES["interleaved"]),
+    ("gpt-small", "pp2 zb-h1", ["parallel.pp=2"] + SCHEDULES["zb-h1"]),
+    ("gpt-small", "pp2 scp (stage-aware 0.5)", ["parallel.pp=2"] + SCHEDULES["scp"]),
+    ("gpt-small", "sp2 allgather", ["parallel.sp=2", "parallel.sp_mode=allgather"]),
+    ("gpt-small", "sp2 ring", ["parallel.sp=2", "parallel.sp_mode=ring"]),
+    ("gpt-small", "sp2 ulysses", ["parallel.sp=2", "parallel.sp_mode=ulysses"]),
+    ("llama-small", "single rank", []),
+    ("llama-small", "dp2", ["parallel.dp=2"]),
+    ("llama-small", "tp2", ["parallel.tp=2"]),
+    ("llama-small", "pp2 1f1b", ["parallel.pp=2"] + SCHEDULES["1f1b"]),
+    ("gpt-small", "dp4", ["parallel.dp=4"]),
+    ("gpt-small", "dp2 tp2", ["parallel.dp=2", "parallel.tp=2"]),
+    ("gpt-small", "dp2 pp2 1f1b", ["parallel.dp=2", "parallel.pp=2"] + SCHEDULES["1f1b"]),
+    ("gpt-small", "tp2 pp2 1f1b", ["parallel.tp=2", "parallel.pp=2"] + SCHEDULES["1f1b"]),
+    ("gpt-small", "pp4 1f1b", ["parallel.pp=4"] + SCHEDULES["1f1b"]),
+    ("gpt-small", "pp4 interleaved x2", ["parallel.pp=4"] + SCHEDULES["interleaved"]),
+    ("gpt-small", "sp2 dp2 ring", ["parallel.sp=2", "parallel.dp=2", "parallel.sp_mode=ring"]),
+]
+SIM_TIMEOUT_S = 600
+
+
+def sim_ranks(sets):
+    degrees = {"dp": 1, "tp": 1, "pp": 1, "sp": 1}
+    for s in sets:
+        key, _, value = s.partition("=")
+        if key.startswith("parallel.") and key[9:] in degrees:
+            degrees[key[9:]] = int(value)
+    return degrees["dp"] * degrees["tp"] * degrees["pp"] * degrees["sp"]
+
+
+def local_cluster(directory, devices, share=1.0):
+    """clusters/local.toml with `devices` devices on its node, each device's FLOP/s and memory
+    bandwidth times `share` (ranks time-sharing the cores: cores / ranks): a file in `directory`."""
+    import re
+    with open(os.path.join(ROOT, "clusters", "local.toml")) as f:
+        text = f.read()
+    name = f"local-{devices}" + ("-shared" if share != 1.0 else "")
+    text = re.sub(r"(?m)^per_node = \d+", f"per_node = {devices}", text)
+    text = re.sub(r'(?m)^name = "local"', f'name = "{name}"', text)
+    if share != 1.0:
+        scale = lambda m: f"{m.group(1)}{float(m.group(2)) * share:.6g}"
+        text = re.sub(r"(?m)^(memory_bandwidth = )(\S+)", scale, text)
+        line = re.search(r"(?m)^peak_flops = .*$", text).group(0)
+        text = text.replace(line, re.sub(r"(= )([0-9.e+]+)", scale, line))
+    path = os.path.join(directory, f"{name}.toml")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def sim_predict(loom, path, sets, cluster, ranks, trace=None):
+    out = subprocess.run([loom, "simulate", "-c", path, "--cluster", cluster, "--gpus", str(ranks), "--json"]
+                         + (["--trace", trace] if trace else []) + set_args(sets), capture_output=True, text=True)
+    if out.returncode:
+        return None, " ".join(last_lines(out.stderr, 1)) or f"exit {out.returncode}"
+    return json.loads(out.stdout.strip().splitlines()[-1]), None
+
+
+def cpu_busy_s():
+    """Seconds of CPU time this machine spent busy (all cores, /proc/stat: all but idle and iowait)."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu_s():
+    import resource
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def wait_quiet(limit_s):
+    """Waits (at most limit_s) until the machine's other work uses under a quarter of a core over
+    one second; returns the cores it used in the last second looked at."""
+    deadline = time.time() + limit_s
+    while True:
+        before = cpu_busy_s()
+        time.sleep(1)
+        busy = cpu_busy_s() - before
+        if busy < 0.25 or time.time() >= deadline:
+            return round(busy, 2)
+
+
+def gemm_rates(loom):
+    """Each core's float32 GEMM rate right now (n = 512, one thread pinned to the core, 0.5 s, all
+    cores at once), in FLOP/s: how fast this shared host runs at the moment (its cores slow down
+    at times with nothing else running in this machine), beside the cluster file's expected rate."""
+    procs = [subprocess.Popen(["taskset", "-c", str(core), loom, "bench", "gemm", "--threads", "1", "--sizes", "512",
+                               "--seconds", "0.5"], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+             for core in range(os.cpu_count() or 1)]
+    rates = []
+    for proc in procs:
+        out = proc.communicate()[0]
+        rates.append(json.loads(out)["peak_flops_per_s"] if proc.returncode == 0 else 0.0)
+    return rates
+
+
+def expected_gemm_rate():
+    """The rate `local` expects of a float32 GEMM of n = 512: peak x gemm_max x n / (n + gemm_half_dim)."""
+    with open(os.path.join(ROOT, "clusters", "local.toml"), "rb") as f:
+        local = tomllib.load(f)
+    eff = local["efficiency"]
+    return local["device"]["peak_flops"]["float32"] * eff["gemm_max"] * 512 / (512 + eff["gemm_half_dim"])
+
+
+def sim_measure_once(loom, path, sets, ranks, warmup, steps, trace=None):
+    """A real run of `warmup` + `steps` steps on `ranks` ranks, one thread each: the timed steps'
+    times and each stage's peak bytes (pp = 1: the largest rank's, every rank alike), how much
+    other work the machine ran meanwhile (cores) and the slowest core's GEMM rate before and after."""
+    quiet = wait_quiet(float(os.environ.get("BENCH_QUIET_WAIT", "30")))
+    before = gemm_rates(loom)
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics = os.path.join(tmp, "metrics.jsonl")
+        launch = mpirun(ranks) if ranks > 1 else []
+        busy, mine = cpu_busy_s(), children_cpu_s()
+        rc, _, err, seconds = run_locked(launch + [loom, "train", "-c", path, "--quiet", "--metrics", metrics,
+                                                   "--peak-flops", "1e11"] + (["--trace", trace] if trace else [])
+                                         + set_args(sets + [f"train.steps={warmup + steps}"]), timeout=SIM_TIMEOUT_S)
+        # Other work on the machine during the run: its busy CPU time less the run's own, in cores.
+        others = round(max(0.0, (cpu_busy_s() - busy) - (children_cpu_s() - mine)) / max(seconds, 1e-9), 2)
+        records = []
+        if os.path.exists(metrics):
+            with open(metrics) as f:
+                records = [json.loads(line) for line in f]
+    after = gemm_rates(loom)
+    gemm = round(min(before + after) / 1e9, 1)
+    if rc or len(records) < warmup + steps:
+        return {"error": error_lines(err), "rc": rc, "steps_done": len(records), "others_cores_during": others,
+                "gemm_gflops_min": gemm}
+    last = records[-1]
+    each = [r["step_ms"] / 1e3 for r in records[warmup:]]
+    return {"step_s": statistics.median(each), "step_s_each": each,
+            "peak_bytes_by_stage": last["peak_bytes_by_stage"] or [last["peak_bytes"]],
+            "bubble": [r["bubble_fraction"] for r in records[warmup:]],
+            "loss_last": last["loss"], "run_s": round(seconds, 1), "others_cores_before": quiet,
+            "others_cores_during": others, "gemm_gflops_min": gemm,
+            "gemm_gflops": [round(g / 1e9, 1) for g in before + after]}
+
+
+def sim_measure(loom, path, sets, ranks, warmup, steps, deadline=None):
+    """sim_measure_once, again (BENCH_RETRIES times at most, 1; none past `deadline`) while the run
+    was disturbed: other work in this machine took more than a fifth of a core, or a core's GEMM rate
+    before or after the run fell under BENCH_MIN_SPEED (0.8) of what `local` expects. Returns the
+    fastest attempt."""
+    floor = float(os.environ.get("BENCH_MIN_SPEED", "0.8")) * expected_gemm_rate() / 1e9
+    attempts = []
+    for _ in range(1 + int(os.environ.get("BENCH_RETRIES", "1"))):
+        attempts.append(sim_measure_once(loom, path, sets, ranks, warmup, steps))
+        a = attempts[-1]
+        if "error" in a or (a["others_cores_during"] <= 0.2 and a["gemm_gflops_min"] >= floor):
+            break
+        if deadline and time.time() > deadline:
+            break
+    ok = [a for a in attempts if "error" not in a]
+    best = min(ok, key=lambda a: a["step_s"]) if ok else attempts[-1]
+    best["attempts"] = len(attempts)
+    best["disturbed"] = best.get("others_cores_during", 0) > 0.2 or best.get("gemm_gflops_min", 0) < floor
+    return best
+
+
+def rel(predicted, measured):
+    return (predicted - measured) / measured
+
+
+def simulate_bench():
+    """`simulate` (issue 17): every SIM_ROWS layout predicted by `loom simulate --cluster local --json`
+    and measured by `loom train` at SIM_BATCH, one thread per rank, in BENCH_ROUNDS rounds (2) over all
+    rows: each run BENCH_WARMUP warm-up steps (1), then BENCH_STEPS timed ones (3) whose median is the
+    run's step. This host is shared and its cores slow down at times with nothing else running here,
+    and noise only ever slows a run: the measured step is the fastest round's, the measured peak per
+    stage the largest. Before each run the workload waits for the machine to be quiet; each core's
+    GEMM rate is probed before and after it, and a run disturbed by other work (over a fifth of a core)
+    or a slow core (under BENCH_MIN_SPEED = 0.8 of the rate `local` expects) is repeated, BENCH_RETRIES
+    (1) time at most, and not once the workload has run BENCH_BUDGET_S (900). Errors are (predicted - measured) / measured. Rows with more ranks than cores run
+    oversubscribed: their prediction is for a `local` of that many devices with each device's FLOP/s
+    and memory bandwidth times cores / ranks (the ranks share the cores), beside the dedicated one (a
+    core each); they are summarised apart. Then `loom plan --cluster local --gpus 2 --top 5` at the
+    same batch: its top layout measured the same way against the fastest measured gpt-small 2-rank row
+    (goal: within 10%). BENCH_ROWS=i,j,...[,plan] runs only those rows. One JSON line per row, a
+    summary line and a markdown table. Run it under the build lock (flock FILE bench/run.sh simulate)."""
+    warmup = int(os.environ.get("BENCH_WARMUP", "1"))
+    steps = int(os.environ.get("BENCH_STEPS", "3"))
+    rounds = int(os.environ.get("BENCH_ROUNDS", "2"))
+    only = [r for r in os.environ.get("BENCH_ROWS", "").split(",") if r]
+    cores = os.cpu_count() or 1
+    started = time.time()
+    snapshot = tempfile.TemporaryDirectory()
+    loom = os.path.join(snapshot.name, "loom")
+    run_locked(["cp", "-p", LOOM, loom], timeout=60)  # a rebuild during the run must not mix two builds
+    commit = subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    dirty = subprocess.run(["git", "-C", ROOT, "status", "--porcelain", "--untracked-files=no"], capture_output=True,
+                           text=True).stdout.split()
+    global_batch, micro_batch = SIM_BATCH
+    base = [f"train.global_batch={global_batch}", f"train.micro_batch={micro_batch}", "train.threads=1",
+            "train.warmup=0"]
+    with open(os.path.join(ROOT, "clusters", "local.toml"), "rb") as f:
+        local = tomllib.load(f)
+    print(json.dumps({"workload": "simulate", "measure": "binary", "commit": commit, "dirty": dirty[1::2],
+                      "binary_mtime": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(os.path.getmtime(LOOM))),
+                      "cores": cores, "global_batch": global_batch, "micro_batch": micro_batch,
+                      "warmup_steps": warmup, "timed_steps": steps, "rounds": rounds,
+                      "local_peak_gflops_float32": local["device"]["peak_flops"]["float32"] / 1e9}), flush=True)
+
+    # Predictions first (cheap), then the measured rounds over all rows.
+    cases = [(str(i), name, label, sets) for i, (name, label, sets) in enumerate(SIM_ROWS) if not only or str(i) in only]
+    plan_label = None
+    if not only or "plan" in only:
+        path, _ = effective_config("gpt-small")
+        chosen = os.path.join(snapshot.name, "plan.toml")
+        out = subprocess.run([loom, "plan", "-c", path, "--cluster", "local", "--gpus", "2", "--top", "5",
+                              "--out", chosen] + set_args(base), capture_output=True, text=True)
+        print(out.stdout, end="", flush=True)
+        if out.returncode:
+            print(json.dumps({"workload": "simulate", "measure": "plan", "error": last_lines(out.stderr, 2)}), flush=True)
+        else:
+            with open(chosen, "rb") as f:
+                cfg = tomllib.load(f)
+            p, mem = cfg["parallel"], cfg["memory"]
+            plan_label = (f"plan's top: dp{p['dp']} tp{p['tp']} pp{p['pp']} sp{p['sp']} mb{cfg['train']['micro_batch']} "
+                          f"{p['schedule']}" + (f" {p['sp_mode']}" if p["sp"] > 1 else "")
+                          + (f" chunks {p['chunks']}" if p["chunks"] > 1 else "")
+                          + (f" zero{p['zero']}" if p["zero"] else "") + (" seq" if p["tp_sequence"] else "")
+                          + (f" recompute {mem['recompute']}" if mem["recompute"] != "none" else "")
+                          + (f" swap {mem['swap']}" if mem["swap"] != "none" else ""))
+            # The written config holds the whole layout; the run's own keys (batch, threads) as every row's.
+            keys = [f"parallel.{k}={p[k]}" for k in ("dp", "tp", "pp", "sp")]
+            cases.append(("plan", chosen, plan_label, keys + [f"train.micro_batch={cfg['train']['micro_batch']}"]))
+
+    rows = {}
+    for key, name, label, sets in cases:
+        path = name if key == "plan" else effective_config(name)[0]
+        ranks = sim_ranks(sets)
+        row = {"workload": "simulate", "measure": "row", "config": "gpt-small" if key == "plan" else name,
+               "layout": label, "ranks": ranks, "oversubscribed": ranks > cores, "sets": sets}
+        run_sets = base + sets
+        if ranks > cores:
+            pred, refusal = sim_predict(loom, path, run_sets, local_cluster(snapshot.name, ranks, cores / ranks), ranks)
+            dedicated, _ = sim_predict(loom, path, run_sets, local_cluster(snapshot.name, ranks), ranks)
+            row["predicted_dedicated_step_s"] = dedicated and dedicated["step_s"]
+        else:
+            pred, refusal = sim_predict(loom, path, run_sets, "local", ranks)
+        if pred is None:
+            row["refusal"] = refusal
+        else:
+            row.update(predicted_step_s=pred["step_s"], predicted_pipeline_s=pred["pipeline_s"],
+                       predicted_gradient_tail_s=pred["gradient_tail_s"], predicted_optimizer_s=pred["optimizer_s"],
+                       predicted_bubble=pred["bubble_fraction"],
+                       predicted_peak_bytes_by_stage=pred["peak_bytes_by_stage"])
+        rows[key] = (path, run_sets, row, [])
+    # Retries stop once the workload has run BENCH_BUDGET_S (900): it holds the build lock meanwhile.
+    deadline = started + float(os.environ.get("BENCH_BUDGET_S", "900"))
+    for round_ in range(rounds):
+        for key, (path, run_sets, row, runs) in rows.items():
+            runs.append(sim_measure(loom, path, run_sets, row["ranks"], warmup, steps, deadline))
+            print(json.dumps({"workload": "simulate", "measure": "run", "round": round_ + 1, "config": row["config"],
+                              "layout": row["layout"], "predicted_step_s": row.get("predicted_step_s"), **runs[-1],
+                              "elapsed_s": round(time.time() - started)}), flush=True)
+
+    results = []
+    for key, (path, run_sets, row, runs) in rows.items():
+        ok = [r for r in runs if "error" not in r]
+        if len(ok) < len(runs):
+            row["run_errors"] = [r["error"] for r in runs if "error" in r]
+        if ok:
+            each = [t for r in ok for t in r["step_s_each"]]
+            peaks = [max(stage) for stage in zip(*(r["peak_bytes_by_stage"] for r in ok))]
+            fastest = min(ok, key=lambda r: r["step_s"])
+            row.update(measured_step_s=fastest["step_s"], measured_round_step_s=[r["step_s"] for r in ok],
+                       measured_step_s_each=each, measured_median_all_s=statistics.median(each),
+                       measured_spread=[min(each), max(each)], measured_peak_bytes_by_stage=peaks,
+                       measured_bubble=statistics.median(fastest["bubble"]),
+                       loss_last=ok[-1]["loss_last"], run_s=[r["run_s"] for r in ok],
+                       others_cores_during=fastest["others_cores_during"],
+                       gemm_gflops_min=fastest["gemm_gflops_min"], gemm_gflops=fastest["gemm_gflops"],
+                       attempts=[r["attempts"] for r in ok], disturbed=fastest["disturbed"])
+            if "predicted_step_s" in row:
+                row["step_error"] = rel(row["predicted_step_s"], row["measured_step_s"])
+                if row.get("predicted_dedicated_step_s"):
+                    row["dedicated_step_error"] = rel(row["predicted_dedicated_step_s"], row["measured_step_s"])
+                row["peak_error_by_stage"] = [rel(p, m) for p, m in zip(row["predicted_peak_bytes_by_stage"], peaks)]
+        print(json.dumps(row), flush=True)
+        results.append((key, row))
+
+    table_rows = [row for key, row in results if key != "plan"]
+    plan_check = None
+    if "plan" in rows:
+        plan_row = rows["plan"][2]
+        two = [r for r in table_rows if r["ranks"] == 2 and "measured_step_s" in r and r["config"] == "gpt-small"]
+        best = min(two, key=lambda r: r["measured_step_s"]) if two else None
+        plan_check = {"top_layout": plan_label, "top_predicted_step_s": plan_row.get("predicted_step_s"),
+                      "top_measured_step_s": plan_row.get("measured_step_s"),
+                      "best_measured_row": best and best["layout"],
+                      "best_measured_step_s": best and best["measured_step_s"],
+                      "best_predicted_step_s": best and best.get("predicted_step_s"),
+                      "top_over_best": plan_row["measured_step_s"] / best["measured_step_s"]
+                      if best and "measured_step_s" in plan_row else None, "goal_at_most": 1.10}
+
+    def summary(selected, key):
+        errors = [abs(r[key]) for r in selected if key in r]
+        return {"rows": len(errors), "median_abs": statistics.median(errors) if errors else None,
+                "max_abs": max(errors) if errors else None}
+
+    def peak_errors(selected):
+        errors = [abs(e) for r in selected for e in r.get("peak_error_by_stage", [])]
+        return {"stages": len(errors), "median_abs": statistics.median(errors) if errors else None,
+                "max_abs": max(errors) if errors else None}
+
+    fitting = [r for r in table_rows if not r["oversubscribed"]]
+    over = [r for r in table_rows if r["oversubscribed"]]
+    print(json.dumps({"workload": "simulate", "measure": "summary",
+                      "step_error": {"ranks_at_most_cores": summary(fitting, "step_error"),
+                                     "oversubscribed_shared": summary(over, "step_error"),
+                                     "oversubscribed_dedicated": summary(over, "dedicated_step_error")},
+                      "peak_error": {"ranks_at_most_cores": peak_errors(fitting), "oversubscribed": peak_errors(over)},
+                      "goals": {"median_abs_step_error": 0.10, "max_abs_step_error": 0.20},
+                      "plan_check": plan_check, "elapsed_s": round(time.time() - started)}), flush=True)
+
+    # The table (markdown), for docs/benchmarks.md.
+    mib = lambda b: f"{b / 2**20:.0f}"
+    pct = lambda e: f"{100 * e:+.1f}%"
+    print("| config | layout | ranks | predicted s | measured s (each round) | error | predicted / measured peak "
+          "MiB per stage | peak error | slowest core's GEMM GFLOP/s |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    for key, r in results:
+        if "measured_step_s" not in r or "predicted_step_s" not in r:
+            print(f"| {r['config']} | {r['layout']} | {r['ranks']} | {r.get('refusal') or ''} | "
+                  f"{r.get('run_errors') or ''} | | | | |")
+            continue
+        peaks = " ; ".join(f"{mib(p)} / {mib(m)}" for p, m in zip(r["predicted_peak_bytes_by_stage"],
+                                                                 r["measured_peak_bytes_by_stage"]))
+        ranks = f"{r['ranks']} (over)" if r["oversubscribed"] else str(r["ranks"])
+        predicted = f"{r['predicted_step_s']:.2f}"
+        if r["oversubscribed"]:
+            predicted += f" (dedicated {r['predicted_dedicated_step_s']:.2f})"
+        rounds_s = ", ".join(f"{s:.2f}" for s in r["measured_round_step_s"])
+        print(f"| {r['config']} | {r['layout']} | {ranks} | {predicted} | **{r['measured_step_s']:.2f}** ({rounds_s}) | "
+              f"{pct(r['step_error'])} | {peaks} | {' '.join(pct(e) for e in r['peak_error_by_stage'])} | "
+              f"{r['gemm_gflops_min']:.0f}{' (disturbed)' if r['disturbed'] else ''} |", flush=True)
+
+
+# `simulate-layers` (issue 17's diagnosis): per layer, the simulator's pass times beside a real run's.
+SIM_LAYER_ROWS = [
+    ("single rank", []),
+    ("dp2", ["parallel.dp=2"]),
+    ("tp2", ["parallel.tp=2"]),
+    ("pp2 1f1b", ["parallel.pp=2", "parallel.schedule=1f1b"]),
+    ("sp2 allgather", ["parallel.sp=2", "parallel.sp_mode=allgather"]),
+    ("sp2 ring", ["parallel.sp=2", "parallel.sp_mode=ring"]),
+    ("sp2 ulysses", ["parallel.sp=2", "parallel.sp_mode=ulysses"]),
+]
+
+
+def simulated_layer_times(loom, path, sets, directory):
+    """{layer name: (F, B, W) seconds} as `loom simulate` times them on `local`: the chain cut into one
+    layer per pipeline stage (parallel.pp = layers, zero-bubble H1 so that B and W stand apart, on a
+    `local` with enough devices), each stage's first F, B and W spans of its --trace."""
+    plan = json.loads(subprocess.run([loom, "config", "-c", path, "--json"] + set_args(sets), check=True,
+                                     capture_output=True, text=True).stdout)
+    names = [l["name"] for s in plan["stages"] for l in s["layers"]]
+    n = len(names)
+    layer_sets = [s for s in sets if not s.startswith(("parallel.pp=", "parallel.schedule=", "parallel.chunks=",
+                                                       "parallel.dp="))]
+    layer_sets += [f"parallel.pp={n}", "parallel.schedule=zb-h1", f"train.global_batch={n}",
+                   "parallel.pp_cuts=[" + ",".join(str(i) for i in range(1, n)) + "]"]
+    ranks = sim_ranks(layer_sets)
+    trace = os.path.join(directory, "simulated.json")
+    pred, refusal = sim_predict(loom, path, layer_sets, local_cluster(directory, max(ranks, 2)), ranks, trace)
+    if pred is None:
+        sys.exit(f"loom: error: simulating one layer per stage failed: {refusal}")
+    with open(trace) as f:
+        events = json.load(f)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    first = {}
+    for e in events:
+        if e.get("ph") == "X" and e.get("cat") == "pipeline":
+            op = e["name"].rstrip("0123456789")
+            first.setdefault((e["pid"], op), e["dur"] / 1e6)
+    pids = sorted({pid for pid, _ in first})
+    return {name: tuple(first.get((pids[i], op), 0.0) for op in ("F", "B", "W")) for i, name in enumerate(names)}
+
+
+def measured_layer_times(trace):
+    """From a real run's --trace: per rank, {layer name: (F, B, W) seconds, each the median over the
+    last step's micro-batches}, and per rank the last step's layer-busy and wall seconds."""
+    with open(trace) as f:
+        events = json.load(f)
+    events = events["traceEvents"] if isinstance(events, dict) else events
+    spans = [e for e in events if e.get("ph") == "X"]
+    passes = {"forward": 0, "backward_input": 1, "backward_weight": 2}
+    out = {}
+    for pid in sorted({e["pid"] for e in spans}):
+        mine = sorted((e for e in spans if e["pid"] == pid), key=lambda e: e["ts"])
+        ends = [e["ts"] + e["dur"] for e in mine if e.get("cat") == "optimizer" and e["name"] == "adamw"]
+        start = ends[-2] if len(ends) >= 2 else 0
+        last = [e for e in mine if e["ts"] >= start]
+        times = {}
+        for e in last:
+            if e.get("cat") in passes:
+                times.setdefault(e["name"], ([], [], []))[passes[e["cat"]]].append(e["dur"] / 1e6)
+        busy = sum(e["dur"] for e in last if e.get("cat") in passes) / 1e6
+        wall = (ends[-1] - start) / 1e6 if ends else None
+        out[pid] = ({name: tuple(statistics.median(v) if v else 0.0 for v in t) for name, t in times.items()}, busy, wall)
+    return out
+
+
+def layer_kind(name):
+    return name.split(".")[-1] if name.startswith("blocks.") else name
+
+
+def simulate_layers():
+    """`simulate-layers` (`simulate-layers:CONFIG`, default gpt-small): for each SIM_LAYER_ROWS layout at
+    SIM_BATCH, the simulator's F, B and W time of every layer (simulated_layer_times) beside a real
+    run's (1 warm-up step, then 1 traced step, one thread per rank; per layer the median over the
+    micro-batches), summed by layer kind (embedding, attn, mlp, final_norm, head_loss) over one
+    micro-batch's pass through each rank's layers; per rank the traced step's layer-busy time against
+    its wall time (the rest: waits, optimizer, exchanges) and the simulator's layers x micro-batches."""
+    name = "gpt-small"
+    for workload in sys.argv[1:]:
+        if workload.startswith("simulate-layers:"):
+            name = workload.partition(":")[2]
+    path, _ = effective_config(name)
+    global_batch, micro_batch = SIM_BATCH
+    base = [f"train.global_batch={global_batch}", f"train.micro_batch={micro_batch}", "train.threads=1",
+            "train.warmup=0"]
+    snapshot = tempfile.TemporaryDirectory()
+    loom = os.path.join(snapshot.name, "loom")
+    run_locked(["cp", "-p", LOOM, loom], timeout=60)
+    only = [r for r in os.environ.get("BENCH_ROWS", "").split(",") if r]
+    for i, (label, sets) in enumerate(SIM_LAYER_ROWS):
+        if only and str(i) not in only:
+            continue
+        simulated = simulated_layer_times(loom, path, base + sets, snapshot.name)
+        trace = os.path.join(snapshot.name, "run.json")
+        floor = float(os.environ.get("BENCH_MIN_SPEED", "0.8")) * expected_gemm_rate() / 1e9
+        for attempt in range(1 + int(os.environ.get("BENCH_RETRIES", "1"))):  # the last run's trace is read
+            run = sim_measure_once(loom, path, base + sets, sim_ranks(sets), 1, 1, trace=trace)
+            if "error" in run or (run["others_cores_during"] <= 0.2 and run["gemm_gflops_min"] >= floor):
+                break
+        if "error" in run:
+            print(json.dumps({"workload": "simulate-layers", "layout": label, "error": run["error"]}), flush=True)
+            continue
+        measured = measured_layer_times(trace)
+        dp = int(dict(s.split("=", 1) for s in sets).get("parallel.dp", 1))
+        microbatches = global_batch // micro_batch // dp
+        ranks = {}
+        for rank, (times, busy, wall) in measured.items():
+            kinds = {}
+            for layer, (f, b, w) in times.items():
+                sf, sb, sw = simulated.get(layer, (0.0, 0.0, 0.0))
+                k = kinds.setdefault(layer_kind(layer), {"layers": 0, "measured_ms": [0.0, 0.0, 0.0],
+                                                         "simulated_ms": [0.0, 0.0, 0.0]})
+                k["layers"] += 1
+                for j, (m, s) in enumerate(zip((f, b, w), (sf, sb, sw))):
+                    k["measured_ms"][j] += m * 1e3
+                    k["simulated_ms"][j] += s * 1e3
+            for k in kinds.values():
+                k["measured_ms"] = [round(v, 2) for v in k["measured_ms"]]
+                k["simulated_ms"] = [round(v, 2) for v in k["simulated_ms"]]
+                k["simulated_over_measured"] = [round(s / m, 3) if m > 0 else None
+                                                for s, m in zip(k["simulated_ms"], k["measured_ms"])]
+            sim_busy = sum(sum(simulated.get(layer, (0, 0, 0))) for layer in times) * microbatches
+            ranks[rank] = {"by_kind": kinds, "layers_busy_s": round(busy, 3), "step_wall_s": wall and round(wall, 3),
+                           "simulated_layers_busy_s": round(sim_busy, 3)}
+        print(json.dumps({"workload": "simulate-layers", "config": name, "layout": label, "sets": sets,
+                          "microbatches_per_rank": microbatches, "step_s": run["step_s_each"][-1],
+                          "attempts": attempt + 1,
+                          "others_cores_during": run["others_cores_during"],
+                          "gemm_gflops": run["gemm_gflops"], "ranks": ranks}), flush=True)
+        for rank, r in ranks.items():
+            print(f"  {label} rank {rank}: layers busy {r['layers_busy_s']:.2f} s (simulated {r['simulated_layers_busy_s']:.2f}) "
+                  f"of step {r['step_wall_s']:.2f} s", flush=True)
+            for kind, k in r["by_kind"].items():
+                print(f"    {kind:<11} x{k['layers']}: F B W measured " + " ".join(f"{v:7.2f}" for v in k["measured_ms"])
+                      + " ms, simulated " + " ".join(f"{v:7.2f}" for v in k["simulated_ms"]) + " ms, ratio "
+                      + " ".join(f"{v}" for v in k["simulated_over_measured"]), flush=True)
+
+
 def allreduce():
     out = subprocess.run(mpirun(2) + [os.path.join(ROOT, "build", "bin", "loom_bench_allreduce")], check=True,
                          capture_output=True, text=True)
@@ -850,11 +1340,15 @@ def main():
             degrees = parse_layout(workload.partition("@")[2])[0]
         rank_threads = max(1, threads // (degrees.get("dp", 1) * degrees.get("tp", 1) * degrees.get("pp", 1)
                                           * degrees.get("sp", 1)))
-        if workload.split(":")[0] not in ("allreduce", "checkpoint", "memory") and rank_threads not in peaks:
+        if workload.split(":")[0] not in ("allreduce", "checkpoint", "memory", "simulate", "simulate-layers") and rank_threads not in peaks:
             peaks[rank_threads] = gemm_peak(rank_threads)
         peak = peaks.get(rank_threads)
         if workload == "allreduce":
             allreduce()
+        elif workload == "simulate":
+            simulate_bench()
+        elif workload.split(":")[0] == "simulate-layers":
+            simulate_layers()
         elif workload == "memory" or workload.startswith("memory:"):
             memory(workload.partition(":")[2] or None)
         elif workload == "checkpoint":
