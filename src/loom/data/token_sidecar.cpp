@@ -2,6 +2,7 @@
 
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <nlohmann/json.hpp>
@@ -18,9 +19,19 @@ std::string sidecar_path(const std::string& token_path) { return token_path + ".
 
 std::string to_json(const TokenSidecar& s) {
   // ordered_json keeps the documented field order, so the file reads like the docs.
-  const nlohmann::ordered_json j = {{"format", kFormat},   {"version", s.version}, {"dtype", s.dtype},
-                                    {"vocab", s.vocab},    {"tokens", s.tokens},   {"source", s.source},
-                                    {"source_checksum", s.source_checksum}};
+  nlohmann::ordered_json sources = nlohmann::ordered_json::array();
+  for (const SourceText& t : s.sources) sources.push_back({{"path", t.path}, {"checksum", t.checksum}});
+  const nlohmann::ordered_json j = {{"format", kFormat},
+                                    {"version", s.version},
+                                    {"dtype", s.dtype},
+                                    {"vocab", s.vocab},
+                                    {"tokens", s.tokens},
+                                    {"source", s.source},
+                                    {"source_checksum", s.source_checksum},
+                                    {"tokenizer", s.tokenizer},
+                                    {"tokenizer_model", s.tokenizer_model},
+                                    {"tokenizer_checksum", s.tokenizer_checksum},
+                                    {"sources", sources}};
   return j.dump(2) + "\n";
 }
 
@@ -42,6 +53,12 @@ TokenSidecar parse_sidecar(const std::string& text, const std::string& path) {
     s.tokens = j.at("tokens").get<int64_t>();
     s.source = j.value("source", "");
     s.source_checksum = j.value("source_checksum", "");
+    // Absent in the first sidecars, which were all byte level (NOTE [Token sidecar]).
+    s.tokenizer = j.value("tokenizer", "byte");
+    s.tokenizer_model = j.value("tokenizer_model", "");
+    s.tokenizer_checksum = j.value("tokenizer_checksum", "");
+    for (const auto& t : j.value("sources", nlohmann::json::array()))
+      s.sources.push_back({t.at("path").get<std::string>(), t.at("checksum").get<std::string>()});
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("token sidecar '{}' lacks a field or has one of the wrong type ({}); {}", path,
                                  e.what(), hint));
@@ -50,6 +67,14 @@ TokenSidecar parse_sidecar(const std::string& text, const std::string& path) {
                    "token sidecar '{}' says version {}, dtype \"{}\", {} tokens, vocab {}: not a valid token file "
                    "description; {}",
                    path, s.version, s.dtype, s.tokens, s.vocab, hint);
+  const bool byte = s.tokenizer == "byte";
+  LOOM_CHECK_INPUT(byte || s.tokenizer == "bpe" || s.tokenizer == "unigram",
+                   "token sidecar '{}' names tokenizer \"{}\", not \"byte\", \"bpe\" or \"unigram\"; {}", path,
+                   s.tokenizer, hint);
+  LOOM_CHECK_INPUT(byte == s.tokenizer_model.empty(),
+                   "token sidecar '{}' says tokenizer \"{}\" with tokenizer_model \"{}\": a {} tokenizer {} a model "
+                   "file; {}",
+                   path, s.tokenizer, s.tokenizer_model, s.tokenizer, byte ? "has no" : "needs", hint);
   return s;
 }
 
@@ -62,6 +87,11 @@ std::optional<TokenSidecar> read_sidecar(const std::string& token_path) {
   LOOM_CHECK_INPUT(in.good(), "cannot read token sidecar '{}'", path);
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   return parse_sidecar(text, path);
+}
+
+std::string tokenizer_model_path(const std::string& token_path, const TokenSidecar& sidecar) {
+  if (sidecar.tokenizer_model.empty()) return "";
+  return (std::filesystem::path(sidecar_path(token_path)).parent_path() / sidecar.tokenizer_model).string();
 }
 
 void Fnv1a::update(std::string_view bytes) {
