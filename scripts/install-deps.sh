@@ -3,6 +3,8 @@
 # Idempotent and quiet: a second run with everything present does nothing and prints nothing.
 # libopenblas0-openmp: without it libtorch falls back to the reference BLAS, some 30x slower on GEMMs;
 # the OpenMP flavour shares libtorch's thread pool instead of oversubscribing the cores.
+# libsentencepiece-dev: `loom data prepare --tokenizer bpe|unigram`. librsvg2-bin: the picture tests
+# render loom's SVGs to PNG. slurm-wlm, munge: the Slurm test runs a one-node Slurm here.
 set -euo pipefail
 
 packages=(
@@ -13,6 +15,9 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenblas0-openmp
   python3 python3-torch
+  libsentencepiece-dev
+  librsvg2-bin
+  slurm-wlm munge
 )
 
 missing=()

@@ -20,5 +20,7 @@ Action add_ckpt(CLI::App& app);
 Action add_profile(CLI::App& app);
 Action add_simulate(CLI::App& app);
 Action add_plan(CLI::App& app);
+Action add_generate(CLI::App& app);
+Action add_plot(CLI::App& app);
 
 }  // namespace loom::cli

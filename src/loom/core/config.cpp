@@ -34,6 +34,8 @@ struct KeySpec {
   std::string_view name;
   FieldPtr (*field)(Config&);
   std::string full() const { return fmt::format("{}.{}", section, name); }
+  // An integer key whose 0 is written "auto" (model.vocab).
+  bool zero_is_auto() const { return section == "model" && name == "vocab"; }
 };
 
 #define LOOM_KEY(sec, key) \
@@ -70,8 +72,9 @@ const std::vector<KeySpec>& key_specs() {
       LOOM_KEY(train, beta2),          LOOM_KEY(train, clip),
       LOOM_KEY(train, seed),           LOOM_KEY(train, threads),
       LOOM_KEY(train, log_every),      LOOM_KEY(train, table_update),
+      LOOM_KEY(train, eval_every),     LOOM_KEY(train, eval_tokens),
       LOOM_KEY(data, source),          LOOM_KEY(data, token_dtype),
-      LOOM_KEY(data, zipf),
+      LOOM_KEY(data, zipf),            LOOM_KEY(data, valid),
       LOOM_KEY(checkpoint, dir),       LOOM_KEY(checkpoint, every),
       LOOM_KEY(checkpoint, keep),      LOOM_KEY(checkpoint, async),
   };
@@ -155,10 +158,17 @@ std::string node_text(const toml::node& node) {
 
 std::string toml_value(const FieldPtr& field);
 
+// A key's value in `config` as TOML ("auto" for a zero_is_auto key at 0).
+std::string spec_value(const KeySpec& spec, Config& config) {
+  const FieldPtr field = spec.field(config);
+  if (spec.zero_is_auto() && *std::get<int64_t*>(field) == 0) return "\"auto\"";
+  return toml_value(field);
+}
+
 // A key's default as TOML, for hints.
 std::string default_value(const KeySpec& spec) {
   Config defaults;
-  return toml_value(spec.field(defaults));
+  return spec_value(spec, defaults);
 }
 
 // TOML reads inf and nan as floats; no float key of loom means either (NOTE [Numbers a key can hold]).
@@ -176,7 +186,11 @@ void assign(const KeySpec& spec, Config& config, const toml::node& node, std::st
       [&](auto* field) {
         using T = std::remove_pointer_t<decltype(field)>;
         if constexpr (std::is_same_v<T, int64_t>) {
-          if (!node.is_integer()) throw wrong("an integer");
+          if (spec.zero_is_auto() && node.is_string() && node.as_string()->get() == "auto") {
+            *field = 0;
+            return;
+          }
+          if (!node.is_integer()) throw wrong(spec.zero_is_auto() ? "an integer or \"auto\"" : "an integer");
           *field = node.as_integer()->get();
         } else if constexpr (std::is_same_v<T, double>) {
           if (node.is_integer()) *field = static_cast<double>(node.as_integer()->get());
@@ -410,7 +424,7 @@ void apply_override(Config& config, std::string_view assignment) {
 std::vector<std::pair<std::string, std::string>> config_values(const Config& config) {
   Config copy = config;
   std::vector<std::pair<std::string, std::string>> out;
-  for (const auto& spec : key_specs()) out.emplace_back(spec.full(), toml_value(spec.field(copy)));
+  for (const auto& spec : key_specs()) out.emplace_back(spec.full(), spec_value(spec, copy));
   return out;
 }
 

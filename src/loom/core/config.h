@@ -15,7 +15,10 @@ namespace loom {
 
 struct ModelConfig {
   std::string kind = "gpt";
+  // 0 is written "auto": the vocabulary of the token file's sidecar (data.source = "tokens:PATH"),
+  // filled in by data::resolve_vocab before the config is validated.
   int64_t vocab = 4096;
+  static constexpr int64_t kVocabAuto = 0;
   int64_t d_model = 256;
   int64_t n_layers = 4;
   int64_t n_heads = 4;
@@ -89,6 +92,11 @@ struct TrainConfig {
   int64_t threads = 0;  // libtorch intra-op threads per rank; 0 = cores / ranks on this machine
   int64_t log_every = 1;
   Option<TableUpdate> table_update = TableUpdate::Dense;
+  // Validation (data.valid): a forward-only pass over a fixed set of held-out sequences every
+  // eval_every steps and after the last (0 = never), of at least eval_tokens tokens (rounded up to
+  // whole global batches, so every layout evaluates the same sequences).
+  int64_t eval_every = 0;
+  int64_t eval_tokens = 16384;
   bool operator==(const TrainConfig&) const = default;
 };
 
@@ -96,6 +104,7 @@ struct DataConfig {
   std::string source = "synthetic";   // "synthetic" | "text:PATH" | "tokens:PATH"
   Option<TokenWidth> token_dtype = TokenWidth::Auto;  // for tokens:PATH; auto: by vocab
   double zipf = 1.05;                  // DLRM's synthetic clicks: ids follow Zipf(zipf) over each table's rows
+  std::string valid;                   // held-out data, in data.source's forms; "" = none
   bool operator==(const DataConfig&) const = default;
 };
 

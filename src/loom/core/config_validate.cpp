@@ -117,10 +117,39 @@ void validate_train(const TrainConfig& t) {
                    "train.beta1 ({}) and train.beta2 ({}) must be in [0, 1)", t.beta1, t.beta2);
   LOOM_CHECK_INPUT(t.clip >= 0, "train.clip = {} must be >= 0 (0 = no clipping)", t.clip);
   LOOM_CHECK_INPUT(t.seed >= 0, "train.seed = {} must be >= 0", t.seed);
+  LOOM_CHECK_INPUT(t.eval_every >= 0, "train.eval_every = {} must be >= 0 (0 = never validate)", t.eval_every);
+  check_positive("train.eval_tokens", t.eval_tokens);
   LOOM_CHECK_INPUT(t.threads >= 0 && t.threads <= std::numeric_limits<int>::max(),
                    "train.threads = {} must be in [0, 2147483647] (0 = automatic: the cores / the ranks on this "
                    "machine)",
                    t.threads);
+}
+
+// data.valid takes data.source's forms; the validation pass needs both it and train.eval_every.
+void validate_validation(const Config& c) {
+  const std::string& v = c.data.valid;
+  LOOM_CHECK_INPUT(v.empty() || v == "synthetic" || (v.find(':') != std::string::npos && v.find(':') + 1 < v.size()),
+                   "data.valid = \"{}\" is not a data source; hint: \"tokens:PATH\" (e.g. the validation split of "
+                   "`loom data prepare --valid-fraction`), \"text:PATH\" or \"synthetic\"",
+                   v);
+  LOOM_CHECK_INPUT(v.empty() || v == "synthetic" || v != c.data.source,  // "synthetic": other samples
+                   "data.valid = \"{}\" is the training data itself (data.source): a validation loss on it measures "
+                   "nothing held out; hint: `loom data prepare --valid-fraction 0.01` writes a separate split",
+                   v);
+  LOOM_CHECK_INPUT(c.train.eval_every == 0 || !v.empty(),
+                   "train.eval_every = {} needs held-out data: data.valid is empty; hint: set data.valid = "
+                   "\"tokens:PATH\" or train.eval_every = 0",
+                   c.train.eval_every);
+}
+
+// model.vocab = "auto" is replaced by the token file's vocabulary (data::resolve_vocab) before
+// validation; one still at 0 here had no token file to read it from.
+void validate_vocab(const Config& c) {
+  LOOM_CHECK_INPUT(c.model.vocab != ModelConfig::kVocabAuto,
+                   "model.vocab = \"auto\" reads the vocabulary from a token file's sidecar, but data.source = \"{}\" "
+                   "is not a token file; hint: data.source = \"tokens:PATH\" (written by `loom data prepare`), or "
+                   "give model.vocab as a number",
+                   c.data.source);
 }
 
 void validate_checkpoint(const CheckpointConfig& c) {
@@ -150,6 +179,8 @@ void validate(const Config& config) {
   // The model kind's own checks (its keys, sizes and the layouts it supports) follow in
   // models::validate_config.
   validate_common_model(config.model);
+  validate_vocab(config);
+  validate_validation(config);
   validate_parallel(config.parallel);
   validate_auto_layout(config.parallel);
   validate_memory(config.memory, config.parallel);

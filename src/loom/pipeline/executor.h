@@ -62,6 +62,10 @@ class PipelineExecutor {
                    std::vector<int64_t> boundary_shape, at::ScalarType dtype);
 
   StepResult run_step(const ExecutorHooks& hooks);
+  // NOTE [Forward-only pass]: `microbatches` micro-batches through this rank's chunks, forward
+  // only (validation): nothing is kept for a backward, whatever the memory policy. Returns the sum
+  // of the losses this rank computed (last virtual stage only). Every pp rank calls it alike.
+  double run_forward(int64_t microbatches, const std::function<nn::MicroBatch(int64_t)>& microbatch);
   // The swap tier's peak since the last reset (0 when no layer swaps).
   int64_t host_peak_bytes() const { return tier_ ? tier_->host_peak_bytes() : 0; }
   void reset_host_peak() {

@@ -68,6 +68,11 @@ class SparseTables {
   // for this step's micro-batches; tables on the sparse path fetch their rows, lazy dense tables
   // note the rows looked up, whose union over the group starts reducing (finished by push).
   void pull(const std::function<void()>& pull_rows);
+  // The same fetch for a forward-only pass (validation): rows on the sparse path only; nothing is
+  // noted for an update, so the next step trains as if the pass had not run.
+  void pull_for_forward(const std::function<void()>& pull_rows) {
+    if (!tables_.empty()) pull_rows();
+  }
   // What AdamW asks which elements of a lazy dense table update; null when there is none.
   const optim::RowFilter* row_filter() const;
   // Collective: every table's row gradients to their owners. Returns the squared norms

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <ostream>
 #include <utility>
 
@@ -45,15 +46,21 @@ void RunReport::step(StepRecord& r, double flops_per_step, double peak_flops) {
   const double seconds = r.step_ms / 1e3;
   r.tokens_per_s = static_cast<double>(options_.samples_per_step * options_.unit.per_sample) / seconds;
   r.mfu = flops_per_step / seconds / peak_flops;
-  metrics_.write({{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
+  nlohmann::json line = {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                   {fmt::format("{}_per_s", options_.unit.items), r.tokens_per_s}, {"step_ms", r.step_ms},
                   {"mfu", r.mfu}, {"sparse_partitions", r.sparse_partitions},
                   {"sparse_tables", tables_json(r.tables)}, {"peak_bytes", r.peak_bytes},
                   {"host_peak_bytes", r.host_peak_bytes},
                   {"comm_bytes_per_step", r.comm_bytes}, {"bubble_fraction", r.bubble_fraction},
                   {"predicted_bubble_fraction", r.predicted_bubble_fraction},
-                  {"peak_bytes_by_stage", r.peak_bytes_by_stage}, {"checkpoint_s", r.checkpoint_s}});
-  if ((r.step - 1) % options_.log_every == 0 || r.step == options_.steps) progress_.print(r);
+                  {"peak_bytes_by_stage", r.peak_bytes_by_stage}, {"checkpoint_s", r.checkpoint_s}};
+  if (r.val_loss) {  // NOTE [Validation]; perplexity only where the loss is per token
+    line["val_loss"] = *r.val_loss;
+    if (options_.unit.items == "tokens") line["val_ppl"] = std::exp(*r.val_loss);
+    line["eval_s"] = r.eval_s;
+  }
+  metrics_.write(line);
+  if ((r.step - 1) % options_.log_every == 0 || r.step == options_.steps || r.val_loss) progress_.print(r);
 }
 
 void RunReport::close() {
@@ -71,9 +78,12 @@ void RunReport::summary(const std::vector<StepRecord>& records, double seconds) 
   std::string where;
   if (!options_.metrics_path.empty()) where += fmt::format("; metrics: {}", options_.metrics_path);
   if (!options_.trace_path.empty()) where += fmt::format("; trace: {}", options_.trace_path);
-  *options_.console << fmt::format("loom: done: {} steps, {:.0f} {} in {:.2f} s ({:.0f} {}/s), final loss {:.4f}{}\n",
+  std::string val;
+  for (const StepRecord& r : records)
+    if (r.val_loss) val = fmt::format(", val_loss {:.4f} (step {})", *r.val_loss, r.step);
+  *options_.console << fmt::format("loom: done: {} steps, {:.0f} {} in {:.2f} s ({:.0f} {}/s), final loss {:.4f}{}{}\n",
                                    records.size(), done, unit.items, seconds, done / seconds, unit.rate,
-                                   records.empty() ? 0.0 : records.back().loss, where)
+                                   records.empty() ? 0.0 : records.back().loss, val, where)
                     << std::flush;
 }
 

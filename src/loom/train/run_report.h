@@ -6,6 +6,7 @@
 // step readable.
 #include <iosfwd>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,8 @@ struct StepRecord {
   int64_t sparse_partitions = 0;                // the sparse path's partition count (0: off)
   std::vector<replicas::TableChoice> tables;    // rank 0's embedding tables: path and why (NOTE [Table paths])
   double checkpoint_s = 0;                      // seconds a checkpoint save held this step's end (0: none)
+  std::optional<double> val_loss;               // a validation pass after this step (NOTE [Validation])
+  double eval_s = 0;                            // its seconds (not part of step_ms)
 };
 
 struct ReportOptions {

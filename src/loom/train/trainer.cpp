@@ -27,6 +27,20 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// data.valid read as a model kind reads data.source: the same forms and checks. "synthetic" takes
+// other samples of the synthetic source (another seed), so they are held out.
+std::unique_ptr<data::Batches> open_valid(const models::ModelKind& kind, const Config& config) {
+  if (config.data.valid.empty()) return nullptr;
+  Config valid = config;
+  valid.data.source = config.data.valid;
+  if (valid.data.source == "synthetic") valid.train.seed = config.train.seed ^ 0x5eedL;
+  try {
+    return kind.open_data(valid);
+  } catch (const InputError& e) {
+    throw InputError(fmt::format("data.valid: {}", e.what()));
+  }
+}
+
 int default_threads(const dist::Communicator& world) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return world.size() > 1 ? std::max(1, cores / world.local_ranks()) : cores;
@@ -135,6 +149,7 @@ void Trainer::check_input(int world_size, int local_ranks, const std::string& re
   memory::install_accounting_allocator();
   kind_ = &models::model_kind(config_.model.kind);
   data_ = kind_->open_data(config_);
+  valid_ = open_valid(*kind_, config_);
   plan_ = plan::make_plan(config_, world_size);
   plan::check_memory(plan_, local_ranks, static_cast<double>(memory::live_bytes()));
 }
@@ -159,16 +174,54 @@ parallel::SpOptions Trainer::sp_options() const {
   return {.sp = &mesh_->sp(), .mode = config_.parallel.sp_mode};
 }
 
-nn::MicroBatch Trainer::microbatch(int64_t step, int64_t index) const {
-  const nn::MicroBatch mb = data_->microbatch(step, index);
+nn::MicroBatch Trainer::microbatch(const data::Batches& batches, int64_t step, int64_t index) const {
+  const nn::MicroBatch mb = batches.microbatch(step, index);
   return parallel::local_segments(mb, sp_options());
 }
 
-std::vector<nn::MicroBatch> Trainer::local_microbatches(int64_t step) const {
+std::vector<nn::MicroBatch> Trainer::local_microbatches(int64_t step, const data::Batches* batches) const {
   const int64_t local = config_.microbatch_count() / config_.parallel.dp, first = mesh_->dp_rank() * local;
   std::vector<nn::MicroBatch> out;
-  for (int64_t i = 0; i < local; ++i) out.push_back(microbatch(step, first + i));
+  for (int64_t i = 0; i < local; ++i) out.push_back(microbatch(batches ? *batches : *data_, step, first + i));
   return out;
+}
+
+// NOTE [Validation]: a validation pass reads whole global batches of data.valid, "steps" 0, 1, ...
+// of its sampler, so the held-out set is the same every time and in every layout (each micro-batch's
+// loss_scale is 1 / the tokens of a global batch, as in training). Each rank takes its dp share
+// and sp segments as in a step, the pipeline runs forward only (NOTE [Forward-only pass]), tables
+// on the sparse path pull their rows without noting them for an update, and the losses are summed
+// over the replicas and the pipeline as a step's are: the mean over the set, whatever the layout.
+// Nothing of the pass reaches the weights, the optimizer or the data order of training.
+int64_t Trainer::eval_steps() const {
+  const int64_t per_sample = kind_->throughput(config_.model).per_sample;
+  const int64_t samples = (config_.train.eval_tokens + per_sample - 1) / per_sample;
+  return (samples + config_.train.global_batch - 1) / config_.train.global_batch;
+}
+
+double Trainer::validation_loss() {
+  LOOM_CHECK(valid_ != nullptr, "validation_loss needs data.valid");
+  double local = 0;
+  const int64_t steps = eval_steps();
+  try {
+    for (int64_t e = 0; e < steps; ++e) {
+      const std::vector<nn::MicroBatch> microbatches = local_microbatches(e, valid_.get());
+      if (sparse_)
+        sparse_->pull_for_forward([&] {
+          for (auto& layer : model_.chain) layer->pull_rows(microbatches);
+        });
+      local += executor_->run_forward(static_cast<int64_t>(microbatches.size()),
+                                      [&](int64_t i) { return microbatches[static_cast<size_t>(i)]; });
+    }
+  } catch (const memory::OutOfMemory& e) {
+    throw Error(fmt::format("{} in a validation pass; {}", e.what(), plan::memory_text(plan_, estimate())));
+  }
+  return summed_loss(local) / static_cast<double>(steps);
+}
+
+bool Trainer::eval_due(int64_t done, int64_t last) const {
+  const int64_t every = config_.train.eval_every;
+  return valid_ != nullptr && every > 0 && (done % every == 0 || done == last);
 }
 
 // Each embedding table's path (NOTE [Table paths]): "auto" measures both, with the backward that
@@ -341,6 +394,12 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     if (checkpointer_) checkpointer_->poll();  // an async save commits once every rank wrote it
     const int signal = options.interrupts ? options.interrupts->agreed_signal(*base_world_) : 0;
     if (checkpoint_due(record.step, signal != 0 || record.step == last)) record.checkpoint_s = save_checkpoint(record.step);
+    if (signal == 0 && eval_due(record.step, last)) {
+      const auto begin = Clock::now();
+      record.val_loss = validation_loss();
+      if (trace_) trace_->add("validation", "validation", begin, Clock::now());
+      record.eval_s = std::chrono::duration<double>(Clock::now() - begin).count();
+    }
     report.step(record, flops, peak_flops);
     if (trace_) trace_->flush_gathered(*base_world_, report.trace_file());
     if (signal != 0) {

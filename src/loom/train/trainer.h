@@ -78,6 +78,12 @@ class Trainer {
   double last_checkpoint_seconds() const { return checkpointer_ ? checkpointer_->last_seconds() : 0; }
 
   std::vector<StepRecord> run(const TrainOptions& options);
+  // NOTE [Validation]: the mean loss per token (per sample for a DLRM) over data.valid's fixed
+  // held-out sequences, forward only, in this layout; every layout gives the serial run's value.
+  // Collective over every rank. Needs data.valid.
+  double validation_loss();
+  // Global batches of held-out samples a validation pass reads (train.eval_tokens, rounded up).
+  int64_t eval_steps() const;
   models::Model& model() { return model_; }
   const Config& config() const { return config_; }
   dist::Mesh& mesh() { return *mesh_; }
@@ -129,8 +135,11 @@ class Trainer {
   void check_finite(int64_t step, double loss, double norm) const;
   models::Model build_model(dist::Communicator& tp, parallel::SpOptions sp) const;
   // Sample `index` of the global micro-batch order of `step`, cut to this rank's sp chunks.
-  nn::MicroBatch microbatch(int64_t step, int64_t index) const;
-  std::vector<nn::MicroBatch> local_microbatches(int64_t step) const;
+  nn::MicroBatch microbatch(const data::Batches& batches, int64_t step, int64_t index) const;
+  // This rank's dp share of the micro-batches of `step` (of the training data unless `batches`).
+  std::vector<nn::MicroBatch> local_microbatches(int64_t step, const data::Batches* batches = nullptr) const;
+  // After step `done` (counted from 1) of a run ending at `last`: whether a validation pass runs.
+  bool eval_due(int64_t done, int64_t last) const;
   // Every embedding table on the sparse path (NOTE [Sparse exchange]) or dense, as parallel.sparse
   // says or auto's trials choose (NOTE [Table paths]).
   void attach_sparse_tables(const optim::AdamWOptions& adamw);
@@ -153,6 +162,7 @@ class Trainer {
   dist::Communicator* base_world_ = nullptr;  // unrecorded: the trainer's own agreements
   const models::ModelKind* kind_ = nullptr;  // model.kind
   std::unique_ptr<data::Batches> data_;       // what it trains on
+  std::unique_ptr<data::Batches> valid_;      // data.valid's held-out samples (null: none)
   plan::RunPlan plan_;  // what this run does (NOTE [Run plan])
   models::Model model_;
   dist::CommStats comm_stats_;

@@ -1,0 +1,6 @@
+// placeholder: `loom plot` (issue 18), filled in by its own commit
+#include "commands.h"
+
+namespace loom::cli {
+Action add_plot(CLI::App&) { return [](dist::Runtime&) {}; }
+}  // namespace loom::cli
