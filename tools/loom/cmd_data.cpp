@@ -45,21 +45,42 @@ void write_clicks_file(const ConfigOptions& config, int64_t samples, const std::
                            shell_quoted("clicks:" + out));
 }
 
+// Prints what `loom data prepare` wrote, and the settings that train on it.
+void print_prepared(const data::PreparedTokens& done, const std::string& out) {
+  const data::TokenSidecar& t = done.train;
+  std::cout << fmt::format("wrote {} tokens ({} tokenizer, vocab {}, {}) to {}\n", t.tokens, t.tokenizer, t.vocab,
+                           t.dtype, out);
+  if (done.valid)
+    std::cout << fmt::format("wrote {} validation tokens (whole documents) to {}\n", done.valid->tokens,
+                             done.valid_path);
+  for (const std::string& path : done.written)
+    if (path != out && path != done.valid_path) std::cout << fmt::format("wrote {}\n", path);
+  std::string settings = "--set data.source=" + shell_quoted("tokens:" + out);
+  if (done.valid) settings += " --set data.valid=" + shell_quoted("tokens:" + done.valid_path);
+  std::cout << fmt::format("train with {} --set model.vocab=auto\n", settings);
+}
+
 }  // namespace
 
 Action add_data(CLI::App& app) {
   auto* cmd = app.add_subcommand("data", "data preparation");
   cmd->require_subcommand(1);
   auto* prepare = cmd->add_subcommand(
-      "prepare", "write a text file as a byte-level token file, and beside it OUT.json stating its token width");
-  struct Options {
-    std::string text, out, dtype = "uint16";
-  };
-  auto o = std::make_shared<Options>();
-  prepare->add_option("--text", o->text, "input text file")->required();
-  prepare->add_option("--out", o->out, "output token file (flat little-endian ids); its sidecar is OUT.json")
+      "prepare", "write text files as a token file (byte level, or a SentencePiece bpe or unigram tokenizer trained "
+                 "on them or given), with beside it OUT.json describing the ids and the tokenizer model");
+  auto o = std::make_shared<data::PrepareOptions>();
+  auto texts = std::make_shared<std::vector<std::string>>();
+  auto fraction = std::make_shared<double>(0);
+  prepare->add_option("--text", *texts, "input text files (UTF-8); each file, and each paragraph in one, is a "
+                                        "document")->required();
+  prepare->add_option("--tokenizer", o->tokenizer, "byte (default) | bpe | unigram (trained on the texts) | a "
+                                                   "SentencePiece .model file to reuse");
+  prepare->add_option("--vocab", o->vocab, "pieces of a trained tokenizer (default 8000)");
+  auto* valid = prepare->add_option("--valid-fraction", *fraction, "also write OUT with .valid before its extension: "
+                                                                  "about this share of the tokens, in whole documents");
+  prepare->add_option("--dtype", o->dtype, "uint16 | uint32 | auto (default: uint16 when the vocabulary fits)");
+  prepare->add_option("--out", o->out.path, "output token file (flat little-endian ids); its sidecar is OUT.json")
       ->required();
-  prepare->add_option("--dtype", o->dtype, "uint16 | uint32");
   // A clicks file (the data.source = "clicks:PATH" format) of the config's DLRM synthetic clicks.
   auto* clicks = cmd->add_subcommand("clicks", "write a DLRM config's synthetic clicks as a clicks file");
   auto config = std::make_shared<ConfigOptions>();
@@ -68,17 +89,15 @@ Action add_data(CLI::App& app) {
   config->add_to(*clicks);
   clicks->add_option("--samples", *samples, "samples to write")->required();
   clicks->add_option("--out", *clicks_out, "output clicks file")->required();
-  return [prepare, o, clicks, config, samples, clicks_out](dist::Runtime&) {
+  return [prepare, o, texts, fraction, valid, clicks, config, samples, clicks_out](dist::Runtime&) {
     if (*clicks) {
       write_clicks_file(*config, *samples, *clicks_out);
       return;
     }
     if (!*prepare) return;
-    LOOM_CHECK_INPUT(o->dtype == "uint16" || o->dtype == "uint32", "--dtype {} is not uint16 or uint32", o->dtype);
-    const data::TokenSidecar meta =
-        data::write_byte_tokens({o->text, "--text"}, {o->out, "--out"}, o->dtype == "uint16" ? 2 : 4);
-    std::cout << fmt::format("wrote {} tokens ({}) to {} and {}; train with --set data.source={}\n", meta.tokens,
-                             meta.dtype, o->out, data::sidecar_path(o->out), shell_quoted("tokens:" + o->out));
+    for (const std::string& text : *texts) o->texts.push_back({text, "--text"});
+    if (*valid) o->valid_fraction = *fraction;
+    print_prepared(data::prepare_tokens(*o), o->out.path);
   };
 }
 

@@ -1,6 +1,7 @@
 #include "config_options.h"
 
 #include "loom/data/token_sidecar.h"
+#include "loom/data/token_source.h"
 #include "loom/models/registry.h"
 
 namespace loom::cli {
@@ -14,6 +15,7 @@ void ConfigOptions::add_to(CLI::App& command) {
 Config ConfigOptions::load() const {
   Config config = path.empty() ? Config{} : load_config_file(path);
   for (const auto& assignment : overrides) apply_override(config, assignment);
+  data::resolve_vocab(config);  // model.vocab = "auto", and the data's vocabulary checked
   models::validate_config(config);
   return config;
 }
@@ -21,11 +23,15 @@ Config ConfigOptions::load() const {
 std::vector<PathUse> ConfigOptions::inputs(const Config& config) const {
   std::vector<PathUse> files;
   if (!path.empty()) files.push_back({path, "the config file"});
-  const std::string& source = config.data.source;
-  if (const size_t colon = source.find(':'); colon != std::string::npos) {
+  for (const auto& [source, key] : {std::pair{config.data.source, "data.source"}, {config.data.valid, "data.valid"}}) {
+    const size_t colon = source.find(':');
+    if (colon == std::string::npos) continue;
     const std::string data = source.substr(colon + 1);
-    files.push_back({data, "the data file (data.source)"});
-    files.push_back({data::sidecar_path(data), "the data file's sidecar"});
+    files.push_back({data, fmt::format("the data file ({})", key)});
+    files.push_back({data::sidecar_path(data), fmt::format("the data file's sidecar ({})", key)});
+    if (!source.starts_with("tokens:")) continue;
+    if (const auto sidecar = data::read_sidecar(data); sidecar && !sidecar->tokenizer_model.empty())
+      files.push_back({data::tokenizer_model_path(data, *sidecar), fmt::format("the tokenizer model ({})", key)});
   }
   if (config.parallel.schedule.starts_with("csv:"))
     files.push_back({config.parallel.schedule.substr(4), "the schedule (parallel.schedule)"});

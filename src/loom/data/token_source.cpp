@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <string_view>
 #include <vector>
 
 #include "loom/core/error.h"
@@ -9,6 +11,7 @@
 #include "loom/data/markov_source.h"
 #include "loom/data/token_file.h"
 #include "loom/data/token_sidecar.h"
+#include "loom/data/tokenizer.h"
 
 namespace loom::data {
 
@@ -27,7 +30,59 @@ bool has_uint32_over(const DataFile& file, int64_t vocab) {
   return false;
 }
 
+constexpr std::string_view kTokens = "tokens:";
+
+// The path of a "tokens:PATH" data source, or "".
+std::string tokens_path(const std::string& source) {
+  return source.starts_with(kTokens) ? source.substr(kTokens.size()) : std::string();
+}
+
+// Checks the token file `path` (the data source `key` names) with its sidecar `side` against a
+// model of `vocab` ids, and that the tokenizer model it names is beside it (NOTE [Vocabulary
+// from the data]).
+void check_token_data(const std::string& path, const TokenSidecar& side, int64_t vocab, const std::string& key) {
+  LOOM_CHECK_INPUT(vocab == side.vocab,
+                   "model.vocab = {}, but {} '{}' holds ids of a vocabulary of {} ({} tokenizer; its sidecar '{}' "
+                   "says so); hint: model.vocab = \"auto\" takes the data's",
+                   vocab, key, path, side.vocab, side.tokenizer, sidecar_path(path));
+  read_tokenizer_model(path, side);
+}
+
+// data.valid's ids against data.source's: the same tokenizer.
+void check_same_tokenizer(const std::string& train, const TokenSidecar& a, const std::string& valid,
+                          const TokenSidecar& b) {
+  const bool same = a.vocab == b.vocab && a.tokenizer == b.tokenizer &&
+                    (a.tokenizer_checksum.empty() || b.tokenizer_checksum.empty() ||
+                     a.tokenizer_checksum == b.tokenizer_checksum);
+  LOOM_CHECK_INPUT(same,
+                   "data.valid '{}' holds ids of another tokenizer than data.source '{}' ({} of {} pieces, model "
+                   "checksum \"{}\", against {} of {}, \"{}\"); hint: prepare both with one tokenizer, e.g. `loom "
+                   "data prepare --valid-fraction 0.01` writes both, or --tokenizer MODEL for the second",
+                   valid, train, b.tokenizer, b.vocab, b.tokenizer_checksum, a.tokenizer, a.vocab,
+                   a.tokenizer_checksum);
+}
+
 }  // namespace
+
+// NOTE [Vocabulary from the data]
+void resolve_vocab(Config& config) {
+  const std::string source = tokens_path(config.data.source), valid = tokens_path(config.data.valid);
+  const std::optional<TokenSidecar> source_side = source.empty() ? std::nullopt : read_sidecar(source);
+  const std::optional<TokenSidecar> valid_side = valid.empty() ? std::nullopt : read_sidecar(valid);
+  if (config.model.vocab == ModelConfig::kVocabAuto && !source.empty()) {
+    std::error_code ec;
+    LOOM_CHECK_INPUT(source_side.has_value(),
+                     "model.vocab = \"auto\" reads the vocabulary from the sidecar '{}' of data file '{}', but there "
+                     "is none{}; hint: prepare the token file with `loom data prepare`, or give model.vocab as a number",
+                     sidecar_path(source), source,
+                     std::filesystem::exists(source, ec) ? "" : " (nor the data file)");
+    config.model.vocab = source_side->vocab;
+  }
+  if (config.model.vocab == ModelConfig::kVocabAuto) return;
+  if (source_side) check_token_data(source, *source_side, config.model.vocab, "data.source");
+  if (valid_side) check_token_data(valid, *valid_side, config.model.vocab, "data.valid");
+  if (source_side && valid_side) check_same_tokenizer(source, *source_side, valid, *valid_side);
+}
 
 // NOTE [Token width]: a tokens:PATH file holds no word of its ids' width, and the wrong width
 // reads garbage that still looks like ids (a uint32 file read as uint16 is every other token 0).
@@ -70,7 +125,9 @@ std::unique_ptr<TokenSource> open_source(const Config& config) {
   if (source.starts_with("text:"))
     return std::make_unique<TokenFile>(source.substr(5), 1, config.model.vocab, min_tokens, seed);
   // tokens:PATH
-  const std::string path = source.substr(7);
+  const std::string path = tokens_path(source);
+  if (const std::optional<TokenSidecar> side = read_sidecar(path))
+    check_token_data(path, *side, config.model.vocab, "data.source");
   const int width = token_width(path, config.data.token_dtype, config.model.vocab);
   return std::make_unique<TokenFile>(path, width, config.model.vocab, min_tokens, seed);
 }
