@@ -26,21 +26,36 @@ AttentionBlock::AttentionBlock(const std::string& prefix, int64_t d_model, int64
       qkv(prefix + ".qkv", d_model, 3 * d_model, true, 0.02, tp, /*groups=*/3),
       proj(prefix + ".proj", d_model, d_model, true, residual_std, tp),
       core_(parallel::make_attention_core(sp, tile)),
-      local_heads_(n_heads / tp.size()) {}
+      local_heads_(n_heads / tp.size()),
+      tile_(tile) {}
 
 PreNormState& AttentionBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<State>(); }
 
+at::Tensor AttentionBlock::split_heads(const at::Tensor& h) {
+  const int64_t rows = h.size(0), seq = h.size(1), hd = proj.local_in() / local_heads_;
+  return qkv.forward(h).view({rows, seq, 3, local_heads_, hd}).permute({2, 0, 3, 1, 4}).contiguous();
+}
+
+at::Tensor AttentionBlock::merge_heads(const at::Tensor& out) const {
+  return out.transpose(1, 2).reshape({out.size(0), out.size(2), proj.local_in()});
+}
+
 at::Tensor AttentionBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreNormState& state) {
   auto& s = static_cast<State&>(state);
-  const int64_t rows = h.size(0), seq = h.size(1), local = proj.local_in(), hd = local / local_heads_;
   s.cores.resize(piece.count);
   // q, k, v of the local heads, attention, and the merged heads of this piece
-  const at::Tensor heads =
-      qkv.forward(h).view({rows, seq, 3, local_heads_, hd}).permute({2, 0, 3, 1, 4}).contiguous();
-  const at::Tensor out = core_->forward(heads[0], heads[1], heads[2], s.cores[piece.index]);
-  const at::Tensor merged = out.transpose(1, 2).reshape({rows, seq, local});
+  const at::Tensor heads = split_heads(h);
+  const at::Tensor merged = merge_heads(core_->forward(heads[0], heads[1], heads[2], s.cores[piece.index]));
   parallel::store_chunk(s.merged, merged, 0, piece.first, piece.count);
   return proj.forward_partial(merged);
+}
+
+// The new tokens' keys and values join the cache; their queries attend over all of it, placed at
+// `position` (NOTE [Decoding]).
+at::Tensor AttentionBlock::decode_piece(const at::Tensor& h, int64_t position, nn::DecodeCache& cache) {
+  const at::Tensor heads = split_heads(h);
+  const auto [k, v] = cache.state<nn::KeyValueCache>().append(heads[1], heads[2], position, cache.capacity());
+  return proj.forward_partial(merge_heads(nn::causal_attention_forward(heads[0], k, v, tile_, position).out));
 }
 
 at::Tensor AttentionBlock::backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& state) {

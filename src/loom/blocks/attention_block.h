@@ -30,12 +30,18 @@ class AttentionBlock final : public PreNormBlock {
   PreNormState& emplace_state(nn::Saved& saved) const override;
   at::Tensor forward_piece(const at::Tensor& h, const Piece& piece, PreNormState& s) override;
   void finish_forward(at::Tensor& y) const override { proj.add_bias(y); }
+  at::Tensor decode_piece(const at::Tensor& h, int64_t position, nn::DecodeCache& cache) override;
   at::Tensor backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& s) override;
   void finish_backward(PreNormState& s) const override;
   void weight_gradients(PreNormState& s) override;
+  // h [B, T, d_model] -> q, k, v of the local heads, [3, B, heads, T, hd].
+  at::Tensor split_heads(const at::Tensor& h);
+  // The attention's output [B, heads, T, hd] -> proj's input [B, T, d_model / tp].
+  at::Tensor merge_heads(const at::Tensor& out) const;
 
   std::unique_ptr<parallel::AttentionCore> core_;  // this layout's attention (NOTE [Attention cores])
   int64_t local_heads_;  // n_heads / tp
+  int64_t tile_;         // the attention kernel's
 };
 
 }  // namespace loom::blocks

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "loom/core/error.h"
 #include "loom/nn/precision.h"
 #include "loom/parallel/sequence_parallel.h"
 #include "loom/parallel/tp_region.h"
@@ -92,6 +93,16 @@ at::Tensor TokenPositionEmbedding::forward(const at::Tensor& tokens, const nn::M
   const at::Tensor mine = parallel::reduce_scatter_sequence(tp_, rows.view({batch, seq, d_model_}));
   const int64_t local = mine.size(1);
   return learned ? mine + position_rows(seq, tp_.rank() * local, local) : mine;
+}
+
+at::Tensor TokenPositionEmbedding::decode(const at::Tensor& tokens, int64_t position, nn::DecodeCache&) {
+  LOOM_CHECK(tp_.size() == 1 && token_table.sparse == nullptr && chunks_ == std::vector<int64_t>{0},
+             "[decode] the embedding decodes on one rank, with a dense table and whole sequences");
+  const int64_t batch = tokens.size(0), seq = tokens.size(1);
+  at::Tensor rows = nn::compute_value(token_table).index_select(0, tokens.reshape({-1}));
+  if (activations_) rows = nn::to_type(rows, *activations_);
+  rows = rows.view({batch, seq, d_model_});
+  return position_table.name.empty() ? rows : rows + position_rows(position + seq, position, seq);
 }
 
 at::Tensor TokenPositionEmbedding::backward_input(const at::Tensor& dy, nn::Saved& saved) {

@@ -12,9 +12,12 @@
 // token table's gradient needs for every token.
 // On the sparse path (token_table.sparse, NOTE [Sparse exchange]) the rows come from the pulled
 // block and the gradient rows go back to it; the table itself is never dense on a rank.
+// Decoding (NOTE [Decoding], serial, dense table): the new tokens' rows plus the position rows
+// from `position` on.
 #include <optional>
 
 #include "loom/dist/communicator.h"
+#include "loom/nn/decode.h"
 #include "loom/nn/layer.h"
 
 namespace loom::blocks {
@@ -29,7 +32,7 @@ namespace loom::blocks {
 // padding).
 int64_t padded_vocab(int64_t vocab, int tp);
 
-class TokenPositionEmbedding final : public nn::Layer {
+class TokenPositionEmbedding final : public nn::Layer, public nn::Decodable {
  public:
   // `chunks`: under sequence parallelism the tokens are these equal chunks of the sequence, in
   // order (e.g. {r} for segment r of sp; {r, 2 sp - 1 - r} for the balanced ring), so their
@@ -45,6 +48,7 @@ class TokenPositionEmbedding final : public nn::Layer {
   void backward_weight(nn::Saved& saved) override;
   std::vector<nn::Param*> params() override;
   void pull_rows(const std::vector<nn::MicroBatch>& microbatches) override;
+  at::Tensor decode(const at::Tensor& tokens, int64_t position, nn::DecodeCache& cache) override;
   nn::Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
 
   nn::Param token_table;     // wte [padded vocab, d_model], rows split over tp

@@ -1,5 +1,7 @@
 #include "loom/blocks/final_norm.h"
 
+#include "loom/core/error.h"
+
 namespace loom::blocks {
 namespace {
 struct State : nn::SavedState {
@@ -13,6 +15,12 @@ FinalNorm::FinalNorm(int64_t d_model, int64_t sequence_shards, NormKind kind)
 
 at::Tensor FinalNorm::forward(const at::Tensor& x, const nn::MicroBatch&, nn::Saved& saved) {
   return norm.forward(x, saved.emplace<State>().norm);
+}
+
+at::Tensor FinalNorm::decode(const at::Tensor& x, int64_t, nn::DecodeCache&) {
+  LOOM_CHECK(shards_ == 1, "[decode] the final norm decodes whole sequences, not a tp_sequence shard");
+  NormState s;
+  return norm.forward(x, s);
 }
 
 at::Tensor FinalNorm::backward_input(const at::Tensor& dy, nn::Saved& saved) {

@@ -6,6 +6,7 @@
 
 #include "loom/core/error.h"
 #include "loom/nn/attention.h"
+#include "loom/nn/grouped_heads.h"
 
 namespace loom::blocks {
 namespace {
@@ -35,6 +36,7 @@ LlamaAttentionBlock::LlamaAttentionBlock(const std::string& prefix, const LlamaA
       local_heads_(shape.n_heads / tp.size()),
       local_kv_heads_(shape.n_kv_heads / tp.size()),
       head_dim_(shape.d_model / shape.n_heads),
+      tile_(shape.tile),
       theta_(shape.rope_theta) {
   LOOM_CHECK(shape.n_kv_heads > 0 && shape.n_heads % shape.n_kv_heads == 0,
              "[attention] {} query heads do not share {} key/value heads in equal groups", shape.n_heads,
@@ -49,26 +51,48 @@ const nn::RotaryTable& LlamaAttentionBlock::rotary(int64_t tokens, const at::Ten
   return *rotary_;
 }
 
+at::TensorOptions LlamaAttentionBlock::rotary_options(const at::Tensor& h) {
+  return h.options().dtype(nn::wide_type(h.scalar_type()));
+}
+
+LlamaAttentionBlock::Heads LlamaAttentionBlock::split_heads(const at::Tensor& h, const nn::RotaryTable& table) {
+  const int64_t rows = h.size(0), seq = h.size(1), hd = head_dim_;
+  // [rows, heads, seq, hd]; rotary writes a new tensor in that layout
+  const at::Tensor kv_out = kv.forward(h).view({rows, seq, 2, local_kv_heads_, hd});
+  return {.q = nn::apply_rotary(q.forward(h).view({rows, seq, local_heads_, hd}).transpose(1, 2), table),
+          .k = nn::apply_rotary(kv_out.select(2, 0).transpose(1, 2), table),
+          .v = kv_out.select(2, 1).transpose(1, 2).contiguous()};
+}
+
+at::Tensor LlamaAttentionBlock::merge_heads(const at::Tensor& out) const {
+  return out.transpose(1, 2).reshape({out.size(0), out.size(2), local_heads_ * head_dim_});
+}
+
 at::Tensor LlamaAttentionBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreNormState& state) {
   auto& s = static_cast<State&>(state);
-  const int64_t rows = h.size(0), seq = h.size(1), hd = head_dim_;
-  const nn::RotaryTable& table = rotary(seq, h.options().dtype(nn::wide_type(h.scalar_type())));
   s.cores.resize(piece.count);
-  // [rows, heads, seq, hd]; rotary writes a new tensor in that layout
-  const at::Tensor queries = nn::apply_rotary(q.forward(h).view({rows, seq, local_heads_, hd}).transpose(1, 2), table);
-  const at::Tensor kv_out = kv.forward(h).view({rows, seq, 2, local_kv_heads_, hd});
-  const at::Tensor keys = nn::apply_rotary(kv_out.select(2, 0).transpose(1, 2), table);
-  const at::Tensor values = kv_out.select(2, 1).transpose(1, 2).contiguous();
-  const at::Tensor out = core_->forward(queries, keys, values, s.cores[piece.index]);
-  const at::Tensor merged = out.transpose(1, 2).reshape({rows, seq, local_heads_ * hd});
+  const Heads heads = split_heads(h, rotary(h.size(1), rotary_options(h)));
+  const at::Tensor merged = merge_heads(core_->forward(heads.q, heads.k, heads.v, s.cores[piece.index]));
   parallel::store_chunk(s.merged, merged, 0, piece.first, piece.count);
   return proj.forward_partial(merged);
+}
+
+// Rotary at the new tokens' absolute positions; their keys and values (the kv heads, not their
+// expansion) join the cache, and the queries attend over all of it (NOTE [Decoding]).
+at::Tensor LlamaAttentionBlock::decode_piece(const at::Tensor& h, int64_t position, nn::DecodeCache& cache) {
+  const at::Tensor positions = at::arange(position, position + h.size(1), at::TensorOptions().dtype(at::kLong));
+  const Heads heads = split_heads(h, nn::RotaryTable::build(positions, head_dim_, theta_, rotary_options(h)));
+  const auto [k, v] = cache.state<nn::KeyValueCache>().append(heads.k, heads.v, position, cache.capacity());
+  const int64_t groups = local_heads_ / local_kv_heads_;
+  const at::Tensor out = nn::causal_attention_forward(heads.q, nn::expand_kv_heads(k, groups),
+                                                      nn::expand_kv_heads(v, groups), tile_, position).out;
+  return proj.forward_partial(merge_heads(out));
 }
 
 at::Tensor LlamaAttentionBlock::backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& state) {
   auto& s = static_cast<State&>(state);
   const int64_t rows = dy.size(0), seq = dy.size(1), hd = head_dim_;
-  const nn::RotaryTable& table = rotary(seq, dy.options().dtype(nn::wide_type(dy.scalar_type())));
+  const nn::RotaryTable& table = rotary(seq, rotary_options(dy));
   const at::Tensor dout = proj.backward_input(dy).view({rows, seq, local_heads_, hd}).transpose(1, 2).contiguous();
   const at::Tensor out = s.merged.narrow(0, piece.first, rows).view({rows, seq, local_heads_, hd}).transpose(1, 2);
   const parallel::AttentionInputGrads g = core_->backward(dout, out, s.cores[piece.index]);

@@ -43,15 +43,27 @@ class LlamaAttentionBlock final : public PreNormBlock {
  private:
   PreNormState& emplace_state(nn::Saved& saved) const override;
   at::Tensor forward_piece(const at::Tensor& h, const Piece& piece, PreNormState& s) override;
+  at::Tensor decode_piece(const at::Tensor& h, int64_t position, nn::DecodeCache& cache) override;
   at::Tensor backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& s) override;
   void finish_backward(PreNormState& s) const override;
   void weight_gradients(PreNormState& s) override;
   // cos and sin of this rank's `tokens` positions, built once per length and dtype.
   const nn::RotaryTable& rotary(int64_t tokens, const at::TensorOptions& options);
+  // The type rotary tables are built in for activations h.
+  static at::TensorOptions rotary_options(const at::Tensor& h);
+  // h [B, T, d_model] -> rotated q [B, heads, T, hd], rotated k and v [B, kv heads, T, hd], at the
+  // positions of `table`.
+  struct Heads {
+    at::Tensor q, k, v;
+  };
+  Heads split_heads(const at::Tensor& h, const nn::RotaryTable& table);
+  // The attention's output [B, heads, T, hd] -> proj's input [B, T, heads x hd].
+  at::Tensor merge_heads(const at::Tensor& out) const;
 
   std::unique_ptr<parallel::AttentionCore> core_;  // this layout's attention (NOTE [Attention cores])
   std::vector<int64_t> sequence_chunks_;           // which chunks of the sequence this rank holds
   int64_t d_model_, local_heads_, local_kv_heads_, head_dim_;
+  int64_t tile_;  // the attention kernel's
   double theta_;
   std::optional<nn::RotaryTable> rotary_;
 };

@@ -40,10 +40,17 @@ std::vector<nn::Param*> LmHeadLoss::params() {
   return {&weight};
 }
 
+at::Tensor LmHeadLoss::logits(const at::Tensor& x) { return nn::widen(at::mm(x, nn::compute_value(matrix()).t())); }
+
+at::Tensor LmHeadLoss::decode(const at::Tensor& x, int64_t, nn::DecodeCache&) {
+  LOOM_CHECK(tp_.size() == 1, "[decode] the head decodes on one rank, not over tp = {}", tp_.size());
+  return logits(x.reshape({-1, d_model_})).view({x.size(0), x.size(1), vocab_});
+}
+
 // loss_i = lse_i - z_i[t_i] with lse over every rank's slice; dlogits = softmax - onehot.
 at::Tensor LmHeadLoss::distributed_forward(const at::Tensor& x, const at::Tensor& targets, double scale,
                                            at::Tensor& dlogits) {
-  at::Tensor z = nn::widen(at::mm(x, nn::compute_value(matrix()).t()));  // [rows, vocab / tp], float32 or wider
+  at::Tensor z = logits(x);  // [rows, vocab / tp]
   const int64_t real = std::clamp<int64_t>(vocab_ - first_row_, 0, rows_);  // this slice's non-padding columns
   if (real < rows_) z.narrow(1, real, rows_ - real).fill_(-std::numeric_limits<double>::infinity());
   at::Tensor row_max = z.amax(1, /*keepdim=*/true);
@@ -81,7 +88,7 @@ at::Tensor LmHeadLoss::forward(const at::Tensor& x, const nn::MicroBatch& mb, nn
   }
   // The logits' product in the activations' type, the softmax and the loss in float32 or wider
   // (NOTE [Mixed precision]); their gradient is kept in the activations' type for the products.
-  at::Tensor logp = at::_log_softmax(nn::widen(at::mm(s.x, nn::compute_value(matrix()).t())), 1, false);
+  at::Tensor logp = at::_log_softmax(logits(s.x), 1, false);
   const at::Tensor loss = logp.gather(1, targets).sum().mul_(-mb.loss_scale);
   logp.exp_().scatter_add_(1, targets, at::full({targets.size(0), 1}, -1.0, logp.options()));
   s.dlogits = nn::to_type(logp, s.x.scalar_type());

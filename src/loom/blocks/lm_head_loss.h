@@ -20,12 +20,16 @@
 // lists no parameter of its own (the embedding owns it, so it is updated once). Both layers must
 // then live on one pipeline rank, and the table must be dense (never on the sparse path: the
 // head reads every row).
+//
+// Decoding (NOTE [Decoding], serial) returns the logits instead of the loss: `logits`, the
+// product the loss is computed from, so generation and training cannot disagree.
 #include "loom/dist/communicator.h"
+#include "loom/nn/decode.h"
 #include "loom/nn/layer.h"
 
 namespace loom::blocks {
 
-class LmHeadLoss final : public nn::Layer {
+class LmHeadLoss final : public nn::Layer, public nn::Decodable {
  public:
   LmHeadLoss(int64_t d_model, int64_t vocab, dist::Communicator& tp, bool sequence_sharded = false,
              nn::Param* tied = nullptr);
@@ -35,6 +39,10 @@ class LmHeadLoss final : public nn::Layer {
   at::Tensor backward_input(const at::Tensor& dy, nn::Saved& saved) override;
   void backward_weight(nn::Saved& saved) override;
   std::vector<nn::Param*> params() override;
+  at::Tensor decode(const at::Tensor& x, int64_t position, nn::DecodeCache& cache) override;
+  // The logits of this rank's vocabulary slice for x [rows, d_model]: [rows, vocab / tp], in
+  // float32 or wider (NOTE [Mixed precision]); padding columns as the product gives them.
+  at::Tensor logits(const at::Tensor& x);
   nn::Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
 
   nn::Param weight;  // [padded vocab, d_model], rows split over tp; no bias; unnamed when tied

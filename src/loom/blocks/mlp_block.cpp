@@ -24,13 +24,25 @@ MlpBlock::MlpBlock(const std::string& prefix, int64_t d_model, int64_t hidden, d
 
 PreNormState& MlpBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<State>(); }
 
+at::Tensor MlpBlock::apply(const at::Tensor& h, at::Tensor& u, at::Tensor& a) const {
+  u = up.forward(h);
+  a = at::gelu(u, "tanh");
+  return down.forward_partial(a);
+}
+
 at::Tensor MlpBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreNormState& state) {
   auto& s = static_cast<State&>(state);
-  const at::Tensor u = up.forward(h);
-  const at::Tensor a = at::gelu(u, "tanh");
+  at::Tensor u, a;
+  at::Tensor y = apply(h, u, a);
   parallel::store_chunk(s.u, u, 0, piece.first, piece.count);
   parallel::store_chunk(s.a, a, 0, piece.first, piece.count);
-  return down.forward_partial(a);
+  return y;
+}
+
+// Each token on its own: nothing to cache.
+at::Tensor MlpBlock::decode_piece(const at::Tensor& h, int64_t, nn::DecodeCache&) {
+  at::Tensor u, a;
+  return apply(h, u, a);
 }
 
 at::Tensor MlpBlock::backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& state) {

@@ -2,6 +2,8 @@
 
 #include <optional>
 
+#include "loom/core/error.h"
+
 namespace loom::blocks {
 
 void PreNormState::for_each_skeleton_tensor(const nn::TensorVisitor& visit) {
@@ -28,6 +30,14 @@ at::Tensor PreNormBlock::forward(const at::Tensor& x, const nn::MicroBatch&, nn:
     region.leave(forward_piece(region.next_entered(), {c, pieces_, first, rows}, s));  // reduced while the next piece computes
   }
   at::Tensor y = region.finish();
+  finish_forward(y);
+  return y.add_(x);
+}
+
+at::Tensor PreNormBlock::decode(const at::Tensor& x, int64_t position, nn::DecodeCache& cache) {
+  LOOM_CHECK(tp_.size() == 1, "[decode] {} decodes on one rank, not over tp = {}", prefix_, tp_.size());
+  NormState norm_state;
+  at::Tensor y = decode_piece(norm.forward(x, norm_state), position, cache);
   finish_forward(y);
   return y.add_(x);
 }

@@ -19,8 +19,11 @@
 // With tp_overlap = k every collective except that last gather is k, one per batch piece,
 // overlapped with the next piece's compute (NOTE [Sub-pipelined TP]). f may add its own: an
 // attention core's over sp (NOTE [Attention cores]).
+// Decoding (NOTE [Decoding]) runs the same y = x + f(norm(x)) on a serial block, f on the new
+// tokens only: the sub-block's decode_piece.
 #include "loom/blocks/block_norm.h"
 #include "loom/dist/communicator.h"
+#include "loom/nn/decode.h"
 #include "loom/nn/layer.h"
 #include "loom/parallel/tp_region.h"
 
@@ -36,12 +39,13 @@ struct PreNormState : nn::SavedState {
   void for_each_skeleton_tensor(const nn::TensorVisitor& visit);
 };
 
-class PreNormBlock : public nn::Layer {
+class PreNormBlock : public nn::Layer, public nn::Decodable {
  public:
   std::string name() const override { return prefix_; }
   at::Tensor forward(const at::Tensor& x, const nn::MicroBatch& mb, nn::Saved& saved) final;
   at::Tensor backward_input(const at::Tensor& dy, nn::Saved& saved) final;
   void backward_weight(nn::Saved& saved) final;
+  at::Tensor decode(const at::Tensor& x, int64_t position, nn::DecodeCache& cache) final;
 
   BlockNorm norm;  // named prefix + ".norm"
 
@@ -62,6 +66,9 @@ class PreNormBlock : public nn::Layer {
   virtual void finish_forward(at::Tensor& /*y*/) const {}
   // dy of one piece -> this rank's term of dh (the column linears' input gradient).
   virtual at::Tensor backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& s) = 0;
+  // f on h [B, T, d_model] of positions [position, position + T) of a serial block, before
+  // finish_forward (NOTE [Decoding]).
+  virtual at::Tensor decode_piece(const at::Tensor& h, int64_t position, nn::DecodeCache& cache) = 0;
   // Frees what only backward_input needed, once every piece is done.
   virtual void finish_backward(PreNormState& s) const = 0;
   // The linears' weight gradients from s.h and s.dy (every token).

@@ -26,13 +26,25 @@ SwiGluMlpBlock::SwiGluMlpBlock(const std::string& prefix, int64_t d_model, int64
 
 PreNormState& SwiGluMlpBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<State>(); }
 
+at::Tensor SwiGluMlpBlock::apply(const at::Tensor& h, at::Tensor& u, at::Tensor& a) const {
+  u = gate_up.forward(h);
+  a = nn::swiglu_forward(u);
+  return down.forward_partial(a);
+}
+
 at::Tensor SwiGluMlpBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreNormState& state) {
   auto& s = static_cast<State&>(state);
-  const at::Tensor u = gate_up.forward(h);
-  const at::Tensor a = nn::swiglu_forward(u);
+  at::Tensor u, a;
+  at::Tensor y = apply(h, u, a);
   parallel::store_chunk(s.u, u, 0, piece.first, piece.count);
   parallel::store_chunk(s.a, a, 0, piece.first, piece.count);
-  return down.forward_partial(a);
+  return y;
+}
+
+// Each token on its own: nothing to cache.
+at::Tensor SwiGluMlpBlock::decode_piece(const at::Tensor& h, int64_t, nn::DecodeCache&) {
+  at::Tensor u, a;
+  return apply(h, u, a);
 }
 
 at::Tensor SwiGluMlpBlock::backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& state) {

@@ -25,6 +25,9 @@ class SwiGluMlpBlock final : public PreNormBlock {
  private:
   PreNormState& emplace_state(nn::Saved& saved) const override;
   at::Tensor forward_piece(const at::Tensor& h, const Piece& piece, PreNormState& s) override;
+  at::Tensor decode_piece(const at::Tensor& h, int64_t position, nn::DecodeCache& cache) override;
+  // h -> down's partial output; u (up's output) and a (the activation, down's input) for backward.
+  at::Tensor apply(const at::Tensor& h, at::Tensor& u, at::Tensor& a) const;
   at::Tensor backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& s) override;
   void finish_backward(PreNormState& s) const override;
   void weight_gradients(PreNormState& s) override;
