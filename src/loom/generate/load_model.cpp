@@ -1,1 +1,73 @@
-// placeholder: filled in by the issue 18 work
+#include "loom/generate/load_model.h"
+
+#include <filesystem>
+
+#include "loom/ckpt/box.h"
+#include "loom/ckpt/checkpoint_dir.h"
+#include "loom/ckpt/checkpointer.h"
+#include "loom/ckpt/manifest.h"
+#include "loom/core/error.h"
+#include "loom/dist/null_communicator.h"
+#include "loom/generate/decoder.h"
+#include "loom/models/registry.h"
+#include "loom/nn/precision.h"
+
+namespace loom::generate {
+
+std::string checkpoint_of(const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(dir) / "manifest.json", ec)) return dir;
+  const std::optional<std::string> latest = ckpt::latest_checkpoint(dir);
+  return latest ? *latest : dir;
+}
+
+namespace {
+
+// Every parameter's value, allocated in the model's master type, as a piece of the checkpoint.
+std::vector<ckpt::TensorPiece> allocate_pieces(models::Model& model, at::ScalarType master) {
+  std::vector<ckpt::TensorPiece> pieces;
+  for (nn::Param* p : model.params()) {
+    p->value = at::empty(p->full_shape, at::TensorOptions().dtype(master));
+    pieces.push_back({.name = p->name, .full_shape = p->full_shape, .box = ckpt::whole(p->full_shape), .data = p->value});
+  }
+  return pieces;
+}
+
+}  // namespace
+
+LoadedModel load_model(const std::string& path) {
+  LoadedModel m;
+  m.dir = checkpoint_of(path);
+  const ckpt::Manifest manifest = ckpt::read_manifest(m.dir);
+  ckpt::check_files(m.dir, manifest);
+  m.step = manifest.step;
+  m.config = parse_config(manifest.config, m.dir + "/manifest.json");
+  m.tp = std::make_unique<dist::NullCommunicator>("tp");
+  const ModelConfig& mc = m.config.model;
+  m.model = models::model_kind(mc.kind).build(mc, {.tp = *m.tp});
+  const std::string layer = first_undecodable(m.model);
+  LOOM_CHECK_INPUT(layer.empty(),
+                   "checkpoint {} holds a model.kind = \"{}\" model, which cannot generate text (its layer {} does "
+                   "not decode); hint: loom generate continues text with a language model such as \"gpt\" or "
+                   "\"llama\"",
+                   m.dir, mc.kind, layer);
+  const std::vector<ckpt::TensorPiece> pieces = allocate_pieces(m.model, nn::master_type(mc.dtype));
+  dist::NullCommunicator world;
+  ckpt::load(m.dir, manifest, pieces, world);
+  for (nn::Param* p : m.model.params()) nn::refresh_compute(*p, nn::activation_type(mc.dtype));
+  return m;
+}
+
+std::unique_ptr<data::Tokenizer> run_tokenizer(const Config& config, const std::string& override_path) {
+  if (!override_path.empty()) return data::load_tokenizer(override_path);
+  const std::string& source = config.data.source;
+  if (source.starts_with("tokens:")) return data::tokenizer_of(source.substr(7));
+  if (source.starts_with("text:")) return data::byte_tokenizer();
+  LOOM_CHECK_INPUT(false,
+                   "the run trained on data.source = \"{}\", which names no tokenizer; hint: --tokenizer PATH.model "
+                   "(a SentencePiece model of `loom data prepare`)",
+                   source);
+  return nullptr;
+}
+
+}  // namespace loom::generate
