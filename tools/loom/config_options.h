@@ -16,10 +16,12 @@ struct ConfigOptions {
   std::vector<std::string> overrides;
 
   void add_to(CLI::App& command);
-  // Defaults, then the file, then the overrides in order; validated.
+  // Defaults, then the file, then the overrides in order; model.vocab = "auto" resolved from the
+  // data (data::resolve_vocab); validated.
   Config load() const;
-  // The files a run of `config` reads: the config file, the data file (and its sidecar), a CSV
-  // schedule. Outputs are checked against them (NOTE [Output files]).
+  // The files a run of `config` reads: the config file, the data files of data.source and
+  // data.valid (with their sidecars and tokenizer models), a CSV schedule. Outputs are checked
+  // against them (NOTE [Output files]).
   std::vector<PathUse> inputs(const Config& config) const;
 };
 
