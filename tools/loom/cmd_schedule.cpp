@@ -1,22 +1,33 @@
 // loom schedule: generate (or read) a pipeline schedule, validate it in the unit simulator and
 // print its step x rank grid with the bubble fraction, the critical path and each rank's peak of
-// stashed micro-batches.
+// stashed micro-batches; --csv writes the schedule, --svg draws its timeline (docs/pictures.md).
 #include <fmt/format.h>
 
 #include <cmath>
-#include <fstream>
 #include <iostream>
 
 #include "commands.h"
 #include "loom/core/error.h"
+#include "loom/core/output_file.h"
+#include "loom/schedule/schedule_svg.h"
 #include "loom/schedule/simulator.h"
 
 namespace loom::cli {
+namespace {
+
+// A whole file, renamed into place once written (NOTE [Output files]).
+void write_file(const std::string& path, const std::string& text) {
+  OutputFile out(path);
+  out.write(text);
+  out.commit();
+}
+
+}  // namespace
 
 Action add_schedule(CLI::App& app) {
   auto* cmd = app.add_subcommand("schedule", "print and check a pipeline schedule (no training)");
   struct Options {
-    std::string kind = "1f1b", from, csv;
+    std::string kind = "1f1b", from, csv, svg;
     int64_t stages = 4, microbatches = 8, chunks = 1;
     double f = 1, b = 1, w = 1, recompute = 0, p2p = 0;
   };
@@ -27,6 +38,7 @@ Action add_schedule(CLI::App& app) {
   cmd->add_option("--chunks", o->chunks, "virtual chunks per rank (interleaved)");
   cmd->add_option("--from", o->from, "read the schedule from this CSV instead of generating it");
   cmd->add_option("--csv", o->csv, "also write the schedule as CSV to this file");
+  cmd->add_option("--svg", o->svg, "also draw the simulated timeline (ranks x time) as SVG to this file");
   cmd->add_option("--cost-f", o->f, "duration of a forward");
   cmd->add_option("--cost-b", o->b, "duration of an input gradient (B)");
   cmd->add_option("--cost-w", o->w, "duration of a weight gradient (W); BW takes B + W");
@@ -42,6 +54,10 @@ Action add_schedule(CLI::App& app) {
     LOOM_CHECK_INPUT(o->stages <= 1024 && o->microbatches <= 4096 && o->chunks <= 64,
                      "--stages {} / --microbatches {} / --chunks {}: at most 1024 / 4096 / 64 here", o->stages,
                      o->microbatches, o->chunks);
+    std::vector<PathUse> outputs;
+    if (!o->csv.empty()) outputs.push_back({o->csv, "--csv"});
+    if (!o->svg.empty()) outputs.push_back({o->svg, "--svg"});
+    check_output_paths({{o->from, "--from"}}, outputs);
     schedule::Schedule schedule;
     if (!o->from.empty()) {
       schedule = schedule::read_csv(o->from);
@@ -52,11 +68,8 @@ Action add_schedule(CLI::App& app) {
     for (int64_t v = 0; v < schedule.virtual_stages(); ++v)
       costs.stages.push_back({o->f, o->b, o->w, v + 1 < schedule.virtual_stages() ? o->recompute : 0.0});
     const schedule::Simulation sim = schedule::simulate(schedule, costs);
-    if (!o->csv.empty()) {
-      std::ofstream out(o->csv);
-      LOOM_CHECK_INPUT(out.good(), "--csv {}: cannot write the file", o->csv);
-      out << schedule::to_csv(schedule);
-    }
+    if (!o->csv.empty()) write_file(o->csv, schedule::to_csv(schedule));
+    if (!o->svg.empty()) write_file(o->svg, schedule::schedule_svg(schedule, sim));
     std::cout << fmt::format("schedule {}: {} stages, {} micro-batches, {} chunk(s)\n", schedule.kind, schedule.stages,
                              schedule.microbatches, schedule.chunks)
               << schedule::format_grid(schedule, sim);
