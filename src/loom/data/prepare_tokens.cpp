@@ -57,11 +57,16 @@ Chosen given_model(const PrepareOptions& o) {
   return chosen;
 }
 
-int token_width(const PrepareOptions& o, int64_t vocab) {
+// Refused before a tokenizer of `vocab` pieces is trained or its ids written.
+void check_dtype(const PrepareOptions& o, int64_t vocab) {
   LOOM_CHECK_INPUT(o.dtype != "uint16" || vocab <= kUint16Ids,
                    "--dtype uint16 holds ids below 65536, but the tokenizer has {} pieces; hint: --dtype uint32, or "
                    "auto",
                    vocab);
+}
+
+int token_width(const PrepareOptions& o, int64_t vocab) {
+  check_dtype(o, vocab);
   return o.dtype == "uint32" || (o.dtype == "auto" && vocab > kUint16Ids) ? 4 : 2;
 }
 
@@ -132,7 +137,9 @@ PreparedTokens prepare_tokens(const PrepareOptions& o) {
 
   if (o.tokenizer == "byte") chosen.tokenizer = byte_tokenizer();
   if (trained(o.tokenizer)) {
-    chosen.model = train_tokenizer(o.tokenizer, o.vocab > 0 ? o.vocab : kDefaultVocab, corpus.documents());
+    const int64_t vocab = o.vocab > 0 ? o.vocab : kDefaultVocab;
+    check_dtype(o, vocab);
+    chosen.model = train_tokenizer(o.tokenizer, vocab, corpus.documents());
     chosen.tokenizer = tokenizer_from_model(chosen.model, model_path);
   }
   const Tokenizer& tokenizer = *chosen.tokenizer;

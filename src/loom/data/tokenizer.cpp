@@ -157,8 +157,10 @@ SentencePieceTokenizer::SentencePieceTokenizer(const std::string& model, const s
   const std::string hint = "hint: give a .model file that `loom data prepare --tokenizer bpe` (or unigram) wrote";
   std::string error;
   processor_ = {sentencepiece().load(model, error), sentencepiece().release};
-  LOOM_CHECK_INPUT(processor_ != nullptr, "tokenizer model '{}' is not a SentencePiece model ({}); {}", name, error,
-                   hint);
+  // SentencePiece's message names its own source lines; only a failure past parsing says more.
+  const bool parsed = error.find("ParseFromArray") == std::string::npos;
+  LOOM_CHECK_INPUT(processor_ != nullptr, "tokenizer model '{}' is not a SentencePiece model{}; {}", name,
+                   parsed ? " (" + error + ")" : std::string(" (it does not parse as one)"), hint);
   const ModelFacts facts = model_facts(model);
   LOOM_CHECK_INPUT(facts.model_type == 1 || facts.model_type == 2,
                    "tokenizer model '{}' is a SentencePiece model of type {} (3 = word, 4 = char); loom reads bpe and "
