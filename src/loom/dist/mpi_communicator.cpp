@@ -379,10 +379,21 @@ std::vector<LocalPeer> local_peers(MPI_Comm node, int rank) {
     if (all[2 * i] != rank) peers.push_back({static_cast<int>(all[2 * i]), static_cast<pid_t>(all[2 * i + 1])});
   return peers;
 }
+
+// srun without an MPI plugin (`--mpi=none`, a cluster whose MpiDefault is none) starts its tasks
+// with no PMI: each would run alone as rank 0 of 1, and all of them would write the same outputs.
+void check_srun_has_pmi() {
+  const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");  // set in an srun step, not in the batch script
+  LOOM_CHECK_INPUT(tasks == nullptr || std::atoi(tasks) <= 1,
+                   "[dist] srun started {} tasks without PMI, so each would run alone as rank 0 of 1; "
+                   "hint: srun --mpi=pmix (srun --mpi=list shows the plugins; docs/slurm.md)",
+                   tasks);
+}
 }  // namespace
 
 Runtime::Runtime(double timeout_s) : interrupts_(std::make_unique<InterruptHandler>()) {
   if (!launched_by_mpi()) {
+    check_srun_has_pmi();
     world_ = std::make_unique<NullCommunicator>();
     return;
   }

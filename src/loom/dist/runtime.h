@@ -2,7 +2,8 @@
 // Process start-up for distributed runs. When loom is started by an MPI launcher (mpirun,
 // mpiexec, Slurm's srun with PMI/PMIx) it initialises MPI and the world communicator spans all
 // ranks; started plainly it is a world of one with the null communicator, and MPI is never
-// touched. Only the CLI (and test mains) construct a Runtime.
+// touched. A Slurm step of several tasks without PMI (srun --mpi=none) is refused (InputError):
+// its tasks would each run alone. Only the CLI (and test mains) construct a Runtime.
 #include <memory>
 
 #include "loom/dist/communicator.h"
