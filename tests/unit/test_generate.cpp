@@ -27,6 +27,8 @@ struct Shape {
   bool tied = false;
 };
 
+void PrintTo(const Shape& s, std::ostream* os) { *os << s.kind << " kv_heads " << s.kv_heads << (s.tied ? " tied" : ""); }
+
 ModelConfig tiny(const Shape& s) {
   ModelConfig m;
   m.kind = s.kind;
