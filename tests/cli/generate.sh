@@ -3,13 +3,15 @@
 # - A small GPT memorises a short repeated text (byte level); greedy generation from a prefix
 #   continues with the text itself, to the context's end (and says so) or --max-tokens, from the
 #   checkpoint.dir or a step directory, with the key/value cache or recomputing every token.
+# - A BPE run's checkpoint generates with the tokenizer its token file's sidecar names.
 # - Sampling with a seed repeats exactly; another seed gives another text.
 # - Checkpoints saved by tp = 2 (a vocabulary of 257 padded to 258) and pp = 2 runs load into the
 #   serial model: the same float64 run in those layouts samples the very same text as serially
 #   (trained on data.source = "text:PATH": byte level, any vocabulary of at least 256).
 # - Bad input, one `loom: error:` line, exit 2, nothing on stdout: a DLRM checkpoint, a prompt
 #   longer than the context, a missing or damaged checkpoint, out-of-range flags, a missing
-#   tokenizer model, synthetic data without --tokenizer, an empty prompt.
+#   tokenizer model (given, or beside the token file), synthetic data without --tokenizer, an empty
+#   prompt.
 set -euo pipefail
 loom=$1 src=$2
 dir=$(mktemp -d)
@@ -43,6 +45,21 @@ got=$("$loom" generate --checkpoint "$dir/ck/step-0000150" --prompt 'loom trains
 got=$("$loom" generate --checkpoint "$dir/ck" --prompt 'loom trains' --temperature 0 --max-tokens 20 --no-cache)
 [ "$got" = ' the same model anyw' ] || { echo "FAIL: --no-cache gave '$got'"; exit 1; }
 echo "ok: greedy generation continues the trained text"
+
+# A BPE run: the token file's sidecar names its tokenizer, which generate finds by itself; the
+# greedy text is the trained text's continuation (to the context of 32 tokens), as with the model
+# given by --tokenizer.
+"$loom" data prepare --text "$dir/text.txt" --tokenizer bpe --vocab 300 --out "$dir/bpe.bin" >/dev/null
+"$loom" train -c "$src/configs/gpt-tiny.toml" --peak-flops 1e10 --quiet --set data.source="tokens:$dir/bpe.bin" \
+  --set model.vocab=auto --set model.d_model=64 --set model.n_layers=2 --set model.n_heads=4 --set model.seq_len=32 \
+  --set train.steps=150 --set train.warmup=10 --set train.global_batch=8 --set train.micro_batch=8 \
+  --set train.lr=3e-3 --set train.threads=1 --set checkpoint.dir="$dir/bpe"
+got=$("$loom" generate --checkpoint "$dir/bpe" --prompt "$prompt" --temperature 0 2>/dev/null)
+[ ${#got} -ge 10 ] && [ "${text:19:${#got}}" = "$got" ] || { echo "FAIL: bpe greedy continuation '$got'"; exit 1; }
+again=$("$loom" generate --checkpoint "$dir/bpe" --prompt "$prompt" --temperature 0 \
+        --tokenizer "$dir/bpe.bin.tokenizer.model" 2>/dev/null)
+[ "$again" = "$got" ] || { echo "FAIL: --tokenizer gave '$again', the sidecar's '$got'"; exit 1; }
+echo "ok: a bpe run continues its text with the token file's tokenizer"
 
 # Sampling: a seed repeats; another seed samples other text (at temperature 3 it wanders off).
 sample() { "$loom" generate --checkpoint "$dir/ck" --prompt "$prompt" --temperature 3 --top-k 50 --top-p 0.95 "$@"; }
@@ -102,6 +119,8 @@ expect_error "--top-p 0 must be in (0, 1]" generate --checkpoint "$dir/ck" --pro
 expect_error "--top-p 1.5 must be in (0, 1]" generate --checkpoint "$dir/ck" --prompt hi --top-p 1.5
 expect_error "--max-tokens 0 must be >= 1" generate --checkpoint "$dir/ck" --prompt hi --max-tokens 0
 expect_error "$dir/none.model" generate --checkpoint "$dir/ck" --prompt hi --tokenizer "$dir/none.model"
+mv "$dir/bpe.bin.tokenizer.model" "$dir/moved.model"
+expect_error "bpe.bin.tokenizer.model" generate --checkpoint "$dir/bpe" --prompt hi
 "$loom" train -c "$src/configs/gpt-tiny.toml" --peak-flops 1e10 --quiet --set model.vocab=256 --set model.d_model=32 \
   --set model.n_layers=1 --set model.n_heads=4 --set model.seq_len=16 --set train.steps=1 --set train.warmup=0 \
   --set train.global_batch=2 --set train.micro_batch=2 --set checkpoint.dir="$dir/synthetic"
