@@ -10,7 +10,8 @@
 #   async          checkpoint.async = true writes the same checkpoints as false; resuming from one
 #                  continues bit-identically
 #   keep           checkpoint.keep = 2 leaves the 2 newest; a stale partial save is removed, the
-#                  user's own files in the directory are not
+#                  user's own files in the directory are not; --resume auto of a finished run
+#                  trains nothing, changes nothing and exits 0
 #   resume_layout  saved at 2 ranks (dp = 2), resumed at 1 rank
 #   truncated flipped other_model missing_file bad_version not_writable not_checkpoint dir_is_file:
 #                  bad input: exit 2, one `loom: error:` line naming the file and what is wrong,
@@ -237,7 +238,17 @@ case $case in
       >out.txt 2>err.txt || fail "resume"
     got=$(ls -A D | tr '\n' ' ')
     [ "$got" = "latest mine notes.txt step-0000001.bak step-0000007 step-0000008 " ] || fail "after resuming, D holds: $got"
-    [ "$(snapshot D/notes.txt D/mine D/step-0000001.bak)" = "$before" ] || fail "the user's files changed" ;;
+    [ "$(snapshot D/notes.txt D/mine D/step-0000001.bak)" = "$before" ] || fail "the user's files changed"
+    # A finished run resumed again (a requeued job whose signal came in its last step) trains
+    # nothing, touches nothing and exits 0 (NOTE [A finished run resumes to nothing]).
+    echo '{"step": 8}' >m.jsonl
+    all=$(snapshot D m.jsonl)
+    train1 --set train.steps=8 --set checkpoint.dir=D --set checkpoint.every=1 --set checkpoint.keep=2 --resume auto \
+      --metrics m.jsonl >out.txt 2>err.txt || fail "resuming the finished run exited $?"
+    grep -q '^loom: the run is complete: checkpoint D/step-0000008 is at its last step (8 of 8); nothing to train' \
+      out.txt || fail "no 'the run is complete' line"
+    grep -q '^step ' out.txt && fail "a finished run trained"
+    [ "$(snapshot D m.jsonl)" = "$all" ] || fail "resuming the finished run changed D or the metrics" ;;
   resume_layout)
     train2 --set train.steps=4 --set checkpoint.dir=D --metrics r2.jsonl >out.txt 2>err.txt || fail "the 2-rank run"
     train2 --set train.steps=8 --set checkpoint.dir=E --resume D/step-0000004 --metrics c2.jsonl >out.txt 2>err.txt ||

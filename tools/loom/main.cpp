@@ -49,6 +49,9 @@ int main(int argc, char** argv) {
   std::unique_ptr<loom::dist::Runtime> runtime_holder;
   try {
     runtime_holder = std::make_unique<loom::dist::Runtime>(timeout_s);
+  } catch (const loom::InputError& e) {  // a launch loom cannot run under (srun without PMI)
+    std::cerr << "loom: error: " << e.what() << '\n';
+    return 2;
   } catch (const std::exception& e) {
     std::cerr << "loom: error: " << e.what() << '\n';
     return 1;

@@ -63,6 +63,14 @@ void Trainer::check_resume(const std::string& spec) {
   }
   LOOM_CHECK_INPUT(differ.empty(), "checkpoint {} was saved from another run: {}; hint: these keys must equal the "
                    "saved run's (the layout, memory policy and train.steps may change)", dir, fmt::join(differ, ", "));
+  // NOTE [A finished run resumes to nothing]: under --resume auto a checkpoint of the last step
+  // means the run is done (a requeued job whose time-limit signal came in its last step): loom
+  // says so and exits 0 without training or touching an output. A checkpoint named by path, or
+  // one past train.steps, is refused: that resume asks for steps that are not there.
+  if (spec == "auto" && manifest.step == config_.train.steps) {
+    complete_ = dir;
+    return;
+  }
   LOOM_CHECK_INPUT(manifest.step < config_.train.steps, "checkpoint {} is at step {}, and train.steps is {}: nothing "
                    "is left to train; hint: raise train.steps", dir, manifest.step, config_.train.steps);
   if (!changed.empty())

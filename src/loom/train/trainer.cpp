@@ -11,6 +11,7 @@
 #include "loom/ckpt/checkpoint_dir.h"
 #include "loom/core/error.h"
 #include "loom/data/sampler.h"
+#include "loom/data/token_source.h"
 #include "loom/dist/input_agreement.h"
 #include "loom/dist/runtime.h"
 #include "loom/memory/accounting_allocator.h"
@@ -143,6 +144,7 @@ models::Model Trainer::build_model(dist::Communicator& tp, parallel::SpOptions s
 
 // Every check that can fail on bad input, on the plan: nothing is allocated and nothing sent.
 void Trainer::check_input(int world_size, int local_ranks, const std::string& resume) {
+  data::resolve_vocab(config_);  // model.vocab = "auto" (NOTE [Vocabulary from the data])
   models::validate_config(config_);
   if (!config_.checkpoint.dir.empty()) ckpt::check_writable_dir(config_.checkpoint.dir);
   check_resume(resume);
@@ -343,6 +345,12 @@ std::string Trainer::header() const {
                                  config_.parallel.zero ? " (ZeRO-1)" : "", mesh_->world().size(), at::get_num_threads(),
                                  data_->describe());
   if (sparse_) text += fmt::format("loom: {}\n", sparse_->describe());
+  if (valid_ != nullptr && config_.train.eval_every > 0) {
+    const int64_t samples = eval_steps() * config_.train.global_batch;
+    const models::Throughput unit = kind_->throughput(config_.model);
+    text += fmt::format("loom: validation every {} steps on {} held-out samples ({} {}); valid: {}\n",
+                        config_.train.eval_every, samples, samples * unit.per_sample, unit.items, valid_->describe());
+  }
   for (const std::string& note : resume_notes_) text += fmt::format("loom: {}\n", note);
   if (resume_)
     text += fmt::format(
@@ -363,6 +371,13 @@ double Trainer::flops_per_step() const {
 
 std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
   const auto& t = config_.train;
+  if (!complete_.empty()) {  // NOTE [A finished run resumes to nothing]
+    if (mesh_->rank() == 0 && options.progress != nullptr)
+      *options.progress << fmt::format("loom: the run is complete: checkpoint {} is at its last step ({} of {}); "
+                                       "nothing to train\n", complete_, t.steps, t.steps)
+                        << std::flush;
+    return {};
+  }
   // Every rank sees the same step and flag: all refuse together.
   if (options.stop_after > 0 && options.stop_after <= start_step_)
     throw AgreedError(fmt::format("--stop-after {} is not after step {}, where the run resumes from {}: nothing to "

@@ -175,6 +175,7 @@ class Trainer {
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;  // set while a run saves checkpoints
   std::string resume_dir_;                  // the checkpoint resumed from ("" none)
+  std::string complete_;                    // --resume auto found the last step's checkpoint: nothing to run
   std::optional<ckpt::Manifest> resume_;    // its manifest, until restored
   std::vector<std::string> resume_notes_;   // for the header
   int64_t start_step_ = 0;
