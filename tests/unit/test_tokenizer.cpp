@@ -137,6 +137,15 @@ TEST_P(TrainedTokenizer, NamesTheVocabularyTheTextCanSupport) {
               HasSubstr("--vocab 100 is too small for the text"));
 }
 
+TEST_P(TrainedTokenizer, TrainsOnATextOfOneLongLine) {
+  std::string text = corpus_text(400);
+  std::replace(text.begin(), text.end(), '\n', ' ');  // about 73 KB without a newline
+  ASSERT_GT(text.size(), 65536u) << "longer than SentencePiece trains on in one piece";
+  const auto tok = tokenizer_from_model(train_tokenizer(GetParam(), 400, views(text)), "m.model");
+  EXPECT_EQ(tok->decode(tok->encode(text)), text);
+  EXPECT_LT(tok->encode(text).size() * 2, text.size());
+}
+
 INSTANTIATE_TEST_SUITE_P(Kinds, TrainedTokenizer, ::testing::Values("bpe", "unigram"));
 
 TEST(Tokenizer, LoadRefusesMissingAndNonModelFiles) {

@@ -12,9 +12,12 @@
 namespace loom::data::spm {
 namespace {
 
-// The non-empty lines of the documents, one training sentence each.
+// The non-empty lines of the documents, one training sentence each; a line longer than
+// kLongest bytes goes in pieces, cut after a space where there is one (else between characters),
+// since SentencePiece skips longer sentences and a text of one long line would train on nothing.
 class LineIterator final : public sentencepiece::SentenceIterator {
  public:
+  static constexpr size_t kLongest = 16384;  // under max_sentence_length
   explicit LineIterator(const std::vector<std::string_view>& documents) : documents_(documents) { find(); }
   bool done() const override { return document_ >= documents_.size(); }
   void Next() override { find(); }
@@ -27,8 +30,16 @@ class LineIterator final : public sentencepiece::SentenceIterator {
       const std::string_view d = documents_[document_];
       while (at_ < d.size()) {
         const size_t newline = std::min(d.find('\n', at_), d.size());
-        line_.assign(d.substr(at_, newline - at_));
-        at_ = newline + 1;
+        size_t end = newline;
+        if (end - at_ > kLongest) {
+          end = at_ + kLongest;
+          const size_t space = d.substr(at_ + kLongest / 2, kLongest / 2).rfind(' ');
+          if (space != std::string_view::npos) end = at_ + kLongest / 2 + space + 1;
+          else
+            while ((static_cast<unsigned char>(d[end]) & 0xC0) == 0x80) --end;  // not inside a character
+        }
+        line_.assign(d.substr(at_, end - at_));
+        at_ = end == newline ? newline + 1 : end;
         if (!line_.empty()) return;
       }
     }

@@ -261,9 +261,10 @@ InputError training_error(const std::string& kind, int64_t vocab, const std::str
 //  - byte_fallback with character_coverage 1.0: every character of the training text is a piece,
 //    and any other UTF-8 encodes as byte pieces, so nothing is ever unknown;
 //  - split_digits: numbers are read digit by digit, not as whatever runs were frequent;
-//  - whitespace-only pieces allowed (indentation is text too); lines up to 64 KiB train;
+//  - whitespace-only pieces allowed (indentation is text too);
 //  - one thread and a fixed seed: the same texts give the same model, byte for byte.
-// Each non-empty line is one training sentence; newlines encode as byte pieces.
+// Each non-empty line is one training sentence (a line past 16 KiB goes in pieces cut at spaces:
+// sentencepiece_module.cpp); newlines encode as byte pieces.
 std::string train_tokenizer(const std::string& kind, int64_t vocab, const std::vector<std::string_view>& documents) {
   LOOM_CHECK_INPUT(kind == "bpe" || kind == "unigram", "tokenizer \"{}\" cannot be trained; hint: bpe or unigram",
                    kind);
