@@ -135,6 +135,7 @@ TEST_P(TrainedTokenizer, NamesTheVocabularyTheTextCanSupport) {
                                       "less, or give more text"));
   EXPECT_THAT(input_error([&] { train_tokenizer(GetParam(), 100, views(text)); }),
               HasSubstr("--vocab 100 is too small for the text"));
+  EXPECT_THAT(input_error([&] { train_tokenizer(GetParam(), 300, {"\n\n"}); }), HasSubstr("the text has no line"));
 }
 
 TEST_P(TrainedTokenizer, TrainsOnATextOfOneLongLine) {

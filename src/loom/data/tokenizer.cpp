@@ -248,6 +248,9 @@ InputError training_error(const std::string& kind, int64_t vocab, const std::str
     return InputError(fmt::format("--vocab {} is too small for the text: a {} tokenizer needs a piece for each of its "
                                   "characters and bytes, {} in all; hint: --vocab {} or more",
                                   vocab, kind, m[1].str(), m[1].str()));
+  if (message.find("sentences_.empty()") != std::string::npos)
+    return InputError(fmt::format("the text has no line to train a {} tokenizer on (only newlines); hint: give text",
+                                  kind));
   return InputError(fmt::format("SentencePiece could not train a {} tokenizer of {} pieces on the text: {}", kind,
                                 vocab, message));
 }
