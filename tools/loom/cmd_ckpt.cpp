@@ -1,23 +1,11 @@
 #include <iostream>
 
 #include "commands.h"
-#include <filesystem>
 
 #include "loom/ckpt/checkpoint_dir.h"
 #include "loom/ckpt/inspect.h"
 
 namespace loom::cli {
-namespace {
-
-// DIR itself, or, for a checkpoint.dir (no manifest of its own), its latest complete checkpoint.
-std::string checkpoint_of(const std::string& dir) {
-  std::error_code ec;
-  if (std::filesystem::exists(std::filesystem::path(dir) / "manifest.json", ec)) return dir;
-  const std::optional<std::string> latest = ckpt::latest_checkpoint(dir);
-  return latest ? *latest : dir;  // read_manifest names what is wrong with `dir`
-}
-
-}  // namespace
 
 // `loom ckpt inspect|verify|export`: one process reads a checkpoint of any layout.
 Action add_ckpt(CLI::App& app) {
@@ -37,7 +25,7 @@ Action add_ckpt(CLI::App& app) {
   out->add_option("DIR", o->dir, "a checkpoint (step-NNNNNNN), or a checkpoint.dir: its latest")->required();
   out->add_option("--out", o->out, "the safetensors file to write")->required();
   return [inspect, verify, out, o](dist::Runtime&) {
-    o->dir = checkpoint_of(o->dir);
+    o->dir = ckpt::checkpoint_of(o->dir);
     if (*inspect) std::cout << ckpt::describe(ckpt::verify(o->dir), o->all);
     if (*verify) {
       const ckpt::CheckpointSummary s = ckpt::verify(o->dir);

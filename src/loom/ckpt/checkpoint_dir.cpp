@@ -93,6 +93,13 @@ std::optional<std::string> latest_checkpoint(const std::string& dir) {
   return all.back().second;
 }
 
+std::string checkpoint_of(const std::string& dir) {
+  std::error_code ec;
+  if (std::filesystem::exists(std::filesystem::path(dir) / "manifest.json", ec)) return dir;
+  const std::optional<std::string> latest = latest_checkpoint(dir);
+  return latest ? *latest : dir;
+}
+
 std::string begin_partial(const std::string& dir, int64_t step) {
   fs::create_directories(dir);
   const fs::path partial = fs::path(dir) / partial_name(step);

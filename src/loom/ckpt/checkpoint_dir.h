@@ -26,6 +26,10 @@ void check_writable_dir(const std::string& dir);
 std::vector<std::pair<int64_t, std::string>> complete_checkpoints(const std::string& dir);
 // The latest complete checkpoint's directory; none when `dir` holds none.
 std::optional<std::string> latest_checkpoint(const std::string& dir);
+// What a user names as a checkpoint: `dir` itself when it holds a manifest, else (a checkpoint.dir)
+// its latest complete checkpoint; a directory with neither is returned as is, for the manifest
+// reader to name what is wrong (`loom ckpt`, `loom generate`).
+std::string checkpoint_of(const std::string& dir);
 
 // Makes `dir` and a fresh `.partial` directory for `step` in it (removing a stale one); returns it.
 std::string begin_partial(const std::string& dir, int64_t step);

@@ -14,13 +14,6 @@
 
 namespace loom::generate {
 
-std::string checkpoint_of(const std::string& dir) {
-  std::error_code ec;
-  if (std::filesystem::exists(std::filesystem::path(dir) / "manifest.json", ec)) return dir;
-  const std::optional<std::string> latest = ckpt::latest_checkpoint(dir);
-  return latest ? *latest : dir;
-}
-
 namespace {
 
 // Every parameter's value, allocated in the model's master type, as a piece of the checkpoint.
@@ -37,7 +30,7 @@ std::vector<ckpt::TensorPiece> allocate_pieces(models::Model& model, at::ScalarT
 
 LoadedModel load_model(const std::string& path) {
   LoadedModel m;
-  m.dir = checkpoint_of(path);
+  m.dir = ckpt::checkpoint_of(path);
   const ckpt::Manifest manifest = ckpt::read_manifest(m.dir);
   ckpt::check_files(m.dir, manifest);
   m.step = manifest.step;

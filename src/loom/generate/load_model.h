@@ -25,10 +25,6 @@ struct LoadedModel {
   int64_t context() const { return config.position_count(); }
 };
 
-// `dir` itself when it holds a manifest, else (a checkpoint.dir) its latest complete checkpoint;
-// a directory with neither is returned as is, for the manifest reader to name what is wrong.
-std::string checkpoint_of(const std::string& dir);
-
 // Reads the checkpoint `dir` (or a checkpoint.dir's latest) into a serial model. InputError for
 // a missing or damaged checkpoint (ckpt's own errors) and for a model kind whose layers cannot
 // decode (a DLRM), before any weight is read.
