@@ -111,21 +111,22 @@ std::string valid_split_path(const std::string& out) {
 
 std::string tokenizer_model_beside(const std::string& out) { return out + ".tokenizer.model"; }
 
-PreparedTokens prepare_tokens(const PrepareOptions& o) {
-  check_options(o);
-  const TextCorpus corpus(o.texts);
-  const bool given = o.tokenizer != "byte" && !trained(o.tokenizer);
-  Chosen chosen = given ? given_model(o) : Chosen{};
+namespace {
 
-  // Every path, checked before the work starts (NOTE [Output files]).
-  const std::string& out = o.out.path;
-  const std::string model_path = tokenizer_model_beside(out), valid_path = valid_split_path(out);
-  std::vector<PathUse> inputs = o.texts, outputs = {o.out, {sidecar_path(out), o.out.role + " (its sidecar .json)"}};
+struct OutputPaths {
+  std::string tokens, model, valid;  // the token file, its tokenizer model, its validation split
+};
+
+// Every path, checked before the work starts (NOTE [Output files]), and enough documents for a split.
+OutputPaths check_paths(const PrepareOptions& o, const TextCorpus& corpus, bool given) {
+  const OutputPaths paths{o.out.path, tokenizer_model_beside(o.out.path), valid_split_path(o.out.path)};
+  std::vector<PathUse> inputs = o.texts;
+  std::vector<PathUse> outputs = {o.out, {sidecar_path(paths.tokens), o.out.role + " (its sidecar .json)"}};
   if (given) inputs.push_back({o.tokenizer, "--tokenizer"});
-  if (o.tokenizer != "byte") outputs.push_back({model_path, o.out.role + " (its tokenizer model)"});
+  if (o.tokenizer != "byte") outputs.push_back({paths.model, o.out.role + " (its tokenizer model)"});
   if (o.valid_fraction) {
-    outputs.push_back({valid_path, o.out.role + " (its validation split)"});
-    outputs.push_back({sidecar_path(valid_path), o.out.role + " (the validation split's sidecar .json)"});
+    outputs.push_back({paths.valid, o.out.role + " (its validation split)"});
+    outputs.push_back({sidecar_path(paths.valid), o.out.role + " (the validation split's sidecar .json)"});
   }
   check_output_paths(inputs, outputs);
   const size_t documents = corpus.documents().size();
@@ -134,24 +135,12 @@ PreparedTokens prepare_tokens(const PrepareOptions& o) {
                    "document{} (a document is a file, or a paragraph that a blank line ends); hint: give more text "
                    "files or separate paragraphs with blank lines, or leave out --valid-fraction",
                    o.valid_fraction.value_or(0), documents, documents == 1 ? "" : "s");
+  return paths;
+}
 
-  if (o.tokenizer == "byte") chosen.tokenizer = byte_tokenizer();
-  if (trained(o.tokenizer)) {
-    const int64_t vocab = o.vocab > 0 ? o.vocab : kDefaultVocab;
-    check_dtype(o, vocab);
-    chosen.model = train_tokenizer(o.tokenizer, vocab, corpus.documents());
-    chosen.tokenizer = tokenizer_from_model(chosen.model, model_path);
-  }
-  const Tokenizer& tokenizer = *chosen.tokenizer;
-  const int width = token_width(o, tokenizer.vocab());
-  const Encoded encoded = encode(tokenizer, corpus);
-  std::vector<int64_t> sizes(documents);
-  for (size_t d = 0; d < documents; ++d) sizes[d] = encoded.size(d);
-  const std::vector<bool> held = o.valid_fraction ? choose_valid(sizes, *o.valid_fraction)
-                                                  : std::vector<bool>(documents, false);
-  check_free_space(o.out, static_cast<int64_t>(encoded.ids.size()) * width +
-                              static_cast<int64_t>(chosen.model.size()) + 4096);
-
+// The sidecar of the token files (each gets its own token count when written).
+TokenSidecar sidecar_of(const TextCorpus& corpus, const Tokenizer& tokenizer, const Chosen& chosen,
+                        const std::string& model_path, int width) {
   TokenSidecar meta;
   meta.dtype = width == 2 ? "uint16" : "uint32";
   meta.vocab = tokenizer.vocab();
@@ -165,34 +154,67 @@ PreparedTokens prepare_tokens(const PrepareOptions& o) {
     meta.tokenizer_model = std::filesystem::path(model_path).filename().string();
     meta.tokenizer_checksum = checksum.hex();
   }
+  return meta;
+}
 
-  // Every file is written to its temporary and flushed (a full disk is reported here), then
-  // renamed. Old sidecars go first: a failure between the renames leaves a token file without a
-  // sidecar, never a new file described by an old sidecar, and a new model with an old sidecar
-  // fails its checksum.
+// Every file is written to its temporary and flushed (a full disk is reported here), then
+// renamed. Old sidecars go first: a failure between the renames leaves a token file without a
+// sidecar, never a new file described by an old sidecar, and a new model with an old sidecar
+// fails its checksum. `held`: the documents of the validation split (none without one).
+PreparedTokens write_outputs(const OutputPaths& paths, const TokenSidecar& meta, const Encoded& encoded,
+                             const std::vector<bool>& held, const std::string& model, bool split, int width) {
   PreparedTokens done;
   std::vector<bool> kept(held.size());
   for (size_t d = 0; d < held.size(); ++d) kept[d] = !held[d];
-  OutputFile tokens(out), model, valid;
+  OutputFile tokens(paths.tokens), model_file, valid;
   done.train = meta, done.train.tokens = write_ids(tokens, encoded, kept, width);
-  if (!chosen.model.empty()) model = OutputFile(model_path), model.write(chosen.model);
-  if (o.valid_fraction) {
-    valid = OutputFile(valid_path);
+  if (!model.empty()) model_file = OutputFile(paths.model), model_file.write(model);
+  if (split) {
+    valid = OutputFile(paths.valid);
     done.valid = meta, done.valid->tokens = write_ids(valid, encoded, held, width);
-    done.valid_path = valid_path;
+    done.valid_path = paths.valid;
   }
-  OutputFile side(sidecar_path(out)), valid_side;
+  OutputFile side(sidecar_path(paths.tokens)), valid_side;
   side.write(to_json(done.train));
-  if (done.valid) valid_side = OutputFile(sidecar_path(valid_path)), valid_side.write(to_json(*done.valid));
-  for (OutputFile* f : {&tokens, &model, &valid, &side, &valid_side})
+  if (done.valid) valid_side = OutputFile(sidecar_path(paths.valid)), valid_side.write(to_json(*done.valid));
+  for (OutputFile* f : {&tokens, &model_file, &valid, &side, &valid_side})
     if (f->is_open()) f->flush();
   for (const OutputFile* f : {&side, &valid_side})
     if (f->is_open())
       LOOM_CHECK(::unlink(f->path().c_str()) == 0 || errno == ENOENT, "cannot replace '{}': {}", f->path(),
                  std::strerror(errno));
-  for (OutputFile* f : {&model, &tokens, &valid, &side, &valid_side})
+  for (OutputFile* f : {&model_file, &tokens, &valid, &side, &valid_side})
     if (f->is_open()) done.written.push_back(f->path()), f->commit();
   return done;
+}
+
+}  // namespace
+
+PreparedTokens prepare_tokens(const PrepareOptions& o) {
+  check_options(o);
+  const TextCorpus corpus(o.texts);
+  const bool given = o.tokenizer != "byte" && !trained(o.tokenizer);
+  Chosen chosen = given ? given_model(o) : Chosen{};
+  const OutputPaths paths = check_paths(o, corpus, given);
+  if (o.tokenizer == "byte") chosen.tokenizer = byte_tokenizer();
+  if (trained(o.tokenizer)) {
+    const int64_t vocab = o.vocab > 0 ? o.vocab : kDefaultVocab;
+    check_dtype(o, vocab);
+    chosen.model = train_tokenizer(o.tokenizer, vocab, corpus.documents());
+    chosen.tokenizer = tokenizer_from_model(chosen.model, paths.model);
+  }
+  const Tokenizer& tokenizer = *chosen.tokenizer;
+  const int width = token_width(o, tokenizer.vocab());
+  const Encoded encoded = encode(tokenizer, corpus);
+  const size_t documents = corpus.documents().size();
+  std::vector<int64_t> sizes(documents);
+  for (size_t d = 0; d < documents; ++d) sizes[d] = encoded.size(d);
+  const std::vector<bool> held = o.valid_fraction ? choose_valid(sizes, *o.valid_fraction)
+                                                  : std::vector<bool>(documents, false);
+  check_free_space(o.out, static_cast<int64_t>(encoded.ids.size()) * width +
+                              static_cast<int64_t>(chosen.model.size()) + 4096);
+  return write_outputs(paths, sidecar_of(corpus, tokenizer, chosen, paths.model, width), encoded, held,
+                       chosen.model, o.valid_fraction.has_value(), width);
 }
 
 TokenSidecar write_byte_tokens(const PathUse& text, const PathUse& out, int token_bytes) {
