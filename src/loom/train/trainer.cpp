@@ -221,6 +221,14 @@ double Trainer::validation_loss() {
   return summed_loss(local) / static_cast<double>(steps);
 }
 
+// A validation pass after the step of `record`, timed and traced, its loss in the record.
+void Trainer::validate_after(StepRecord& record) {
+  const auto begin = Clock::now();
+  record.val_loss = validation_loss();
+  if (trace_) trace_->add("validation", "validation", begin, Clock::now());
+  record.eval_s = std::chrono::duration<double>(Clock::now() - begin).count();
+}
+
 bool Trainer::eval_due(int64_t done, int64_t last) const {
   const int64_t every = config_.train.eval_every;
   return valid_ != nullptr && every > 0 && (done % every == 0 || done == last);
@@ -378,6 +386,11 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
                         << std::flush;
     return {};
   }
+  return run_steps(options);
+}
+
+std::vector<StepRecord> Trainer::run_steps(const TrainOptions& options) {
+  const auto& t = config_.train;
   // Every rank sees the same step and flag: all refuse together.
   if (options.stop_after > 0 && options.stop_after <= start_step_)
     throw AgreedError(fmt::format("--stop-after {} is not after step {}, where the run resumes from {}: nothing to "
@@ -409,12 +422,7 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
     if (checkpointer_) checkpointer_->poll();  // an async save commits once every rank wrote it
     const int signal = options.interrupts ? options.interrupts->agreed_signal(*base_world_) : 0;
     if (checkpoint_due(record.step, signal != 0 || record.step == last)) record.checkpoint_s = save_checkpoint(record.step);
-    if (signal == 0 && eval_due(record.step, last)) {
-      const auto begin = Clock::now();
-      record.val_loss = validation_loss();
-      if (trace_) trace_->add("validation", "validation", begin, Clock::now());
-      record.eval_s = std::chrono::duration<double>(Clock::now() - begin).count();
-    }
+    if (signal == 0 && eval_due(record.step, last)) validate_after(record);
     report.step(record, flops, peak_flops);
     if (trace_) trace_->flush_gathered(*base_world_, report.trace_file());
     if (signal != 0) {

@@ -140,6 +140,8 @@ class Trainer {
   std::vector<nn::MicroBatch> local_microbatches(int64_t step, const data::Batches* batches = nullptr) const;
   // After step `done` (counted from 1) of a run ending at `last`: whether a validation pass runs.
   bool eval_due(int64_t done, int64_t last) const;
+  void validate_after(StepRecord& record);
+  std::vector<StepRecord> run_steps(const TrainOptions& options);  // run(), once there is something to run
   // Every embedding table on the sparse path (NOTE [Sparse exchange]) or dense, as parallel.sparse
   // says or auto's trials choose (NOTE [Table paths]).
   void attach_sparse_tables(const optim::AdamWOptions& adamw);
