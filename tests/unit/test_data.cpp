@@ -22,28 +22,14 @@
 #include "loom/data/token_file.h"
 #include "loom/data/token_sidecar.h"
 #include "unit/input_error.h"
+#include "unit/temp_dir.h"
 
 namespace loom::data {
 namespace {
 
 using ::testing::HasSubstr;
 
-class TempDir {
- public:
-  TempDir() : path_(std::filesystem::temp_directory_path() / ("loom_test_" + std::to_string(::getpid()))) {
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name, const std::string& bytes) const {
-    const auto p = path_ / name;
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p.string();
-  }
-  std::string path(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
-};
+using loom::testing::TempDir;
 
 using loom::testing::input_error;
 

@@ -18,6 +18,7 @@
 #include "loom/data/token_source.h"
 #include "loom/data/tokenizer.h"
 #include "unit/input_error.h"
+#include "unit/temp_dir.h"
 
 namespace loom::data {
 namespace {
@@ -25,28 +26,7 @@ namespace {
 using ::testing::HasSubstr;
 using loom::testing::input_error;
 
-class TempDir {
- public:
-  TempDir() : path_(std::filesystem::temp_directory_path() / ("loom_tok_" + std::to_string(::getpid()))) {
-    std::filesystem::create_directories(path_);
-  }
-  ~TempDir() { std::filesystem::remove_all(path_); }
-  std::string file(const std::string& name, const std::string& bytes) const {
-    const auto p = path_ / name;
-    std::ofstream(p, std::ios::binary) << bytes;
-    return p.string();
-  }
-  std::string path(const std::string& name) const { return (path_ / name).string(); }
-  std::vector<std::string> names() const {
-    std::vector<std::string> names;
-    for (const auto& e : std::filesystem::directory_iterator(path_)) names.push_back(e.path().filename().string());
-    std::sort(names.begin(), names.end());
-    return names;
-  }
-
- private:
-  std::filesystem::path path_;
-};
+using loom::testing::TempDir;
 
 std::string contents(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -150,7 +130,7 @@ TEST_P(TrainedTokenizer, TrainsOnATextOfOneLongLine) {
 INSTANTIATE_TEST_SUITE_P(Kinds, TrainedTokenizer, ::testing::Values("bpe", "unigram"));
 
 TEST(Tokenizer, LoadRefusesMissingAndNonModelFiles) {
-  TempDir dir;
+  TempDir dir("loom_tok_");
   EXPECT_THAT(input_error([&] { load_tokenizer(dir.path("none.model")); }),
               HasSubstr("tokenizer model '" + dir.path("none.model") + "' cannot be read"));
   const std::string text = dir.file("text.model", "not a model\n");
@@ -177,7 +157,7 @@ TEST(TokenizerCorpus, DocumentsAreParagraphsThatConcatenateToTheFile) {
 }
 
 TEST(TokenizerCorpus, RefusesEmptyAndNonUtf8FilesNamingTheLine) {
-  TempDir dir;
+  TempDir dir("loom_tok_");
   const std::string empty = dir.file("empty.txt", "");
   EXPECT_THAT(input_error([&] { TextCorpus({{empty, "--text"}}); }), HasSubstr("--text '" + empty + "' is empty"));
   // Latin-1 "é" (0xe9) on line 3, byte 4 of that line, byte 16 of the file.
@@ -229,7 +209,7 @@ std::vector<int64_t> read_ids(const std::string& path, int width) {
 }
 
 TEST(TokenizerPrepare, BpeWithAValidationSplitOfWholeDocuments) {
-  TempDir dir;
+  TempDir dir("loom_tok_");
   const std::string a = dir.file("a.txt", corpus_text(60)), b = dir.file("b.txt", kHardText);
   PrepareOptions o;
   o.texts = {{a, "--text"}, {b, "--text"}};
@@ -281,7 +261,7 @@ TEST(TokenizerPrepare, BpeWithAValidationSplitOfWholeDocuments) {
 }
 
 TEST(TokenizerPrepare, ReusesAModelAndCopiesItBeside) {
-  TempDir dir;
+  TempDir dir("loom_tok_");
   const std::string text = dir.file("t.txt", corpus_text(20));
   const std::string model = dir.file("given.model", train_tokenizer("unigram", 400, views(corpus_text(60))));
   PrepareOptions o;
@@ -300,7 +280,7 @@ TEST(TokenizerPrepare, ReusesAModelAndCopiesItBeside) {
 }
 
 TEST(TokenizerPrepare, RefusesBadInputAndWritesNothing) {
-  TempDir dir;
+  TempDir dir("loom_tok_");
   const std::string text = dir.file("t.txt", corpus_text(5));
   const std::string one = dir.file("one.txt", "a single paragraph\nof two lines\n");
   const std::string out = dir.file("out.bin", "keep me");
@@ -382,7 +362,7 @@ Config resolved(const std::string& source, int64_t vocab, const std::string& val
 }
 
 TEST(TokenizerVocab, AutoTakesTheSidecarsAndAMismatchIsRefused) {
-  TempDir dir;
+  TempDir dir("loom_tok_");
   const std::string text = dir.file("t.txt", corpus_text(60));
   PrepareOptions o;
   o.texts = {{text, "--text"}}, o.tokenizer = "bpe", o.vocab = 400, o.valid_fraction = 0.1;
