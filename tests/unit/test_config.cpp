@@ -323,3 +323,50 @@ TEST(Config, DocsListEveryOptionName) {
 }
 
 }  // namespace loom
+
+namespace loom {
+namespace {
+
+using ::testing::HasSubstr;
+using loom::testing::input_error;
+
+// model.vocab = "auto" is stored as 0 and written back as "auto"; any other string is refused, and
+// one left unresolved (no token file to read it from) is refused by validation with a hint.
+TEST(ConfigText, VocabAutoParsesPrintsAndNeedsATokenFile) {
+  Config c = parse_config("[model]\nvocab = \"auto\"\n", "x.toml");
+  EXPECT_EQ(c.model.vocab, ModelConfig::kVocabAuto);
+  EXPECT_THAT(to_toml(c), HasSubstr("vocab = \"auto\"\n"));
+  EXPECT_EQ(parse_config(to_toml(c), "again.toml"), c);
+  Config d;
+  apply_override(d, "model.vocab=auto");
+  EXPECT_EQ(d.model.vocab, ModelConfig::kVocabAuto);
+  EXPECT_THAT(input_error([] { parse_config("[model]\nvocab = \"many\"\n", "x.toml"); }),
+              HasSubstr("model.vocab must be an integer or \"auto\", got a string ('many')"));
+  EXPECT_THAT(input_error([&] { validate(c); }),
+              HasSubstr("model.vocab = \"auto\" reads the vocabulary from a token file's sidecar, but data.source = "
+                        "\"synthetic\" is not a token file"));
+}
+
+// Validation's keys: eval_every needs data.valid, the held-out data may not be the training data
+// (except "synthetic", which validates on other samples), and data.valid without eval_every warns.
+TEST(ConfigText, ValidationKeysAreCheckedTogether) {
+  Config c;
+  c.train.eval_every = 10;
+  EXPECT_THAT(input_error([&] { validate(c); }), HasSubstr("train.eval_every = 10 needs held-out data: data.valid is empty"));
+  c.data.valid = "synthetic";
+  EXPECT_NO_THROW(validate(c));
+  c.data.source = c.data.valid = "tokens:a.bin";
+  EXPECT_THAT(input_error([&] { validate(c); }), HasSubstr("data.valid = \"tokens:a.bin\" is the training data itself"));
+  c.data.valid = "tokens:";
+  EXPECT_THAT(input_error([&] { validate(c); }), HasSubstr("data.valid = \"tokens:\" is not a data source"));
+  c.data.valid = "tokens:b.bin", c.train.eval_tokens = 0;
+  EXPECT_THAT(input_error([&] { validate(c); }), HasSubstr("train.eval_tokens"));
+  c.train.eval_tokens = 16, c.train.eval_every = -1;
+  EXPECT_THAT(input_error([&] { validate(c); }), HasSubstr("train.eval_every = -1 must be >= 0"));
+  c.train.eval_every = 0;
+  ASSERT_EQ(config_warnings(c).size(), 1u);
+  EXPECT_THAT(config_warnings(c)[0], HasSubstr("data.valid = \"tokens:b.bin\" is set, but train.eval_every = 0"));
+}
+
+}  // namespace
+}  // namespace loom

@@ -211,6 +211,10 @@ std::vector<std::string> config_warnings(const Config& config) {
         t.warmup, t.steps, last, t.warmup > t.steps ? "never reaching" : "only at the last step reaching", t.lr,
         t.steps / 20));
   }
+  if (!config.data.valid.empty() && t.eval_every == 0)
+    warnings.push_back(fmt::format("data.valid = \"{}\" is set, but train.eval_every = 0: it is never read; hint: "
+                                   "train.eval_every = N validates every N steps and after the last",
+                                   config.data.valid));
   if (t.weight_decay > 1) {
     warnings.push_back(fmt::format(
         "train.weight_decay = {:g} is unusually large: each step multiplies every decayed weight by 1 - train.lr x "
