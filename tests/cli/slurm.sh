@@ -36,7 +36,10 @@ tiny=$src/configs/gpt-tiny.toml
 # One machine: shared memory between the ranks, without the single-copy mechanism that containers
 # often forbid (as scripts/mpirun.sh). sbatch passes the environment on to the job.
 export OMPI_MCA_btl=self,vader OMPI_MCA_btl_vader_single_copy_mechanism=none LOOM_BIN=$loom
-sbatch_args=(--parsable --nodes=1 --ntasks-per-node=2 --time=5)
+# --time well beyond train.sbatch's --signal=TERM@300: with a limit under 300 s the time-limit
+# signal is due at once and lands whenever slurmctld next checks, racing the test's own SIGTERM
+# (a requeued start was signalled within a second of launching).
+sbatch_args=(--parsable --nodes=1 --ntasks-per-node=2 --time=30)
 
 fail() {
   echo "FAIL: $*" >&2
