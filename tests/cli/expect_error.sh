@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # expect_error.sh LOOM PATTERN [ARGS...]: runs `LOOM ARGS...` and requires the bad-input contract:
-# exit code 2, nothing on stdout, and exactly one line on stderr that starts with "loom: error:"
-# and contains PATTERN. Files named by --metrics or --trace must not have been created.
+# exit code 2, nothing on stdout, exactly one line on stderr that starts with "loom: error:" and
+# contains PATTERN, and nothing written: every output the arguments name (cli/output_state.sh:
+# --out, --csv, --svg, --trace, --metrics, --cluster-out, --set checkpoint.dir=, the files loom
+# writes beside them and their temporaries) is as it was before, absent or unchanged.
 # With EXPECT_GRID=1 (a refused pipeline schedule) the error line may be followed by the schedule's
 # grid, which must mark the failing step with ">>".
 set -u
 loom=$1 pattern=$2
 shift 2
+source "$(dirname -- "${BASH_SOURCE[0]}")/output_state.sh"
 out=$(mktemp) err=$(mktemp)
 trap 'rm -f "$out" "$err"' EXIT
+before=$(output_state "$@")
 "$loom" "$@" >"$out" 2>"$err"
 rc=$?
+after=$(output_state "$@")
 fail() { echo "FAIL: $*"; echo "--- stdout"; cat "$out"; echo "--- stderr"; cat "$err"; exit 1; }
 [ "$rc" -eq 2 ] || fail "exit code $rc, want 2"
 [ ! -s "$out" ] || fail "stdout is not empty"
@@ -22,9 +27,6 @@ else
 fi
 head -1 "$err" | grep -q '^loom: error: ' || fail "stderr does not start with 'loom: error: '"
 head -1 "$err" | grep -qF -- "$pattern" || fail "the error line lacks '$pattern'"
-prev=""
-for a in "$@"; do
-  if [ "$prev" = "--metrics" ] || [ "$prev" = "--trace" ]; then [ ! -e "$a" ] || fail "$a was written"; fi
-  prev=$a
-done
+[ "$before" = "$after" ] || fail "an output changed (- before, + after):
+$(diff <(echo "$before") <(echo "$after") | grep '^[<>]' | sed 's/^</-/; s/^>/+/')"
 echo "ok: $(head -1 "$err")"
