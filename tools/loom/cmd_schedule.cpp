@@ -13,16 +13,6 @@
 #include "loom/schedule/simulator.h"
 
 namespace loom::cli {
-namespace {
-
-// A whole file, renamed into place once written (NOTE [Output files]).
-void write_file(const std::string& path, const std::string& text) {
-  OutputFile out(path);
-  out.write(text);
-  out.commit();
-}
-
-}  // namespace
 
 Action add_schedule(CLI::App& app) {
   auto* cmd = app.add_subcommand("schedule", "print and check a pipeline schedule (no training)");
@@ -68,8 +58,14 @@ Action add_schedule(CLI::App& app) {
     for (int64_t v = 0; v < schedule.virtual_stages(); ++v)
       costs.stages.push_back({o->f, o->b, o->w, v + 1 < schedule.virtual_stages() ? o->recompute : 0.0});
     const schedule::Simulation sim = schedule::simulate(schedule, costs);
-    if (!o->csv.empty()) write_file(o->csv, schedule::to_csv(schedule));
-    if (!o->svg.empty()) write_file(o->svg, schedule::schedule_svg(schedule, sim));
+    // Both temporaries exist before either output is renamed into place: an --svg that cannot be
+    // written refuses the run with no --csv written either (NOTE [Output files]).
+    OutputFile csv = o->csv.empty() ? OutputFile() : OutputFile(o->csv);
+    OutputFile svg = o->svg.empty() ? OutputFile() : OutputFile(o->svg);
+    if (csv.is_open()) csv.write(schedule::to_csv(schedule));
+    if (svg.is_open()) svg.write(schedule::schedule_svg(schedule, sim));
+    for (OutputFile* file : {&csv, &svg})
+      if (file->is_open()) file->commit();
     std::cout << fmt::format("schedule {}: {} stages, {} micro-batches, {} chunk(s)\n", schedule.kind, schedule.stages,
                              schedule.microbatches, schedule.chunks)
               << schedule::format_grid(schedule, sim);
