@@ -206,7 +206,7 @@ kill_at() {
   wait_for_step "$out/.$1.jsonl.loom-partial" "$2" "$3" || w=$?
   if [ $w -ne 0 ]; then kill_mode=missed; return; fi
   if [ "$kill_mode" = rank ]; then
-    victims=($(pgrep -P "$3" || true))  # the ranks (their process name is not "loom": it re-executes itself)
+    victims=($(pgrep -P "$3" || true))  # the ranks (named "exe", not "loom", in ps)
     [ ${#victims[@]} -gt 0 ] && kill -9 "${victims[RANDOM % ${#victims[@]}]}" 2>/dev/null || kill_mode=missed
   else
     kill -9 "$3" 2>/dev/null || kill_mode=missed
@@ -327,7 +327,7 @@ report() {
          printf "kills: %d (SIGKILL to a rank: %d, to the launcher: %d; %d more planned kills came after the segment ended)\n",
            k["rank"] + k["launcher"], k["rank"], k["launcher"], miss}' "$tsv"
   echo "layouts: $(cut -f2 "$tsv" | sort | uniq -c | awk '{printf "%s%s x%d", sep, $2, $1; sep = ", "}')"
-  echo "steps: $(latest_step) of the schedule's $steps ($(awk -F'\t' '$7 == "rank" || $7 == "launcher" {if ($8 != "-") n += $8 - $4} END {print n + 0}' "$tsv") trained again after kills); serial run ${serial_s:-?} s"
+  echo "steps: $(latest_step) of the schedule's $steps ($(awk -F'\t' '$7 == "rank" || $7 == "launcher" {if ($8 != "-") n += $8 - $10} END {print n + 0}' "$tsv") trained again after kills); serial run ${serial_s:-?} s"
   echo "wall: $((SECONDS / 60)) min $((SECONDS % 60)) s in all"
   [ ! -f "$out/boundaries.txt" ] || awk '{n++; if ($2 == "ok:") ok++; for (i = 1; i < NF; i++) {
       if ($i == "loss") l = $(i + 1) + 0 > l ? $(i + 1) + 0 : l; if ($i == "grad_norm") g = $(i + 1) + 0 > g ? $(i + 1) + 0 : g}}
