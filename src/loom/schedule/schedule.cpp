@@ -236,6 +236,17 @@ Schedule from_csv(const std::string& text, const std::string& where) {
     }
   }
   LOOM_CHECK_INPUT(!s.ranks.empty() && max_mb >= 0, "{}: no actions", where);
+  // A complete schedule lists an F of every micro-batch and chunk on every rank, so its counts
+  // cannot exceed a rank's list; refusing here keeps one action (F99999999999) from making the
+  // validator size its tables by that count instead of by the file.
+  for (size_t r = 0; r < s.ranks.size(); ++r) {
+    const auto n = static_cast<int64_t>(s.ranks[r].size());
+    LOOM_CHECK_INPUT(max_mb < n && max_chunk < n && (max_mb + 1) * (max_chunk + 1) <= n,
+                     "{}: the actions name micro-batches up to {} and chunks up to {}, but rank {} lists {} actions, "
+                     "fewer than the forwards alone of that many micro-batches and chunks; hint: number micro-batches "
+                     "and chunks from 0",
+                     where, max_mb, max_chunk, r, n);
+  }
   s.stages = static_cast<int64_t>(s.ranks.size());
   s.microbatches = max_mb + 1;
   s.chunks = max_chunk + 1;
