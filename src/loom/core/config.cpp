@@ -328,8 +328,15 @@ std::string toml_value(const FieldPtr& field) {
         } else if constexpr (IsOption<T>::value) {
           return fmt::format("\"{}\"", f->name());
         } else if constexpr (std::is_same_v<T, std::string>) {
+          // TOML's basic string: a quote, a backslash and control characters (a path may hold
+          // any) escaped, or the text does not read back (a checkpoint's config must).
           std::string s = "\"";
-          for (char c : *f) s += (c == '"' || c == '\\') ? std::string{'\\', c} : std::string{c};
+          for (char c : *f) {
+            const auto u = static_cast<unsigned char>(c);
+            if (c == '"' || c == '\\') s += std::string{'\\', c};
+            else if (u < 0x20 || u == 0x7F) s += fmt::format("\\u{:04X}", u);
+            else s += c;
+          }
           return s + "\"";
         } else {
           return fmt::format("[{}]", fmt::join(*f, ", "));
