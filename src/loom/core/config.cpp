@@ -345,6 +345,26 @@ std::string toml_value(const FieldPtr& field) {
       field);
 }
 
+// Whether `text` is well-formed UTF-8 (no overlong forms, surrogates or code points past U+10FFFF).
+bool is_utf8(std::string_view text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto b = [&](size_t k) { return static_cast<unsigned char>(text[k]); };
+    const unsigned char c = b(i);
+    size_t n = 1;
+    unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range (narrower where forms are banned)
+    if (c < 0x80) n = 1;
+    else if (c >= 0xC2 && c <= 0xDF) n = 2;
+    else if (c >= 0xE0 && c <= 0xEF) n = 3, lo = c == 0xE0 ? 0xA0 : 0x80, hi = c == 0xED ? 0x9F : 0xBF;
+    else if (c >= 0xF0 && c <= 0xF4) n = 4, lo = c == 0xF0 ? 0x90 : 0x80, hi = c == 0xF4 ? 0x8F : 0xBF;
+    else return false;
+    if (i + n > text.size() || (n > 1 && (b(i + 1) < lo || b(i + 1) > hi))) return false;
+    for (size_t k = 2; k < n; ++k)
+      if (b(i + k) < 0x80 || b(i + k) > 0xBF) return false;
+    i += n;
+  }
+  return true;
+}
+
 }  // namespace
 
 std::vector<std::string_view> config_sections() {
@@ -400,6 +420,8 @@ void apply_override(Config& config, std::string_view assignment) {
   LOOM_CHECK_INPUT(eq != std::string_view::npos && dot != std::string_view::npos,
                    "--set '{}': write section.key=value, e.g. --set train.steps=20", assignment);
   const std::string_view value = assignment.substr(eq + 1);
+  // A config is TOML (a checkpoint stores it so), which holds UTF-8 text only.
+  LOOM_CHECK_INPUT(is_utf8(assignment), "--set: an assignment that is not UTF-8 text; a config holds only UTF-8");
   const std::string origin = fmt::format("--set {}", assignment);
   const KeySpec& spec = find_key(key.substr(0, dot), key.substr(dot + 1), origin);
   const auto as_string = [&] { assign(spec, config, toml::value<std::string>(std::string(value)), origin); };
