@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "loom/core/error.h"
+#include "loom/core/json_integer.h"
 
 namespace loom::ckpt {
 namespace {
@@ -55,22 +56,22 @@ Manifest parse_manifest(const std::string& text, const std::string& path) {
     const nlohmann::json j = nlohmann::json::parse(text);
     LOOM_CHECK_INPUT(j.is_object() && j.value("format", "") == kFormat,
                      "{} is not a loom checkpoint manifest (no \"format\": \"{}\")", path, kFormat);
-    m.version = j.at("version").get<int>();
+    m.version = json_integer<int>(j.at("version"));  // NOTE [Integers in JSON]
     LOOM_CHECK_INPUT(m.version == kFormatVersion,
                      "{}: checkpoint format version {} is not one this loom reads (version {}); hint: use the loom "
                      "that wrote it", path, m.version, kFormatVersion);
     m.loom_version = j.at("loom_version").get<std::string>();
-    m.step = j.at("step").get<int64_t>();
+    m.step = json_integer(j.at("step"));
     LOOM_CHECK_INPUT(m.step >= 0, "{}: step {} is negative", path, m.step);
     m.config = j.at("config").get<std::string>();
     m.layout = j.at("layout");
     m.state = j.at("state");
-    for (const auto& f : j.at("files")) m.files.push_back({f.at("name").get<std::string>(), f.at("bytes").get<int64_t>()});
+    for (const auto& f : j.at("files")) m.files.push_back({f.at("name").get<std::string>(), json_integer(f.at("bytes"))});
     for (const auto& t : j.at("tensors")) {
-      StoredTensor st{.name = t.at("name").get<std::string>(), .shape = t.at("shape").get<std::vector<int64_t>>(),
+      StoredTensor st{.name = t.at("name").get<std::string>(), .shape = json_integers(t.at("shape")),
                       .dtype = t.at("dtype").get<std::string>()};
       for (const auto& b : t.at("boxes"))
-        st.boxes.push_back({.box = {b.at("offset").get<std::vector<int64_t>>(), b.at("size").get<std::vector<int64_t>>()},
+        st.boxes.push_back({.box = {json_integers(b.at("offset")), json_integers(b.at("size"))},
                             .file = b.at("file").get<std::string>(), .key = b.at("key").get<std::string>(),
                             .checksum = b.at("checksum").get<std::string>()});
       check_tensor(st, path);

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/core/error.h"
+#include "loom/core/json_integer.h"
 
 namespace loom::ckpt {
 namespace {
@@ -134,8 +135,8 @@ TensorFileReader::TensorFileReader(std::string path) : path_(std::move(path)) {
         continue;
       }
       Entry e{.dtype = dtype_of(value.at("dtype").get<std::string>(), path_),
-              .shape = value.at("shape").get<std::vector<int64_t>>()};
-      const auto offsets = value.at("data_offsets").get<std::vector<int64_t>>();
+              .shape = json_integers(value.at("shape"))};  // NOTE [Integers in JSON]
+      const auto offsets = json_integers(value.at("data_offsets"));
       LOOM_CHECK_INPUT(offsets.size() == 2 && 0 <= offsets[0] && offsets[0] <= offsets[1] && offsets[1] <= data_bytes,
                        "checkpoint file {}: tensor {} lies outside the file's {} data bytes; hint: the file is "
                        "truncated", path_, key, data_bytes);

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/core/error.h"
+#include "loom/core/json_integer.h"
 
 namespace loom::data {
 
@@ -43,14 +44,14 @@ TokenSidecar parse_sidecar(const std::string& text, const std::string& path) {
   try {
     LOOM_CHECK_INPUT(j.is_object() && j.contains("format") && j["format"] == kFormat,
                      "token sidecar '{}' is not a \"{}\" JSON object; {}", path, kFormat, hint);
-    s.version = j.at("version").get<int>();
+    s.version = json_integer<int>(j.at("version"));  // NOTE [Integers in JSON]
     LOOM_CHECK_INPUT(s.version <= TokenSidecar::kVersion,
                      "token sidecar '{}' is version {}, newer than the version {} this loom reads; hint: use a newer "
                      "loom, or prepare the file again with this one",
                      path, s.version, TokenSidecar::kVersion);
     s.dtype = j.at("dtype").get<std::string>();
-    s.vocab = j.at("vocab").get<int64_t>();
-    s.tokens = j.at("tokens").get<int64_t>();
+    s.vocab = json_integer(j.at("vocab"));
+    s.tokens = json_integer(j.at("tokens"));
     s.source = j.value("source", "");
     s.source_checksum = j.value("source_checksum", "");
     // Absent in the first sidecars, which were all byte level (NOTE [Token sidecar]).

@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "loom/core/error.h"
+#include "loom/core/json_integer.h"
 
 namespace loom::plan {
 namespace {
@@ -48,7 +49,7 @@ LayerProfile layer_from_json(const nlohmann::json& j, const std::string& where, 
 }
 
 CollectiveProfile collective_from_json(const nlohmann::json& j, const std::string& where) {
-  CollectiveProfile c{.op = j.at("op").get<std::string>(), .ranks = j.at("ranks").get<int64_t>()};
+  CollectiveProfile c{.op = j.at("op").get<std::string>(), .ranks = json_integer(j.at("ranks"))};
   LOOM_CHECK_INPUT(std::find(kCollectiveOps.begin(), kCollectiveOps.end(), c.op) != kCollectiveOps.end(),
                    "{}: collective \"{}\" is not one loom uses (all_reduce, all_gather, reduce_scatter, all_to_all, "
                    "send_recv); {}", where, c.op, kHint);
@@ -66,7 +67,7 @@ void check_header(const nlohmann::json& j, const std::string& where) {
   const std::string format = j.contains("format") && j["format"].is_string() ? j["format"].get<std::string>() : "";
   LOOM_CHECK_INPUT(format == kProfileFormat, "{} is not a loom profile: \"format\" is \"{}\", not \"{}\"; {}", where,
                    format, kProfileFormat, kHint);
-  const int64_t version = j.at("version").get<int64_t>();
+  const int64_t version = json_integer(j.at("version"));  // NOTE [Integers in JSON]
   LOOM_CHECK_INPUT(version <= kProfileVersion,
                    "{}: profile format version {} is newer than this loom reads (version {}); hint: use the loom "
                    "that wrote it, or measure again with `loom profile -c CONFIG --out FILE`",
@@ -77,9 +78,9 @@ void check_header(const nlohmann::json& j, const std::string& where) {
 
 Profile parse(const nlohmann::json& j, const std::string& where) {
   check_header(j, where);
-  Profile p{.version = j.at("version").get<int64_t>()};
+  Profile p{.version = json_integer(j.at("version"))};
   for (const auto& [key, value] : j.at("identity").items()) p.identity.emplace_back(key, value.get<std::string>());
-  p.threads = j.at("threads").get<int64_t>();
+  p.threads = json_integer(j.at("threads"));
   LOOM_CHECK_INPUT(p.threads >= 1, "{}: threads = {} must be at least 1; {}", where, p.threads, kHint);
   for (const auto& layer : j.at("layers")) p.layers.push_back(layer_from_json(layer, where, p.layers.size()));
   LOOM_CHECK_INPUT(!p.layers.empty(), "{}: the profile lists no layers; {}", where, kHint);
