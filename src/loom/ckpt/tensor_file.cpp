@@ -106,6 +106,14 @@ std::vector<WrittenEntry> write_tensor_file(const std::string& path,
 TensorFileReader::TensorFileReader(std::string path) : path_(std::move(path)) {
   fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   LOOM_CHECK_INPUT(fd_ >= 0, "cannot open checkpoint file {}: {}", path_, std::strerror(errno));
+  // A refused file is closed here: the destructor of an object whose constructor threw never runs.
+  struct CloseUnlessKept {
+    int& fd;
+    bool keep = false;
+    ~CloseUnlessKept() {
+      if (!keep) ::close(fd), fd = -1;
+    }
+  } guard{fd_};
   struct stat st {};
   LOOM_CHECK_INPUT(::fstat(fd_, &st) == 0 && S_ISREG(st.st_mode), "checkpoint file {} is not a regular file", path_);
   file_bytes_ = st.st_size;
@@ -157,6 +165,7 @@ TensorFileReader::TensorFileReader(std::string path) : path_(std::move(path)) {
       throw InputError(fmt::format("checkpoint file {}: entry {} is malformed ({})", path_, key, ex.what()));
     }
   }
+  guard.keep = true;
 }
 
 TensorFileReader::~TensorFileReader() {
