@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= 2
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test demo bench clean
+.PHONY: all deps configure build test demo bench clean fuzz fuzz-build fuzz-ci
 
 all: build
 
@@ -28,5 +28,29 @@ demo: build
 bench: build
 	@bench/run.sh
 
+# Fuzzing (tests/fuzz/README.md): every reader of user bytes under libFuzzer with AddressSanitizer
+# and UndefinedBehaviorSanitizer, loom's sources built with coverage in their own directory (only
+# the folders the targets use; NOTE [Coverage without clang] in tests/fuzz/coverage.cpp).
+# `make fuzz FUZZ_SECONDS=N` runs each target N seconds on a copy of its seed corpus; `make fuzz-ci`
+# runs each for 20 s.
+FUZZ_BUILD ?= build-fuzz
+FUZZ_SECONDS ?= 60
+FUZZ_CMAKE = -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+             -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" \
+             -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer" \
+             -DLOOM_BUILD_TESTS=OFF -DLOOM_FUZZ=ON
+
+$(FUZZ_BUILD)/CMakeCache.txt: | deps
+	@cmake -S . -B $(FUZZ_BUILD) $(FUZZ_CMAKE) >/dev/null
+
+fuzz-build: deps $(FUZZ_BUILD)/CMakeCache.txt
+	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target loom_fuzz_all
+
+fuzz: fuzz-build
+	@tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+
+fuzz-ci: fuzz-build
+	@tests/fuzz/run.sh $(FUZZ_BUILD) 20
+
 clean:
-	@rm -rf $(BUILD)
+	@rm -rf $(BUILD) $(FUZZ_BUILD)
