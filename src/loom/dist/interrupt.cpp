@@ -15,11 +15,14 @@ namespace loom::dist {
 namespace {
 
 // The only process-wide state in dist, and it has to be: a signal handler receives nothing but the
-// signal number, so it cannot reach the Runtime or any object, and the one thing it may safely
-// write is a volatile sig_atomic_t at namespace scope. Reset and installed by the
-// InterruptHandler (the Runtime's), which is the only reader.
-volatile std::sig_atomic_t g_signal = 0;
-volatile std::sig_atomic_t g_armed = 0;
+// signal number, so it cannot reach the Runtime or any object. Reset and installed by the
+// InterruptHandler (the Runtime's), which is the only reader. Lock-free atomics, not volatile
+// sig_atomic_t: that type is safe between a handler and the thread it interrupted only, and the
+// peer watch thread reads g_signal too (ThreadSanitizer reported the race, `make test-tsan`); a
+// lock-free atomic is both safe in a handler and ordered across threads.
+std::atomic<int> g_signal{0};
+std::atomic<int> g_armed{0};
+static_assert(std::atomic<int>::is_always_lock_free, "the signal handler needs a lock-free atomic");
 
 // Ends the process as the signal's default action would, so a parent (a shell loop, a batch
 // system) sees what killed it.
