@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <new>
 
+#include "loom/core/sanitizer.h"
 #include "loom/core/units.h"
 
 namespace loom::memory {
@@ -26,6 +27,7 @@ void record_peak(int64_t live) {
 }
 
 void free_block(void* data) {
+  sanitizer::acquire(data);  // NOTE [Orderings ThreadSanitizer cannot see]
   auto* base = static_cast<char*>(data) - kHeader;
   g_live.fetch_sub(static_cast<int64_t>(*reinterpret_cast<size_t*>(base)), std::memory_order_relaxed);
   std::free(base);
