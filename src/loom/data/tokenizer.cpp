@@ -110,6 +110,10 @@ ModelFacts model_facts(std::string_view model) {
 // (where the build puts it), then where the build put it.
 const spm::Api& sentencepiece() {
   static const spm::Api* api = [] {
+    if (!sentencepiece_available()) {
+      throw Error("SentencePiece tokenizers are not available in a sanitizer build: its runtime refuses the "
+                  "module's dlopen(RTLD_DEEPBIND); hint: use the regular build, or --tokenizer byte");
+    }
     std::vector<std::string> tried;
     std::error_code ec;
     const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
@@ -133,6 +137,18 @@ const spm::Api& sentencepiece() {
   }();
   return *api;
 }
+
+}  // namespace
+
+bool sentencepiece_available() {
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+  return false;
+#else
+  return true;
+#endif
+}
+
+namespace {
 
 constexpr std::string_view kSpace = "\xE2\x96\x81";  // U+2581, SentencePiece's escaped space
 

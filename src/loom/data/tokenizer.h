@@ -23,6 +23,10 @@ class Tokenizer {
 };
 
 std::unique_ptr<Tokenizer> byte_tokenizer();
+// Whether this build can open SentencePiece (bpe, unigram, model files): not in a sanitizer build,
+// whose runtime refuses the module's dlopen(RTLD_DEEPBIND) (NOTE [SentencePiece in its own scope]);
+// there every SentencePiece call throws an Error saying so.
+bool sentencepiece_available();
 // A SentencePiece model file; InputError naming `path` when it is missing or not a model.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
 // The tokenizer of a SentencePiece model file's bytes `model`; InputError naming `name` when they
