@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= 2
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test demo bench clean fuzz fuzz-build fuzz-ci
+.PHONY: all deps configure build test demo bench clean fuzz fuzz-build fuzz-ci test-asan test-tsan
 
 all: build
 
@@ -28,6 +28,32 @@ demo: build
 bench: build
 	@bench/run.sh
 
+# Sanitizer builds (tests/sanitizers/README.md): loom instrumented in a directory of its own, then
+# its unit tests and the tests labelled `threads` (every helper thread, under mpiexec where it runs)
+# under AddressSanitizer + UndefinedBehaviorSanitizer (`make test-asan`), the `threads` tests under
+# ThreadSanitizer (`make test-tsan`). Any report fails the target.
+ASAN_BUILD ?= build-asan
+TSAN_BUILD ?= build-tsan
+SANITIZE_CMAKE = -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+                 -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1"
+# ThreadSanitizer runs the `threads` tests only, so it builds only what they run.
+ASAN_TARGETS = loom_unit_tests loom_schedule_tests loom_dist_tests loom_cli
+TSAN_TARGETS = loom_dist_tests loom_cli
+
+$(ASAN_BUILD)/CMakeCache.txt: | deps
+	@cmake -S . -B $(ASAN_BUILD) $(SANITIZE_CMAKE) -DLOOM_SANITIZE=address >/dev/null
+
+$(TSAN_BUILD)/CMakeCache.txt: | deps
+	@cmake -S . -B $(TSAN_BUILD) $(SANITIZE_CMAKE) -DLOOM_SANITIZE=thread >/dev/null
+
+test-asan: deps $(ASAN_BUILD)/CMakeCache.txt
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(ASAN_TARGETS)
+	@tests/sanitizers/run.sh address $(ASAN_BUILD) -j $(JOBS) $(CTEST_ARGS)
+
+test-tsan: deps $(TSAN_BUILD)/CMakeCache.txt
+	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)
+	@tests/sanitizers/run.sh thread $(TSAN_BUILD) -j $(JOBS) $(CTEST_ARGS)
+
 # Fuzzing (tests/fuzz/README.md): every reader of user bytes under libFuzzer with AddressSanitizer
 # and UndefinedBehaviorSanitizer, loom's sources built with coverage in their own directory (only
 # the folders the targets use; NOTE [Coverage without clang] in tests/fuzz/coverage.cpp).
@@ -37,8 +63,7 @@ FUZZ_BUILD ?= build-fuzz
 FUZZ_SECONDS ?= 60
 FUZZ_CMAKE = -DCMAKE_BUILD_TYPE=RelWithDebInfo \
              -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" \
-             -DCMAKE_CXX_FLAGS="-fsanitize=address,undefined,float-cast-overflow -fno-sanitize-recover=all -fno-omit-frame-pointer" \
-             -DLOOM_BUILD_TESTS=OFF -DLOOM_FUZZ=ON
+             -DLOOM_SANITIZE=address -DLOOM_BUILD_TESTS=OFF -DLOOM_FUZZ=ON
 
 $(FUZZ_BUILD)/CMakeCache.txt: | deps
 	@cmake -S . -B $(FUZZ_BUILD) $(FUZZ_CMAKE) >/dev/null
@@ -53,4 +78,4 @@ fuzz-ci: fuzz-build
 	@tests/fuzz/run.sh $(FUZZ_BUILD) 20
 
 clean:
-	@rm -rf $(BUILD) $(FUZZ_BUILD)
+	@rm -rf $(BUILD) $(FUZZ_BUILD) $(ASAN_BUILD) $(TSAN_BUILD)

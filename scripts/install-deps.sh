@@ -5,6 +5,7 @@
 # the OpenMP flavour shares libtorch's thread pool instead of oversubscribing the cores.
 # libsentencepiece-dev: `loom data prepare --tokenizer bpe|unigram`. librsvg2-bin: the picture tests
 # render loom's SVGs to PNG. slurm-wlm, munge: the Slurm test runs a one-node Slurm here.
+# libfuzzer-14-dev: `make fuzz` links libFuzzer's runtime into gcc-built targets (tests/fuzz/README.md).
 set -euo pipefail
 
 packages=(
@@ -18,6 +19,7 @@ packages=(
   libsentencepiece-dev
   librsvg2-bin
   slurm-wlm munge
+  libfuzzer-14-dev
 )
 
 missing=()
