@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Runs the tests of a sanitizer build (`make test-asan`, `make test-tsan`; README.md here).
 #   usage: tests/sanitizers/run.sh address|thread BUILD [ctest args...]
-# address: the unit tests and the tests labelled `threads`, under AddressSanitizer (with
-# LeakSanitizer) and UndefinedBehaviorSanitizer. thread: the tests labelled `threads` under
+# address: the unit tests (label `unit-shards`: each binary in two processes) and the tests labelled
+# `threads`, under AddressSanitizer (with LeakSanitizer) and UndefinedBehaviorSanitizer. thread: the tests labelled `threads` under
 # ThreadSanitizer. Every report fails the run, also one from a process whose exit code a test
 # expects to be non-zero (a rank that is aborted on purpose): the runtimes write their reports into
 # BUILD/sanitizer-reports/ (not stderr, which some tests read), and any file there at the end is a
@@ -31,7 +31,7 @@ run() {  # run LABEL: the tests of LABEL
 args=("$@")
 case $kind in
   address)
-    ASAN_OPTIONS=$asan run unit
+    ASAN_OPTIONS=$asan run unit-shards
     ASAN_OPTIONS=$asan:fast_unwind_on_malloc=0 run threads ;;
   thread) run threads ;;
   *) echo "loom sanitizers: unknown kind '$kind' (address or thread)" >&2; exit 2 ;;
