@@ -32,8 +32,14 @@ bench: build
 # its unit tests and the tests labelled `threads` (every helper thread, under mpiexec where it runs)
 # under AddressSanitizer + UndefinedBehaviorSanitizer (`make test-asan`), the `threads` tests under
 # ThreadSanitizer (`make test-tsan`). Any report fails the target.
+# Fuzzing (tests/fuzz/README.md): every reader of user bytes under libFuzzer, built in the same
+# AddressSanitizer directory (loom's folder libraries carry the coverage calls libFuzzer is guided
+# by; NOTE [Coverage without clang] in tests/fuzz/coverage.cpp), so `make test-asan` and `make fuzz`
+# share one instrumented build. `make fuzz FUZZ_SECONDS=N` runs each target N seconds on a copy of
+# its seed corpus; `make fuzz-ci` runs each for 20 s.
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
+FUZZ_SECONDS ?= 60
 SANITIZE_CMAKE = -DCMAKE_BUILD_TYPE=RelWithDebInfo \
                  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1"
 # ThreadSanitizer runs the `threads` tests only, so it builds only what they run.
@@ -41,7 +47,7 @@ ASAN_TARGETS = loom_unit_tests loom_schedule_tests loom_dist_tests loom_cli
 TSAN_TARGETS = loom_dist_tests loom_cli
 
 $(ASAN_BUILD)/CMakeCache.txt: | deps
-	@cmake -S . -B $(ASAN_BUILD) $(SANITIZE_CMAKE) -DLOOM_SANITIZE=address >/dev/null
+	@cmake -S . -B $(ASAN_BUILD) $(SANITIZE_CMAKE) -DLOOM_SANITIZE=address -DLOOM_FUZZ=ON >/dev/null
 
 $(TSAN_BUILD)/CMakeCache.txt: | deps
 	@cmake -S . -B $(TSAN_BUILD) $(SANITIZE_CMAKE) -DLOOM_SANITIZE=thread >/dev/null
@@ -54,28 +60,14 @@ test-tsan: deps $(TSAN_BUILD)/CMakeCache.txt
 	@cmake --build $(TSAN_BUILD) -j $(JOBS) --target $(TSAN_TARGETS)
 	@tests/sanitizers/run.sh thread $(TSAN_BUILD) -j $(JOBS) $(CTEST_ARGS)
 
-# Fuzzing (tests/fuzz/README.md): every reader of user bytes under libFuzzer with AddressSanitizer
-# and UndefinedBehaviorSanitizer, loom's sources built with coverage in their own directory (only
-# the folders the targets use; NOTE [Coverage without clang] in tests/fuzz/coverage.cpp).
-# `make fuzz FUZZ_SECONDS=N` runs each target N seconds on a copy of its seed corpus; `make fuzz-ci`
-# runs each for 20 s.
-FUZZ_BUILD ?= build-fuzz
-FUZZ_SECONDS ?= 60
-FUZZ_CMAKE = -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-             -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g" \
-             -DLOOM_SANITIZE=address -DLOOM_BUILD_TESTS=OFF -DLOOM_FUZZ=ON
-
-$(FUZZ_BUILD)/CMakeCache.txt: | deps
-	@cmake -S . -B $(FUZZ_BUILD) $(FUZZ_CMAKE) >/dev/null
-
-fuzz-build: deps $(FUZZ_BUILD)/CMakeCache.txt
-	@cmake --build $(FUZZ_BUILD) -j $(JOBS) --target loom_fuzz_all
+fuzz-build: deps $(ASAN_BUILD)/CMakeCache.txt
+	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target loom_fuzz_all
 
 fuzz: fuzz-build
-	@tests/fuzz/run.sh $(FUZZ_BUILD) $(FUZZ_SECONDS)
+	@tests/fuzz/run.sh $(ASAN_BUILD) $(FUZZ_SECONDS)
 
 fuzz-ci: fuzz-build
-	@tests/fuzz/run.sh $(FUZZ_BUILD) 20
+	@tests/fuzz/run.sh $(ASAN_BUILD) 20
 
 clean:
-	@rm -rf $(BUILD) $(FUZZ_BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
+	@rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
