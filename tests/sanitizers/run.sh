@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs the tests of a sanitizer build (`make test-asan`, `make test-tsan`; README.md here).
 #   usage: tests/sanitizers/run.sh address|thread BUILD [ctest args...]
-# address: the unit tests (label `unit-shards`: each binary in two processes) and the tests labelled
-# `threads`, under AddressSanitizer (with LeakSanitizer) and UndefinedBehaviorSanitizer. thread: the tests labelled `threads` under
-# ThreadSanitizer. Every report fails the run, also one from a process whose exit code a test
+# address: the unit tests (label `unit-shards`: each binary in two processes) and the tests
+# labelled `threads`, under AddressSanitizer (with LeakSanitizer) and UndefinedBehaviorSanitizer.
+# thread: the tests labelled `threads` under ThreadSanitizer. Every report fails the run, also one from a process whose exit code a test
 # expects to be non-zero (a rank that is aborted on purpose): the runtimes write their reports into
 # BUILD/sanitizer-reports/ (not stderr, which some tests read), and any file there at the end is a
 # finding, printed.
