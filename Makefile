@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= 2
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build test demo bench clean fuzz fuzz-build fuzz-ci test-asan test-tsan
+.PHONY: all deps configure build install test demo bench clean fuzz fuzz-build fuzz-ci test-asan test-tsan
 
 all: build
 
@@ -18,6 +18,11 @@ configure: deps $(BUILD)/CMakeCache.txt
 
 build: configure
 	@cmake --build $(BUILD) -j $(JOBS)
+
+# The library, its headers, the CLI and the CMake package under PREFIX (docs/cpp-api.md).
+PREFIX ?= /usr/local
+install: build
+	@cmake --install $(BUILD) --prefix $(PREFIX)
 
 test: build
 	@cd $(BUILD) && ctest --output-on-failure -j $(JOBS) $(CTEST_ARGS)

@@ -2,15 +2,11 @@
 // `loom: error: <message>`, with exit code 2 for bad input and 1 for failures at run time.
 #include <fmt/format.h>
 
-#include <cmath>
-#include <cstdlib>
-#include <memory>
 #include <iostream>
 
 #include "commands.h"
+#include "loom/api/program.h"
 #include "loom/core/blas_kernel.h"
-#include "loom/core/error.h"
-#include "loom/dist/input_agreement.h"
 #include "loom/version.h"
 
 int main(int argc, char** argv) {
@@ -36,56 +32,8 @@ int main(int argc, char** argv) {
     std::cerr << fmt::format("loom: error: {}; hint: loom --help\n", e.what());
     return 2;
   }
-  // Communication time-out: how long a rank waits for a peer before declaring the job stuck.
-  double timeout_s = 300.0;
-  if (const char* text = std::getenv("LOOM_COMM_TIMEOUT_S"); text != nullptr) {
-    char* end = nullptr;
-    timeout_s = std::strtod(text, &end);
-    if (end == text || *end != '\0' || !(timeout_s > 0) || !std::isfinite(timeout_s)) {
-      std::cerr << fmt::format("loom: error: LOOM_COMM_TIMEOUT_S = \"{}\" is not a positive number of seconds\n", text);
-      return 2;
-    }
-  }
-  std::unique_ptr<loom::dist::Runtime> runtime_holder;
-  try {
-    runtime_holder = std::make_unique<loom::dist::Runtime>(timeout_s);
-  } catch (const loom::InputError& e) {  // a launch loom cannot run under (srun without PMI)
-    std::cerr << "loom: error: " << e.what() << '\n';
-    return 2;
-  } catch (const std::exception& e) {
-    std::cerr << "loom: error: " << e.what() << '\n';
-    return 1;
-  }
-  loom::dist::Runtime& runtime = *runtime_holder;
-  const int rank = runtime.world().rank(), size = runtime.world().size();
-  // A failure at run time on any rank ends every rank: print it, then abort the whole job.
-  auto fail = [&](const char* what, int code) {
-    std::cerr << (size > 1 ? fmt::format("loom: error: [rank {}] {}\n", rank, what) : fmt::format("loom: error: {}\n", what))
-              << std::flush;
-    if (size > 1) runtime.abort_all(code);
-    return code;
-  };
-  try {
+  return loom::run_program([&](loom::dist::Runtime& runtime) {  // NOTE [Program errors]
     for (const auto& action : actions)
       if (action) action(runtime);
-    return 0;
-  } catch (const loom::AgreedError& e) {  // every rank stopped at the same point: rank 0 says why
-    if (rank == 0) std::cerr << (e.is_error() ? "loom: error: " : "loom: ") << e.what() << '\n' << std::flush;
-    return e.exit_code();
-  } catch (const loom::dist::SilentInputError&) {
-    return 2;  // the first rank that refused the input printed why
-  } catch (const loom::dist::AgreedInputError& e) {
-    std::cerr << "loom: error: " << e.what() << '\n';
-    return 2;
-  } catch (const loom::InputError& e) {
-    if (size == 1) {
-      std::cerr << "loom: error: " << e.what() << '\n';
-      return 2;
-    }
-    return fail(e.what(), 2);  // refused on this rank alone: the others must not wait for it
-  } catch (const loom::Error& e) {
-    return fail(e.what(), e.exit_code());
-  } catch (const std::exception& e) {
-    return fail(e.what(), 1);
-  }
+  });
 }

@@ -9,6 +9,7 @@
 
 #include <fmt/ranges.h>
 
+#include "loom/core/install_dirs.h"
 #include "loom/core/error.h"
 #include "loom/data/sentencepiece_module.h"
 #include "loom/data/text_corpus.h"
@@ -107,7 +108,8 @@ ModelFacts model_facts(std::string_view model) {
 }
 
 // NOTE [SentencePiece in its own scope]: the module is looked for beside the running executable
-// (where the build puts it), then where the build put it.
+// (where the build puts it), beside the library holding this code and in its ../lib (where an
+// install puts it: lib/ beside libloom.so, bin/ for the CLI), then where the build put it.
 const spm::Api& sentencepiece() {
   static const spm::Api* api = [] {
     if (!sentencepiece_available()) {
@@ -118,6 +120,10 @@ const spm::Api& sentencepiece() {
     std::error_code ec;
     const auto exe = std::filesystem::read_symlink("/proc/self/exe", ec);
     if (!ec) tried.push_back((exe.parent_path() / "libloom_sentencepiece.so").string());
+    if (const std::filesystem::path dir = code_dir(); !dir.empty()) {
+      tried.push_back((dir / "libloom_sentencepiece.so").string());
+      tried.push_back((dir.parent_path() / "lib" / "libloom_sentencepiece.so").string());
+    }
     tried.push_back(LOOM_SENTENCEPIECE_MODULE);
     std::string errors;
     for (const std::string& path : tried) {

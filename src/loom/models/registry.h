@@ -54,12 +54,40 @@ class ModelKind {
   virtual std::string_view memory_hint() const = 0;
 };
 
-// The kind named `name`; InputError listing the known kinds otherwise.
+// NOTE [Model kinds are a value]
+// The kinds a run can train: a value passed to what builds models (the trainer, the plan), not a
+// process-wide table, so two runs in one process may know different kinds and nothing is left
+// registered behind a test. builtin() holds loom's own (gpt, dlrm, llama) and never changes; a
+// program adds its kinds to a copy of it (docs/cpp-api.md). Each kind is shared, not copied: the
+// registry keeps it alive as long as any copy of the registry does.
+class ModelKinds {
+ public:
+  ModelKinds() = default;  // none
+  static const ModelKinds& builtin();
+  // InputError naming the kind when a kind of its name (built-in or not) is already here, or
+  // when its name is empty.
+  void add(std::shared_ptr<const ModelKind> kind);
+  // The kind named `name`; InputError listing the known kinds otherwise.
+  const ModelKind& find(std::string_view name) const;
+  bool contains(std::string_view name) const;
+  std::vector<std::string_view> names() const;
+
+ private:
+  std::vector<std::shared_ptr<const ModelKind>> kinds_;
+};
+
+// loom's own kinds: ModelKinds::builtin().find(name) and its names.
 const ModelKind& model_kind(std::string_view name);
 std::vector<std::string_view> model_kind_names();
 
 // Every check of a config before any rank allocates: loom::validate, then the model kind's.
-void validate_config(const Config& config);
+void validate_config(const Config& config, const ModelKinds& kinds = ModelKinds::builtin());
+
+// Every check of a built chain that needs no data: each layer named, and no two distinct
+// parameters with one name (a name is a parameter's identity in gradients, checkpoints and the
+// layout-equivalence checks; one Param read by two layers, a tied table, is fine). `kind` names
+// the model kind in the message. InputError otherwise.
+void check_model(const Model& model, std::string_view kind);
 
 // parallel.sparse_partitions against the `rows` of each table on the sparse path (`what` names
 // them in the error): for a kind's validate.

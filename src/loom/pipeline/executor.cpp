@@ -91,16 +91,43 @@ class SendProgress {
 
 namespace {
 
+// Runs one of a layer's passes; a tensor library error inside it (shapes that do not fit, most
+// often in a layer of one's own) names the layer and the pass.
+template <class Fn>
+void named(const std::string& layer, const char* pass, Fn&& fn) {
+  try {
+    fn();
+  } catch (const c10::Error& e) {
+    const std::string what = e.what_without_backtrace();
+    throw Error(fmt::format("layer \"{}\", {}: {}", layer, pass, what.substr(0, what.find('\n'))));
+  }
+}
+
 // Runs fn, and reports it to the trace hook when there is one.
 template <class Fn>
 void traced(const ExecutorHooks& hooks, const std::string& name, const char* category, Fn&& fn) {
   if (!hooks.trace) {
-    fn();
+    named(name, category, fn);
     return;
   }
   const auto start = Clock::now();
-  fn();
+  named(name, category, fn);
   hooks.trace(name, category, start, Clock::now());
+}
+
+// The input gradient a layer's backward_input returned, against the input its forward took: the
+// same shape for a floating-point input (a layer of one's own that gets it wrong would otherwise
+// fail later, in another layer or a send, far from the cause). The chain's first layer takes
+// token ids and returns no gradient that is used.
+void check_input_gradient(const nn::Layer& layer, const at::Tensor& dx, const std::vector<int64_t>& input_shape,
+                          bool floating) {
+  if (!floating) return;
+  LOOM_CHECK(dx.defined(), "layer \"{}\": backward_input returned no gradient for its input of shape [{}]; hint: it "
+             "returns dL/dx, shaped like forward's input", layer.name(), fmt::join(input_shape, ", "));
+  LOOM_CHECK(dx.sizes() == at::IntArrayRef(input_shape),
+             "layer \"{}\": backward_input returned a gradient of shape [{}] for its input of shape [{}]; hint: it "
+             "returns dL/dx, shaped like forward's input", layer.name(), fmt::join(dx.sizes(), ", "),
+             fmt::join(input_shape, ", "));
 }
 
 // NOTE [Memory policy]: the one place the executor reads a layer's memory policy
@@ -140,6 +167,8 @@ int cost_column(schedule::Op op) {
 struct PipelineExecutor::Flight {
   nn::MicroBatch mb;
   std::vector<nn::Saved> saved;
+  std::vector<std::vector<int64_t>> input_shapes;  // each layer's input, for its gradient's check
+  std::vector<char> floating_inputs;
   std::vector<at::Tensor> inputs;  // inputs of the layers that recompute, until R
   at::Tensor input;                // received activation
   at::Tensor output;               // activation to send
@@ -245,7 +274,7 @@ double PipelineExecutor::run_forward(int64_t microbatches, const std::function<n
       }
       for (nn::Layer* layer : chunk->layers) {
         nn::Saved saved;  // dropped at once: there is no backward
-        x = layer->forward(x, batch, saved);
+        named(layer->name(), "forward", [&] { x = layer->forward(x, batch, saved); });
       }
       if (v == last) {
         loss += x.item<double>();
@@ -325,6 +354,8 @@ void PipelineExecutor::forward(Step& step, const schedule::Action& a, Flight& f,
   f.mb_index = a.mb;
   const size_t n = chunk.layers.size();
   f.saved.resize(n);
+  f.input_shapes.resize(n);
+  f.floating_inputs.resize(n);
   f.inputs.resize(n);
   f.swapped.resize(n);
   f.slots.resize(n);
@@ -335,6 +366,8 @@ void PipelineExecutor::forward(Step& step, const schedule::Action& a, Flight& f,
   for (size_t l = 0; l < n; ++l) {
     const bool input_only = memory_of(chunk, l).after_forward == AfterForward::KeepInput;
     if (input_only) f.inputs[l] = x;
+    f.input_shapes[l] = x.sizes().vec();
+    f.floating_inputs[l] = x.is_floating_point();
     traced(hooks, chunk.layers[l]->name(), "forward", [&] { x = chunk.layers[l]->forward(x, f.mb, f.saved[l]); });
     step.sends.drive();
     if (input_only) f.saved[l].clear();  // only the input stays until it is recomputed
@@ -367,6 +400,7 @@ void PipelineExecutor::backward(Step& step, const schedule::Action& a, Flight& f
       forward_again(chunk, f, l, hooks);
     if (memory_of(chunk, l).before_backward == BeforeBackward::MoveIn) bring_back(chunk, f, l, hooks);
     traced(hooks, layer.name(), "backward_input", [&] { dy = layer.backward_input(dy, f.saved[l]); });
+    check_input_gradient(layer, dy, f.input_shapes[l], f.floating_inputs[l]);
     step.sends.drive();
     if (weights) weight_gradient(chunk, l, final_pass, f, hooks);
   }

@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "loom/core/error.h"
+#include "loom/core/install_dirs.h"
 
 #ifndef LOOM_CLUSTER_DIR
 #define LOOM_CLUSTER_DIR "clusters"
@@ -212,8 +213,12 @@ Cluster read_cluster(const std::string& name_or_path) {
   const bool path = name_or_path.find('/') != std::string::npos || name_or_path.ends_with(".toml");
   std::vector<fs::path> tried;
   if (path) tried.emplace_back(name_or_path);
-  else
-    for (const char* dir : {"clusters", LOOM_CLUSTER_DIR}) tried.push_back(fs::path(dir) / (name_or_path + ".toml"));
+  else {  // the working directory's, an install's (share/loom/clusters), the source tree's
+    std::vector<fs::path> dirs{"clusters"};
+    if (const fs::path code = code_dir(); !code.empty()) dirs.push_back(code.parent_path() / "share" / "loom" / "clusters");
+    dirs.emplace_back(LOOM_CLUSTER_DIR);
+    for (const fs::path& dir : dirs) tried.push_back(dir / (name_or_path + ".toml"));
+  }
   for (const fs::path& p : tried) {
     std::ifstream in(p);
     if (!in) continue;

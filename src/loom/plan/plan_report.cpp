@@ -15,7 +15,7 @@ namespace loom::plan {
 
 std::string memory_text(const RunPlan& plan, const MemoryEstimate& need) {
   const Config& c = plan.config;
-  const models::ModelKind& kind = models::model_kind(c.model.kind);
+  const models::ModelKind& kind = *plan.kind;
   std::string text = fmt::format(
       "the run needs at least {} per rank: {} for parameters, gradients and AdamW moments ({}), {} for "
       "activations ({} micro-batch{} of train.micro_batch = {}{})",
@@ -53,7 +53,7 @@ std::string stage_words(const RunPlan& plan, const MemoryEstimate& need) {
 void check_memory(const RunPlan& plan, int local_ranks, double in_use) {
   const MemoryEstimate& need = largest(plan);
   const int64_t budget = plan.config.budget_bytes();
-  const std::string_view hint = models::model_kind(plan.config.model.kind).memory_hint();
+  const std::string_view hint = plan.kind->memory_hint();
   if (budget > 0) {
     LOOM_CHECK_INPUT(need.total() + in_use <= static_cast<double>(budget),
                      "memory.budget = {} is too small: {}{}{}; hint: raise memory.budget, {}",

@@ -38,13 +38,13 @@ bool on_sparse_path(const ParallelConfig& p) {
 
 // The chain as tp rank 0 holds it (every tp rank's shard has the same shape), costed for one
 // micro-batch of this rank's tokens; layers only, nothing allocated.
-std::vector<LayerPlan> describe_chain(const Config& c, int64_t local_tokens) {
+std::vector<LayerPlan> describe_chain(const models::ModelKind& kind, const Config& c, int64_t local_tokens) {
   dist::SizingCommunicator tp(0, static_cast<int>(c.parallel.tp), "tp"), sp(0, static_cast<int>(c.parallel.sp), "sp");
-  const models::Model model = models::model_kind(c.model.kind)
-                                  .build(c.model, {.tp = tp,
+  const models::Model model = kind.build(c.model, {.tp = tp,
                                                    .tp_options = {.overlap = c.parallel.tp_overlap,
                                                                   .sequence = c.parallel.tp_sequence},
                                                    .sp = {.sp = &sp, .mode = c.parallel.sp_mode}});
+  models::check_model(model, kind.name());
   std::vector<LayerPlan> chain;
   for (const auto& layer : model.chain) {
     LayerPlan plan{.name = layer->name(), .cost = layer->cost(c.train.micro_batch, local_tokens, activation_bytes(c.model))};
@@ -120,7 +120,7 @@ double sparse_bytes(const RunPlan& plan, const ParamInfo& table) {
   const int64_t parts = c.parallel.sparse_partitions > 0 ? c.parallel.sparse_partitions : std::min(rows, n);
   const int64_t owned = (parts + n - 1) / n * ((rows + parts - 1) / parts);
   const int64_t samples = c.train.global_batch / c.parallel.dp;
-  const int64_t lookups = samples * models::model_kind(c.model.kind).lookups_per_sample(c.model, plan.local_tokens);
+  const int64_t lookups = samples * plan.kind->lookups_per_sample(c.model, plan.local_tokens);
   return static_cast<double>((3 * std::min(owned, rows) + 4 * std::min(rows, lookups)) * table.row_width * bytes);
 }
 
@@ -293,18 +293,21 @@ PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, 
           .backward_weight_s = cluster.compute_seconds(cost.backward_weight_flops, cost.gemm_dim, 0, 0, dtype)};
 }
 
-std::vector<LayerPlan> timed_chain(const Config& config, const Cluster* cluster) {
-  std::vector<LayerPlan> chain = describe_chain(config, config.model.seq_len / config.parallel.sp);
+std::vector<LayerPlan> timed_chain(const Config& config, const Cluster* cluster, const models::ModelKinds& kinds) {
+  std::vector<LayerPlan> chain = describe_chain(kinds.find(config.model.kind), config, config.model.seq_len / config.parallel.sp);
   time_chain(config, chain, cluster);
   return chain;
 }
 
-RunPlan make_plan(const Config& config, int world_size, const Cluster* cluster) {
-  RunPlan plan{.config = config, .world_size = world_size, .mesh = dist::mesh_shape(config.parallel)};
+RunPlan make_plan(const Config& config, int world_size, const Cluster* cluster, const models::ModelKinds& kinds) {
+  RunPlan plan{.config = config,
+               .kind = &kinds.find(config.model.kind),
+               .world_size = world_size,
+               .mesh = dist::mesh_shape(config.parallel)};
   plan.cluster = cluster;
   const auto& p = config.parallel;
   plan.local_tokens = config.model.seq_len / p.sp;
-  plan.chain = describe_chain(config, plan.local_tokens);
+  plan.chain = describe_chain(*plan.kind, config, plan.local_tokens);
   // Stages against the chain first: a huge parallel.pp must be refused, not simulated.
   pipeline::check_stage_count(static_cast<int64_t>(plan.chain.size()), p.pp * p.chunks);
   plan.profiled = !config.memory.profile.empty();

@@ -20,6 +20,7 @@
 
 #include "loom/core/config.h"
 #include "loom/dist/mesh.h"
+#include "loom/models/registry.h"
 #include "loom/nn/layer.h"
 #include "loom/nn/memory_policy.h"
 #include "loom/plan/cluster.h"
@@ -72,6 +73,9 @@ struct StagePlan {
 
 struct RunPlan {
   Config config;
+  // model.kind, from the registry make_plan was given (which must outlive the plan; the trainer
+  // keeps its own copy of it).
+  const models::ModelKind* kind = nullptr;
   int world_size = 1;
   dist::MeshShape mesh;
   std::vector<LayerPlan> chain;
@@ -108,11 +112,13 @@ inline constexpr double kPlannedBudgetShare = 0.9;
 // With a `cluster`, every layer's times come from its cost model (NOTE [Cluster cost model]), the
 // swap tier copies at its host link and the stages' boundaries cost a send; the message-tag limit
 // of this build's MPI executor is not checked (the plan is for that cluster).
-RunPlan make_plan(const Config& config, int world_size, const Cluster* cluster = nullptr);
+RunPlan make_plan(const Config& config, int world_size, const Cluster* cluster = nullptr,
+                  const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
 // The chain of `config` (tp rank 0's shard, one micro-batch), each layer timed on `cluster` (or,
 // without one, as make_plan times it): what a planner's bounds need, without a schedule.
-std::vector<LayerPlan> timed_chain(const Config& config, const Cluster* cluster);
+std::vector<LayerPlan> timed_chain(const Config& config, const Cluster* cluster,
+                                   const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
 // A layer's pass times on `cluster` (forward, backward input, backward weight), its collectives
 // priced by the links their groups span in `mesh`.

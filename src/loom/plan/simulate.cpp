@@ -108,7 +108,7 @@ double sparse_exchange_s(const RunPlan& plan, const Cluster& cluster) {
   const int64_t replicas = c.parallel.dp * c.parallel.sp;
   if (replicas <= 1) return 0;
   const int64_t samples = c.train.global_batch / c.parallel.dp;
-  const int64_t lookups = samples * models::model_kind(c.model.kind).lookups_per_sample(c.model, plan.local_tokens);
+  const int64_t lookups = samples * plan.kind->lookups_per_sample(c.model, plan.local_tokens);
   double bytes = 0;
   for (const LayerPlan& layer : plan.chain)
     for (const ParamInfo& p : layer.params)
@@ -177,7 +177,7 @@ StepPrediction simulate_step(const Config& config, const Cluster& cluster, int64
   out.pipeline_s = plan.prediction.simulation.makespan;
   out.gradient_tail_s = std::max(0.0, out.step_s - sparse - out.optimizer_s - out.pipeline_s);
   out.bubble_fraction = plan.prediction.simulation.bubble_fraction;
-  const models::Throughput items = models::model_kind(c.model.kind).throughput(c.model);
+  const models::Throughput items = plan.kind->throughput(c.model);
   out.tokens_per_s = static_cast<double>(c.train.global_batch * items.per_sample) / out.step_s;
   out.model_flops_per_device = model_flops / out.step_s;
   out.hardware_flops_per_device = hardware_flops / out.step_s;
@@ -218,7 +218,7 @@ std::string describe(const StepPrediction& p) {
   out += fmt::format("  step        {:.4g} s (pipeline {:.4g} s, gradient reduction not hidden {:.4g} s, optimizer {:.4g} s)\n",
                      p.step_s, p.pipeline_s, p.gradient_tail_s, p.optimizer_s);
   out += fmt::format("  throughput  {:.6g} {}/s; {:.4g} TFLOP/s model and {:.4g} with recompute per device; MFU {:.1f}%\n",
-                     p.tokens_per_s, models::model_kind(c.model.kind).throughput(c.model).items,
+                     p.tokens_per_s, p.plan.kind->throughput(c.model).items,
                      p.model_flops_per_device / 1e12, p.hardware_flops_per_device / 1e12, 100 * p.mfu);
   out += fmt::format("  bubble      {:.1f}% of the pipeline\n", 100 * p.bubble_fraction);
   for (size_t s = 0; s < p.peak_bytes_by_stage.size(); ++s)

@@ -49,8 +49,9 @@ int default_threads(const dist::Communicator& world) {
 
 }  // namespace
 
-Trainer::Trainer(Config config, dist::Communicator& world, const std::string& resume)
+Trainer::Trainer(Config config, dist::Communicator& world, const std::string& resume, const models::ModelKinds& kinds)
     : config_(std::move(config)),
+      kinds_(kinds),
       dtype_(nn::master_type(config_.model.dtype)),
       activations_(nn::activation_type(config_.model.dtype)),
       world_rank_(world.rank()),
@@ -82,16 +83,19 @@ Trainer::Trainer(Config config, dist::Communicator& world, const std::string& re
   comm_stats_.clear();  // set-up traffic (communicator splits) is not a step's
 }
 
-Trainer::Trainer(Config config, int world_size, int rank, int local_ranks, const std::string& resume)
+Trainer::Trainer(Config config, int world_size, int rank, int local_ranks, const std::string& resume,
+                 const models::ModelKinds& kinds)
     : config_(std::move(config)),
+      kinds_(kinds),
       dtype_(nn::master_type(config_.model.dtype)),
       activations_(nn::activation_type(config_.model.dtype)),
       world_rank_(rank) {
   check_input(world_size, local_ranks, resume);
 }
 
-plan::RunPlan Trainer::check(const Config& config, int world_size, int local_ranks, const std::string& resume) {
-  Trainer checked(config, world_size, 0, local_ranks, resume);  // every stage's memory is checked on the plan
+plan::RunPlan Trainer::check(const Config& config, int world_size, int local_ranks, const std::string& resume,
+                             const models::ModelKinds& kinds) {
+  Trainer checked(config, world_size, 0, local_ranks, resume, kinds);  // every stage's memory is checked on the plan
   return std::move(checked.plan_);
 }
 
@@ -145,14 +149,14 @@ models::Model Trainer::build_model(dist::Communicator& tp, parallel::SpOptions s
 // Every check that can fail on bad input, on the plan: nothing is allocated and nothing sent.
 void Trainer::check_input(int world_size, int local_ranks, const std::string& resume) {
   data::resolve_vocab(config_);  // model.vocab = "auto" (NOTE [Vocabulary from the data])
-  models::validate_config(config_);
+  models::validate_config(config_, kinds_);
   if (!config_.checkpoint.dir.empty()) ckpt::check_writable_dir(config_.checkpoint.dir);
   check_resume(resume);
   memory::install_accounting_allocator();
-  kind_ = &models::model_kind(config_.model.kind);
+  kind_ = &kinds_.find(config_.model.kind);
   data_ = kind_->open_data(config_);
   valid_ = open_valid(*kind_, config_);
-  plan_ = plan::make_plan(config_, world_size);
+  plan_ = plan::make_plan(config_, world_size, nullptr, kinds_);
   plan::check_memory(plan_, local_ranks, static_cast<double>(memory::live_bytes()));
 }
 
@@ -255,7 +259,7 @@ void Trainer::attach_sparse_tables(const optim::AdamWOptions& adamw) {
     Config dense = config_;
     dense.parallel.sparse = SparseMode::Off;
     try {
-      plan::check_memory(plan::make_plan(dense, mesh_->world().size()), base_world_->local_ranks(),
+      plan::check_memory(plan::make_plan(dense, mesh_->world().size(), nullptr, kinds_), base_world_->local_ranks(),
                          static_cast<double>(memory::live_bytes()));
     } catch (const InputError&) {
       dense_fits = false;
@@ -424,6 +428,7 @@ std::vector<StepRecord> Trainer::run_steps(const TrainOptions& options) {
     if (checkpoint_due(record.step, signal != 0 || record.step == last)) record.checkpoint_s = save_checkpoint(record.step);
     if (signal == 0 && eval_due(record.step, last)) validate_after(record);
     report.step(record, flops, peak_flops);
+    if (options.on_step) options.on_step(record);
     if (trace_) trace_->flush_gathered(*base_world_, report.trace_file());
     if (signal != 0) {
       if (checkpointer_) checkpointer_->finish();

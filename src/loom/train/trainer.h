@@ -54,21 +54,26 @@ struct TrainOptions {
   int64_t stop_after = 0;
   // Called on every rank after it wrote its file of a checkpoint (rank, step): the kill test's hook.
   std::function<void(int, int64_t)> after_checkpoint_file;
+  // Called on every rank after each step, with the step's record (the figures the metrics file
+  // gets; loss and gradient norm are the whole model's, the same on every rank).
+  std::function<void(const StepRecord&)> on_step;
 };
-
-
 
 class Trainer {
  public:
   // `resume`: "" (start fresh), "auto" (the latest complete checkpoint in checkpoint.dir, or fresh
   // when there is none) or a checkpoint directory (NOTE [Resuming]).
-  Trainer(Config config, dist::Communicator& world, const std::string& resume = "");
+  // `kinds`: the model kinds model.kind may name (NOTE [Model kinds are a value]); the trainer
+  // keeps a copy of it.
+  Trainer(Config config, dist::Communicator& world, const std::string& resume = "",
+          const models::ModelKinds& kinds = models::ModelKinds::builtin());
   ~Trainer();
   // Every check the constructor runs on bad input (config, data, layout against `world_size`
   // ranks, schedule, memory against the budget or against this machine shared by `local_ranks`),
   // for every pipeline stage, with no communicator and nothing allocated. Throws InputError.
   // Returns the plan those checks ran on (NOTE [Run plan]).
-  static plan::RunPlan check(const Config& config, int world_size, int local_ranks, const std::string& resume = "");
+  static plan::RunPlan check(const Config& config, int world_size, int local_ranks, const std::string& resume = "",
+                             const models::ModelKinds& kinds = models::ModelKinds::builtin());
   // The step a resumed run starts from (0: a fresh run), and what it loaded.
   int64_t start_step() const { return start_step_; }
   const std::string& resumed_from() const { return resume_dir_; }
@@ -113,7 +118,8 @@ class Trainer {
   }
 
  private:
-  Trainer(Config config, int world_size, int rank, int local_ranks, const std::string& resume);  // check() only
+  Trainer(Config config, int world_size, int rank, int local_ranks, const std::string& resume,
+          const models::ModelKinds& kinds);  // check() only
   void check_input(int world_size, int local_ranks, const std::string& resume);
   // Checkpoints (train/checkpointing.cpp).
   void check_resume(const std::string& spec);
@@ -158,6 +164,7 @@ class Trainer {
   dist::Communicator& replicas();  // the group weight gradients are summed over: dp, or dp x sp
 
   Config config_;
+  models::ModelKinds kinds_;    // what model.kind may name; kind_ and plan_.kind point into it
   at::ScalarType dtype_;        // the parameters' (master) type
   at::ScalarType activations_;  // the activations' and products' type (NOTE [Mixed precision])
   int world_rank_;

@@ -1,0 +1,80 @@
+#include "loom/api/program.h"
+
+#include <fmt/format.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <memory>
+
+#include "loom/core/error.h"
+#include "loom/dist/input_agreement.h"
+
+namespace loom {
+namespace {
+
+// LOOM_COMM_TIMEOUT_S, or 300 s. InputError for a value that is not a positive number.
+double comm_timeout_s() {
+  const char* text = std::getenv("LOOM_COMM_TIMEOUT_S");
+  if (text == nullptr) return 300.0;
+  char* end = nullptr;
+  const double seconds = std::strtod(text, &end);
+  LOOM_CHECK_INPUT(end != text && *end == '\0' && seconds > 0 && std::isfinite(seconds),
+                   "LOOM_COMM_TIMEOUT_S = \"{}\" is not a positive number of seconds", text);
+  return seconds;
+}
+
+// Errors before there is a runtime: one process, nobody to end.
+int startup_failure(const std::exception& e, int code) {
+  std::cerr << "loom: error: " << e.what() << '\n';
+  return code;
+}
+
+int guarded(dist::Runtime& runtime, const std::function<void(dist::Runtime&)>& body) {
+  const int rank = runtime.world().rank(), size = runtime.world().size();
+  // A failure at run time on any rank ends every rank: print it, then abort the whole job.
+  auto fail = [&](const char* what, int code) {
+    std::cerr << (size > 1 ? fmt::format("loom: error: [rank {}] {}\n", rank, what) : fmt::format("loom: error: {}\n", what))
+              << std::flush;
+    if (size > 1) runtime.abort_all(code);
+    return code;
+  };
+  try {
+    body(runtime);
+    return 0;
+  } catch (const AgreedError& e) {  // every rank stopped at the same point: rank 0 says why
+    if (rank == 0) std::cerr << (e.is_error() ? "loom: error: " : "loom: ") << e.what() << '\n' << std::flush;
+    return e.exit_code();
+  } catch (const dist::SilentInputError&) {
+    return 2;  // the first rank that refused the input printed why
+  } catch (const dist::AgreedInputError& e) {
+    std::cerr << "loom: error: " << e.what() << '\n';
+    return 2;
+  } catch (const InputError& e) {
+    if (size == 1) {
+      std::cerr << "loom: error: " << e.what() << '\n';
+      return 2;
+    }
+    return fail(e.what(), 2);  // refused on this rank alone: the others must not wait for it
+  } catch (const Error& e) {
+    return fail(e.what(), e.exit_code());
+  } catch (const std::exception& e) {
+    return fail(e.what(), 1);
+  }
+}
+
+}  // namespace
+
+int run_program(const std::function<void(dist::Runtime&)>& body) {
+  std::unique_ptr<dist::Runtime> runtime;
+  try {
+    runtime = std::make_unique<dist::Runtime>(comm_timeout_s());
+  } catch (const InputError& e) {  // a launch loom cannot run under (srun without PMI), a bad time-out
+    return startup_failure(e, 2);
+  } catch (const std::exception& e) {
+    return startup_failure(e, 1);
+  }
+  return guarded(*runtime, body);
+}
+
+}  // namespace loom

@@ -1,0 +1,7 @@
+#include "loom/version.h"
+
+namespace loom {
+
+const char* version() { return kVersion; }
+
+}  // namespace loom

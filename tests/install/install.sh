@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# loom as a user gets it (issue 20, docs/cpp-api.md): installs the build into a fresh prefix, then
+# builds examples/custom_model, copied out of the source tree, against that prefix alone, and runs
+# it: the gradient check of its layer, a dp = 2 training, its equivalence to the serial run under
+# dp = 2 and pp = 2 (1e-9), and bad input refused with loom's one line.
+#   usage: install.sh BUILD SOURCE MPIEXEC [MPIEXEC ARGS...]
+set -euo pipefail
+build=$(cd "$1" && pwd) src=$(cd "$2" && pwd)
+shift 2
+mpiexec=("$@")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+prefix=$work/prefix
+fail() { echo "install test: $*" >&2; exit 1; }
+
+cmake --install "$build" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install failed"; }
+for f in lib/libloom.so lib/libloom_sentencepiece.so bin/loom include/loom/loom.h lib/cmake/loom/loomConfig.cmake \
+         lib/cmake/loom/loomConfigVersion.cmake share/loom/clusters/local.toml; do
+  [ -e "$prefix/$f" ] || fail "$f is not installed"
+done
+"$prefix/bin/loom" --version | grep -qx "loom $(sed -n 's/.*kVersion = "\(.*\)";/\1/p' "$src/src/loom/version.h")" ||
+  fail "the installed loom reports another version"
+
+# The public surface is closed: every loom header an installed header includes is installed, and
+# one outside it (the trainer's internals) is not there to include.
+missing=$(cd "$prefix/include" && grep -ho '#include "loom/[^"]*"' -r loom | sed 's/#include "\(.*\)"/\1/' | sort -u |
+          while read -r h; do [ -f "$h" ] || echo "$h"; done)
+[ -z "$missing" ] || fail "installed headers include headers that are not installed: $missing"
+[ ! -e "$prefix/include/loom/train/trainer.h" ] || fail "loom/train/trainer.h is installed, but is not public"
+printf '#include <loom/train/trainer.h>\n' >"$work/private.cpp"
+if c++ -std=c++20 -fsyntax-only -I"$prefix/include" "$work/private.cpp" 2>"$work/private.log"; then
+  fail "a header outside the public surface compiled from the installed tree"
+fi
+grep -q "loom/train/trainer.h: No such file" "$work/private.log" || { cat "$work/private.log"; fail "unexpected error"; }
+
+# The example, out of the source tree, against the prefix only.
+cp -r "$src/examples/custom_model" "$work/example"
+launcher=()
+command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+cmake -S "$work/example" -B "$work/example/build" -DCMAKE_BUILD_TYPE=Release -DCMAKE_PREFIX_PATH="$prefix" \
+      "${launcher[@]}" >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; fail "configuring the example failed"; }
+cmake --build "$work/example/build" -j 2 >"$work/build.log" 2>&1 || { cat "$work/build.log"; fail "building the example failed"; }
+if grep -rq -- "$src" "$work/example/build/CMakeFiles/custom_model.dir/flags.make" "$work/example/build/CMakeFiles/custom_model.dir/link.txt"; then
+  fail "the example's build refers to loom's source tree"
+fi
+app=$work/example/build/custom_model
+ldd "$app" | grep -q "libloom.so.* => $prefix/lib/libloom.so" || { ldd "$app"; fail "the example does not run on the installed libloom.so"; }
+
+cd "$work/example"
+"$app" gradcheck | tee "$work/gradcheck.log"
+grep -q "^gradient check passed" "$work/gradcheck.log" || fail "the gradient check did not pass"
+
+"${mpiexec[@]}" -n 2 "$app" train two_experts.toml --set parallel.dp=2 --metrics "$work/metrics.jsonl" | tee "$work/train.log"
+[ "$(grep -c '^step ' "$work/train.log")" = 3 ] || fail "the dp = 2 training did not print 3 steps"
+[ "$(wc -l <"$work/metrics.jsonl")" = 3 ] || fail "the metrics file has not 3 lines"
+
+for layout in parallel.dp=2 parallel.pp=2; do
+  "${mpiexec[@]}" -n 2 "$app" equivalence two_experts.toml --set "$layout" | tee "$work/equivalence.log"
+  grep -q "^equivalence passed" "$work/equivalence.log" || fail "$layout: not equal to the serial run"
+done
+
+# Bad input from the custom kind: one line, exit 2, on every rank's behalf.
+refuses() {  # refuses PATTERN ARGS...: the run exits 2 and says PATTERN after "loom: error:"
+  local pattern=$1 rc=0
+  shift
+  "${mpiexec[@]}" -n 2 "$app" "$@" >"$work/out.log" 2>"$work/err.log" || rc=$?
+  [ "$rc" = 2 ] || { cat "$work/err.log"; fail "$*: exit code $rc, not 2"; }
+  grep -q "^loom: error: .*$pattern" "$work/err.log" || { cat "$work/err.log"; fail "$*: no 'loom: error: ...$pattern'"; }
+}
+refuses 'model.kind = "two_experts" has no tensor-parallel form' train two_experts.toml --set parallel.tp=2
+refuses 'model.kind = "nosuch" is not one of: gpt, dlrm, llama, two_experts' train two_experts.toml --set model.kind=nosuch
+echo "install test: installed, built against $prefix alone, gradient check, dp = 2 training and equivalence under dp = 2 and pp = 2 passed"
