@@ -21,6 +21,18 @@ done
 "$prefix/bin/loom" --version | grep -qx "loom $(sed -n 's/.*kVersion = "\(.*\)";/\1/p' "$src/src/loom/version.h")" ||
   fail "the installed loom reports another version"
 
+# The installed CLI finds what it ships relative to itself, not in the source tree: a cluster file
+# only the prefix has, and the SentencePiece module in lib/.
+sed 's/^name = .*/name = "installed-only"/' "$prefix/share/loom/clusters/local.toml" \
+  >"$prefix/share/loom/clusters/installed-only.toml"
+(cd "$work" && "$prefix/bin/loom" simulate -c "$src/configs/gpt-tiny.toml" --cluster installed-only --gpus 1 >/dev/null) ||
+  fail "the installed loom does not find share/loom/clusters"
+head -c 20000 /usr/share/common-licenses/GPL-3 >"$work/text.txt"
+(cd "$work" && LD_DEBUG=files "$prefix/bin/loom" data prepare --text text.txt --tokenizer bpe --vocab 400 \
+   --out tokens.bin >/dev/null 2>"$work/dl.log") || { tail -5 "$work/dl.log"; fail "the installed loom cannot tokenize"; }
+grep -q "file=$prefix/lib/libloom_sentencepiece.so" "$work/dl.log" ||
+  fail "the installed loom did not load its own SentencePiece module"
+
 # The public surface is closed: every loom header an installed header includes is installed, and
 # one outside it (the trainer's internals) is not there to include.
 missing=$(cd "$prefix/include" && grep -ho '#include "loom/[^"]*"' -r loom | sed 's/#include "\(.*\)"/\1/' | sort -u |
