@@ -91,6 +91,12 @@ TEST(Cluster, RefusesABadFileNamingTheKey) {
   EXPECT_THAT(refusal(edited("[device]", "[devices]")), HasSubstr("bad.toml: [device] is missing"));
   EXPECT_THAT(refusal(edited("bandwidth = 2.5e+10", "bandwidth = -1")),
               HasSubstr("bad.toml: links.inter_node.bandwidth = -1 must be a positive number"));
+  // Counts are whole numbers in range: a huge one is refused, not cast (a fuzz finding: 3.3e44
+  // converted to int64 is undefined behaviour).
+  EXPECT_THAT(refusal(edited("per_node = 8", "per_node = 3.3e44")),
+              HasSubstr("bad.toml: device.per_node = 3.3e+44 must be a whole number from 1 to 1048576"));
+  EXPECT_THAT(refusal(edited("per_node = 8", "per_node = 2.5")),
+              HasSubstr("device.per_node = 2.5 must be a whole number"));
   EXPECT_THAT(refusal(edited("gemm_max = 0.85", "gemm_max = 1.5")),
               HasSubstr("bad.toml: efficiency.gemm_max = 1.5 must be in (0, 1]"));
   EXPECT_THAT(refusal(edited("op = \"send_recv\"", "op = \"broadcast\"")),

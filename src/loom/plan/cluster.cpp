@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -99,6 +100,16 @@ class Reader {
     LOOM_CHECK_INPUT(v >= 0 && std::isfinite(v), "{}: {}{} = {} must be zero or positive", where_, prefix_, key, v);
     return v;
   }
+  // A count of devices or nodes: a whole number in [minimum, kMaxCount] (`fallback` when absent).
+  int64_t count(const std::string& key, int64_t minimum, std::optional<int64_t> fallback = std::nullopt) {
+    if (fallback && !table_.contains(key)) return known(key), *fallback;
+    const double v = number(key);
+    LOOM_CHECK_INPUT(v >= static_cast<double>(minimum) && v <= kMaxCount && v == std::floor(v),
+                     "{}: {}{} = {} must be a whole number from {} to {}; hint: see docs/planner.md", where_, prefix_,
+                     key, v, minimum, kMaxCount);
+    return static_cast<int64_t>(v);
+  }
+  static constexpr double kMaxCount = 1 << 20;  // more devices or nodes than any machine has
   std::string text(const std::string& key, const std::string& fallback) {
     known(key);
     const toml::node* node = table_.get(key);
@@ -153,7 +164,7 @@ std::vector<MeasuredCollective> read_collectives(const toml::table& root, const 
     LOOM_CHECK_INPUT(t != nullptr, "{}: each collective must be a table ([[collective]])", where);
     Reader r(*t, where, "collective.");
     MeasuredCollective m{.op = option_from<CommOp>(where + ": collective.op", r.text("op", "")),
-                         .ranks = static_cast<int64_t>(r.positive("ranks")),
+                         .ranks = r.count("ranks", 1),
                          .alpha_s = r.non_negative("alpha_s", 0),
                          .beta_s_per_byte = r.non_negative("beta_s_per_byte", 0)};
     LOOM_CHECK_INPUT(m.ranks >= 2, "{}: collective.ranks = {} must be at least 2", where, m.ranks);
@@ -177,8 +188,8 @@ Cluster cluster_from_toml(const std::string& text, const std::string& where) {
   Cluster c{.name = top.text("name", ""), .source = top.text("source", "")};
   LOOM_CHECK_INPUT(!c.name.empty(), "{}: name is missing; hint: name = \"my-cluster\"", where);
   Reader device(top.table("device"), where, "device.");
-  c.devices_per_node = static_cast<int64_t>(device.positive("per_node"));
-  c.max_nodes = static_cast<int64_t>(device.non_negative("max_nodes", 0));
+  c.devices_per_node = device.count("per_node", 1);
+  c.max_nodes = device.count("max_nodes", 0, 0);
   c.memory_bytes = device.positive("memory_bytes");
   c.memory_bytes_per_s = device.positive("memory_bandwidth");
   device.known("peak_flops");
