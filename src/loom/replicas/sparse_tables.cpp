@@ -123,13 +123,13 @@ std::vector<bool> SparseTables::choose_paths(const std::vector<nn::Param*>& tabl
                                              const std::function<void()>& pull) {
   const auto all = [&](bool sparse, const std::string& reason) {
     for (const nn::Param* p : tables) choices_.push_back({.table = p->name, .sparse = sparse, .reason = reason});
-    if (sparse) partitions_ = set_ ? options_.partitions : choose_partitions(tables, pull);
+    if (sparse) partitions_ = set_ ? options_.partitions : choose_partitions(tables, tp, pull);
     return std::vector<bool>(tables.size(), sparse);
   };
   if (options_.mode == SparseMode::On) return all(true, "parallel.sparse = on");
   if (options_.mode == SparseMode::Off) return all(false, "parallel.sparse = off");
   if (group_.size() == 1) return all(false, "auto: one replica, nothing to exchange");
-  if (!options_.saved.empty()) return saved_paths(tables, pull);
+  if (!options_.saved.empty()) return saved_paths(tables, tp, pull);
   at::Tensor too_big = at::full({1}, options_.dense_fits ? 0 : 1, at::kLong);  // any rank's verdict holds
   group_.all_reduce(too_big, dist::ReduceOp::Max);
   tp.all_reduce(too_big, dist::ReduceOp::Max);
@@ -139,7 +139,8 @@ std::vector<bool> SparseTables::choose_paths(const std::vector<nn::Param*>& tabl
 
 // The saved run's choices, table by table (the tables of this rank must all be among them; else
 // they are measured as usual). Every rank of the group decides from the same manifest.
-std::vector<bool> SparseTables::saved_paths(const std::vector<nn::Param*>& tables, const std::function<void()>& pull) {
+std::vector<bool> SparseTables::saved_paths(const std::vector<nn::Param*>& tables, dist::Communicator& tp,
+                                            const std::function<void()>& pull) {
   std::vector<bool> out;
   for (const nn::Param* p : tables) {
     const auto it = std::find_if(options_.saved.begin(), options_.saved.end(),
@@ -151,7 +152,7 @@ std::vector<bool> SparseTables::saved_paths(const std::vector<nn::Param*>& table
   if (std::find(out.begin(), out.end(), true) != out.end())
     partitions_ = set_                            ? options_.partitions
                   : options_.saved_partitions > 0 ? options_.saved_partitions
-                                                  : choose_partitions(tables, pull);
+                                                  : choose_partitions(tables, tp, pull);
   return out;
 }
 
@@ -159,7 +160,7 @@ std::vector<bool> SparseTables::saved_paths(const std::vector<nn::Param*>& table
 std::vector<bool> SparseTables::measure_paths(const std::vector<nn::Param*>& tables,
                                               const std::vector<TableContext>& contexts, dist::Communicator& tp,
                                               const std::function<void()>& pull) {
-  partitions_ = set_ ? options_.partitions : choose_partitions(tables, pull);
+  partitions_ = set_ ? options_.partitions : choose_partitions(tables, tp, pull);
   int64_t companions = 0;  // the tables of one layer share a bucket: its dense rest
   for (const TableContext& c : contexts) companions = std::max(companions, c.companions);
   const std::vector<double> sparse = sparse_trial(tables, partitions_, pull, companions);
@@ -230,7 +231,8 @@ std::vector<double> SparseTables::sparse_trial(const std::vector<nn::Param*>& ta
 // time of P is the sum over tables of their medians, and every rank takes the group's slowest,
 // so all fit the same numbers and pick the same P. The partition count never changes the
 // numbers trained, only the time.
-int64_t SparseTables::choose_partitions(const std::vector<nn::Param*>& tables, const std::function<void()>& pull) {
+int64_t SparseTables::choose_partitions(const std::vector<nn::Param*>& tables, dist::Communicator& tp,
+                                        const std::function<void()>& pull) {
   const int64_t n = group_.size();
   if (n == 1) return 1;  // one owner: partitions change nothing
   int64_t rows = std::numeric_limits<int64_t>::max();
@@ -248,6 +250,9 @@ int64_t SparseTables::choose_partitions(const std::vector<nn::Param*>& tables, c
     seconds[static_cast<int64_t>(c)] = total;
   }
   group_.all_reduce(seconds, dist::ReduceOp::Max);
+  // And over tp: each tp rank's replicas are a group of their own, and a checkpoint records one
+  // count for the run, so every group must choose the same (timings differ between groups).
+  tp.all_reduce(seconds, dist::ReduceOp::Max);
   std::vector<double> measured(candidates.size());
   for (size_t c = 0; c < candidates.size(); ++c) {
     measured[c] = seconds[static_cast<int64_t>(c)].item<double>();

@@ -83,12 +83,15 @@ class SparseTables {
 
  private:
   class LazyRows;
-  std::vector<bool> saved_paths(const std::vector<nn::Param*>& tables, const std::function<void()>& pull);
+  std::vector<bool> saved_paths(const std::vector<nn::Param*>& tables, dist::Communicator& tp,
+                                const std::function<void()>& pull);
   std::vector<bool> choose_paths(const std::vector<nn::Param*>& tables, const std::vector<TableContext>& contexts,
                                  dist::Communicator& tp, const std::function<void()>& pull);
   std::vector<bool> measure_paths(const std::vector<nn::Param*>& tables, const std::vector<TableContext>& contexts,
                                   dist::Communicator& tp, const std::function<void()>& pull);
-  int64_t choose_partitions(const std::vector<nn::Param*>& tables, const std::function<void()>& pull);
+  // The partition count from timed trials, agreed over the group and tp (the same on every rank).
+  int64_t choose_partitions(const std::vector<nn::Param*>& tables, dist::Communicator& tp,
+                            const std::function<void()>& pull);
   // Seconds per step of each table on the sparse path at `partitions`: the median of three runs
   // of the step-0 exchange and update on scratch tables of zeros (one value per table), the
   // pushes made while `companions` elements are all-reduced (their wait shared by the tables).
