@@ -9,6 +9,7 @@
 
 #include "loom/dist/null_communicator.h"
 #include "dist/world.h"
+#include "loom/train/equivalence.h"
 #include "loom/train/trainer.h"
 #include "unit/layer_check.h"
 
@@ -80,14 +81,9 @@ inline TrainedRun train_run(const Config& config, dist::Communicator& world) {
   return run;
 }
 
-inline TrainedRun run_serial(Config config) {
-  // parallel.sparse picks the tables' optimizer (lazy or dense AdamW): part of the model, not the layout.
-  const Option<SparseMode> sparse = config.parallel.sparse;
-  config.parallel = ParallelConfig{};
-  config.parallel.sparse = sparse;
-  config.memory = MemoryConfig{};  // recomputation, swapping and budgets change memory, not the model
+inline TrainedRun run_serial(const Config& config) {
   dist::NullCommunicator alone;
-  return train_run(config, alone);
+  return train_run(train::serial_config(config), alone);
 }
 
 // Collective over world(): the ranks' parameters together hold every element of every serial

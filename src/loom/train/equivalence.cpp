@@ -47,6 +47,14 @@ at::Tensor serial_part(const at::Tensor& serial, const Shard& shard, at::Tensor&
 
 }  // namespace
 
+Config serial_config(const Config& config) {
+  Config serial = config;
+  serial.parallel = ParallelConfig{};
+  serial.parallel.sparse = config.parallel.sparse;
+  serial.memory = MemoryConfig{};
+  return serial;
+}
+
 double Equivalence::worst() const {
   if (!problems.empty()) return std::numeric_limits<double>::infinity();
   return std::max({loss, grad_norm, weights});
@@ -61,13 +69,9 @@ std::string Equivalence::describe() const {
 }
 
 Equivalence compare_with_serial(const Config& config, dist::Communicator& world, const models::ModelKinds& kinds) {
-  Config serial_config = config;
-  serial_config.parallel = ParallelConfig{};
-  serial_config.parallel.sparse = config.parallel.sparse;  // it picks the tables' optimizer: the model's
-  serial_config.memory = MemoryConfig{};
   const Trained layout = trained_run(config, world, kinds);
   dist::NullCommunicator alone;
-  const Trained serial = trained_run(serial_config, alone, kinds);
+  const Trained serial = trained_run(serial_config(config), alone, kinds);
 
   Equivalence out{.steps = static_cast<int64_t>(layout.records.size())};
   if (layout.records.size() != serial.records.size())

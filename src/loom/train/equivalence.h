@@ -32,6 +32,10 @@ struct Equivalence {
   std::string describe() const;  // one line
 };
 
+// The serial run of `config`: every parallel degree 1 and the memory policy at its default;
+// parallel.sparse stays, since it picks the tables' optimizer (lazy or dense AdamW): the model's.
+Config serial_config(const Config& config);
+
 // Collective over `world`: every rank calls it with the same config. Throws InputError (agreed
 // by every rank) for a config the layout or the serial run refuses.
 Equivalence compare_with_serial(const Config& config, dist::Communicator& world,
