@@ -119,12 +119,11 @@ void traced(const ExecutorHooks& hooks, const std::string& name, const char* cat
 // same shape for a floating-point input (a layer of one's own that gets it wrong would otherwise
 // fail later, in another layer or a send, far from the cause). The chain's first layer takes
 // token ids and returns no gradient that is used.
-void check_input_gradient(const nn::Layer& layer, const at::Tensor& dx, const std::vector<int64_t>& input_shape,
-                          bool floating) {
+void check_input_gradient(const nn::Layer& layer, const at::Tensor& dx, at::IntArrayRef input_shape, bool floating) {
   if (!floating) return;
   LOOM_CHECK(dx.defined(), "layer \"{}\": backward_input returned no gradient for its input of shape [{}]; hint: it "
              "returns dL/dx, shaped like forward's input", layer.name(), fmt::join(input_shape, ", "));
-  LOOM_CHECK(dx.sizes() == at::IntArrayRef(input_shape),
+  LOOM_CHECK(dx.sizes() == input_shape,
              "layer \"{}\": backward_input returned a gradient of shape [{}] for its input of shape [{}]; hint: it "
              "returns dL/dx, shaped like forward's input", layer.name(), fmt::join(dx.sizes(), ", "),
              fmt::join(input_shape, ", "));
@@ -167,7 +166,7 @@ int cost_column(schedule::Op op) {
 struct PipelineExecutor::Flight {
   nn::MicroBatch mb;
   std::vector<nn::Saved> saved;
-  std::vector<std::vector<int64_t>> input_shapes;  // each layer's input, for its gradient's check
+  std::vector<c10::DimVector> input_shapes;  // each layer's input, for its gradient's check (no allocation)
   std::vector<char> floating_inputs;
   std::vector<at::Tensor> inputs;  // inputs of the layers that recompute, until R
   at::Tensor input;                // received activation
@@ -366,7 +365,7 @@ void PipelineExecutor::forward(Step& step, const schedule::Action& a, Flight& f,
   for (size_t l = 0; l < n; ++l) {
     const bool input_only = memory_of(chunk, l).after_forward == AfterForward::KeepInput;
     if (input_only) f.inputs[l] = x;
-    f.input_shapes[l] = x.sizes().vec();
+    f.input_shapes[l] = c10::DimVector(x.sizes());
     f.floating_inputs[l] = x.is_floating_point();
     traced(hooks, chunk.layers[l]->name(), "forward", [&] { x = chunk.layers[l]->forward(x, f.mb, f.saved[l]); });
     step.sends.drive();
