@@ -12,6 +12,13 @@
 #   keep           checkpoint.keep = 2 leaves the 2 newest; a stale partial save is removed, the
 #                  user's own files in the directory are not; --resume auto of a finished run
 #                  trains nothing, changes nothing and exits 0
+#   killed         SIGKILL of either rank of a 2-rank job (NOTE [Live output files]): the metrics file
+#                  under its own name holds every finished step, the trace opens (closed by rank 0
+#                  when its peer died); --resume auto keeps the records up to the checkpoint, byte for
+#                  byte, and continues with the uninterrupted run's losses
+#   one_run        a checkpoint folder belongs to one run (NOTE [A checkpoint folder belongs to one
+#                  run]): a fresh run into a folder with checkpoints is refused; --trace, --metrics and
+#                  an export may not write inside a checkpoint folder or a checkpoint.dir to be
 #   resume_layout  saved at 2 ranks (dp = 2), resumed at 1 rank
 #   truncated flipped other_model missing_file bad_version not_writable not_checkpoint dir_is_file:
 #                  bad input: exit 2, one `loom: error:` line naming the file and what is wrong,
@@ -143,8 +150,25 @@ check_refused() {
 saved() { train1 --set train.steps=4 --set checkpoint.dir=D --set checkpoint.every=2 >out.txt 2>err.txt || fail "save"; }
 more=(--set checkpoint.dir=D --set train.steps=8)
 case $case in
-  kill|preempt|async|resume_layout|missing_file) [ ${#mpi[@]} -gt 0 ] || fail "case $case needs MPIEXEC" ;;
+  kill|killed|preempt|async|resume_layout|missing_file) [ ${#mpi[@]} -gt 0 ] || fail "case $case needs MPIEXEC" ;;
 esac
+# rank_pid JOB R: the process of world rank R among the launcher JOB's children.
+rank_pid() {
+  local p
+  for p in $(pgrep -P "$1"); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return 0; }
+  done
+  return 1
+}
+# trace_opens FILE [closed]: the trace parses as JSON, as written (closed) or as a cut array.
+trace_opens() {
+  python3 - "$@" <<'PY' || fail "the trace $1 does not open"
+import json, sys
+text = open(sys.argv[1]).read()
+events = json.loads(text if len(sys.argv) > 2 else text + "]")
+assert any(e.get("ph") == "X" for e in events), "no events"
+PY
+}
 
 case $case in
   kill)
@@ -175,9 +199,14 @@ case $case in
     # ranks 1 s late and be followed by SIGKILL 1 s after it (odls_base_sigkill_timeout): whether the
     # step, the save and the flush fit in that second is timing, which no test may depend on.
     long=(--set train.steps=100000 --set checkpoint.dir=D)
-    launch2 "${long[@]}" --metrics p.jsonl >out.txt 2>err.txt &
+    launch2 "${long[@]}" --metrics p.jsonl --trace t.json >out.txt 2>err.txt &
     job=$!
-    wait_for '[ "$(lines .p.jsonl.loom-partial)" -ge 3 ]' $job
+    # While the job runs, its outputs are there under their names: loom plot draws the metrics and
+    # the trace opens as the cut array it is until the end.
+    wait_for '[ "$(lines p.jsonl)" -ge 3 ]' $job
+    "$loom" plot p.jsonl --out live.svg >plot.txt 2>&1 || { cat plot.txt; fail "loom plot of the running job"; }
+    grep -q '<svg' live.svg || fail "live.svg is no SVG"
+    trace_opens t.json
     ranks=$(pgrep -P $job)
     [ "$(echo $ranks | wc -w)" -eq 2 ] || fail "want 2 rank processes, found: $ranks"
     kill -TERM $ranks
@@ -185,7 +214,7 @@ case $case in
     rc=$?
     job=""
     [ $rc -eq 143 ] || fail "exit code $rc, want 143"
-    grep -qE '^loom: interrupted at step [0-9]+ by SIGTERM; metrics and trace flushed; checkpoint: D/step-[0-9]{7}$' \
+    grep -qE '^loom: interrupted at step [0-9]+ by SIGTERM \(as the launcher passes on a Ctrl-C, or a batch system stops the job\); metrics and trace flushed; checkpoint: D/step-[0-9]{7}$' \
       err.txt || fail "no interrupted line naming the checkpoint"
     k=$(sed -nE 's/^loom: interrupted at step ([0-9]+) .*/\1/p' err.txt)
     name=$(printf 'step-%07d' "$k")
@@ -193,6 +222,7 @@ case $case in
     latest_is D "$name"
     [ -f "D/$name/manifest.json" ] || fail "D/$name is not complete"
     [ "$(lines p.jsonl)" -eq "$k" ] || fail "metrics hold $(lines p.jsonl) steps, the message says $k"
+    trace_opens t.json closed
     # The cosine schedule spans train.steps: the continued and the uninterrupted run both keep
     # train.steps and stop after step k + 4 (--stop-after saves a checkpoint there).
     end=$((k + 4))
@@ -249,6 +279,55 @@ case $case in
       out.txt || fail "no 'the run is complete' line"
     grep -q '^step ' out.txt && fail "a finished run trained"
     [ "$(snapshot D m.jsonl)" = "$all" ] || fail "resuming the finished run changed D or the metrics" ;;
+  killed)
+    # Rank R stops at the start of step 8 (LOOM_FAULT counts from 0): steps 1-7 are finished and
+    # step 6 is the last checkpoint; the other rank waits in step 8's collectives. Then R is killed.
+    long=(--set train.steps=100000 --set checkpoint.every=3)
+    train2 "${long[@]}" --set checkpoint.dir=R --stop-after 10 --metrics r.jsonl >out.txt 2>err.txt ||
+      fail "the uninterrupted run"
+    for victim in 0 1; do
+      LOOM_FAULT="rank=$victim,step=7,kind=hang" launch2 "${long[@]}" --set checkpoint.dir=K$victim \
+        --metrics k$victim.jsonl --trace t$victim.json >out.txt 2>err.txt &
+      job=$!
+      wait_for "[ \"\$(lines k$victim.jsonl)\" -eq 7 ] && [ -d K$victim/step-0000006 ]" $job
+      pid=$(rank_pid $job $victim) || fail "no process of rank $victim"
+      kill -9 "$pid"
+      wait $job
+      rc=$?
+      job=""
+      [ $rc -ne 0 ] || fail "the job whose rank $victim was killed exited 0"
+      [ ! -e .k$victim.jsonl.loom-partial ] || fail "a hidden partial metrics file was left"
+      python3 -c 'import json,sys; assert [json.loads(l)["step"] for l in open(sys.argv[1])] == list(range(1, 8))' \
+        k$victim.jsonl || fail "k$victim.jsonl does not hold steps 1-7 as whole lines"
+      if [ $victim -eq 1 ]; then trace_opens t$victim.json closed; else trace_opens t$victim.json; fi
+      head -6 k$victim.jsonl >before.jsonl
+      train2 "${long[@]}" --set checkpoint.dir=K$victim --resume auto --stop-after 10 --metrics k$victim.jsonl \
+        >out.txt 2>err.txt || fail "the resumed run (rank $victim killed)"
+      grep -q "^loom: resumed from K$victim/step-0000006 at step 6 " out.txt || fail "not resumed from step 6"
+      [ "$(head -6 k$victim.jsonl)" = "$(cat before.jsonl)" ] || fail "the records of steps 1-6 changed"
+      tail -n +7 k$victim.jsonl >after.jsonl
+      same_steps after.jsonl r.jsonl 7 10
+      echo "ok: rank $victim killed at step 8: steps 1-6 kept, 7-10 trained again as the uninterrupted run"
+    done ;;
+  one_run)
+    saved
+    watch=(D)
+    refused 'checkpoint\.dir = "D" holds the checkpoints of another run \(step-0000002, step-0000004\): a fresh run' \
+      "${more[@]}"
+    refused "--trace 'D/latest' is in checkpoint\.dir = \"D\"" "${more[@]}" --resume auto --trace D/latest
+    refused "--trace 'D/step-0000002/t\.json' is in" --set checkpoint.dir=E --trace D/step-0000002/t.json
+    watch=(D new)
+    refused "--trace 'new/ck/t\.json' is in checkpoint\.dir = \"new/ck\"" --set checkpoint.dir=new/ck --trace new/ck/t.json
+    [ ! -e new ] || fail "a refused run made new/"
+    before=$(snapshot D)
+    "$loom" ckpt export D/step-0000004 --out D/step-0000002/rank-00000.safetensors >out.txt 2>err.txt
+    rc=$?
+    [ $rc -eq 2 ] && grep -q "^loom: error: --out 'D/step-0000002/rank-00000.safetensors' is in" err.txt ||
+      fail "an export over another step's file: exit $rc"
+    [ "$(snapshot D)" = "$before" ] || fail "the refused export changed D"
+    train1 "${more[@]}" --resume auto --set checkpoint.every=2 >out.txt 2>err.txt || fail "resuming the folder's run"
+    grep -q '^loom: resumed from D/step-0000004 at step 4 ' out.txt || fail "not resumed from D/step-0000004"
+    latest_is D step-0000008 ;;
   resume_layout)
     train2 --set train.steps=4 --set checkpoint.dir=D --metrics r2.jsonl >out.txt 2>err.txt || fail "the 2-rank run"
     train2 --set train.steps=8 --set checkpoint.dir=E --resume D/step-0000004 --metrics c2.jsonl >out.txt 2>err.txt ||
@@ -257,7 +336,7 @@ case $case in
       fail "the 1-rank resume"
     grep -q '^loom: resumed from D/step-0000004 at step 4 (saved with 2 ranks, dp=2' out.txt ||
       fail "the header does not say 'resumed from ... saved with 2 ranks'"
-    grep -qE 'dp=1, 1 ranks? x' out.txt || fail "the resumed run is not 1 rank"
+    grep -q '; 1 rank = dp 1 x tp 1 x pp 1 x sp 1, ' out.txt || fail "the resumed run is not 1 rank"
     latest_is D step-0000008
     # Another layout is the same run up to floating-point reassociation (float32 here).
     python3 - c1.jsonl c2.jsonl <<'PY' || fail "the 1-rank continuation differs from the 2-rank one"

@@ -72,7 +72,7 @@ check_launch() {
   info=$(wait_job "$job" 60)
   [[ $info == *JobState=COMPLETED* && $info == *ExitCode=0:0* ]] || fail "launch: the job did not complete: $info"
   [ "$(grep -c '^loom: .* parameters' launch.out)" -eq 1 ] || fail "launch: expected one header (rank 0's)"
-  grep -q '^loom: .*dp=2, 2 ranks' launch.out || fail "launch: the header does not say dp=2, 2 ranks"
+  grep -q '^loom: .*; 2 ranks = dp 2 x ' launch.out || fail "launch: the header does not say 2 ranks = dp 2"
   [ "$(metric_steps launch/metrics.jsonl | tr '\n' ' ')" = "1 2 3 " ] || fail "launch: metrics are not steps 1 2 3"
   [ "$(cat launch/ckpt/latest)" = step-0000003 ] || fail "launch: no checkpoint of step 3"
   [ -f launch/ckpt/step-0000003/rank-00000.safetensors ] && [ -f launch/ckpt/step-0000003/rank-00001.safetensors ] ||

@@ -167,5 +167,67 @@ TEST(CheckpointDir, LatestCommitAndKeep) {
   fs::remove_all(dir);
 }
 
+// NOTE [A checkpoint folder belongs to one run]: two runs' checkpoints in one directory (as
+// folders written before run identities could hold): each run's commit prunes its own steps only,
+// a fresh run and a resume are refused while another run's are there, and without a valid
+// `latest` the reader refuses to pick between the runs.
+TEST(CheckpointDir, EachRunPrunesAndPicksItsOwn) {
+  const fs::path dir = fresh_dir("ckpt-runs");
+  const auto save = [&](int64_t step, const std::string& run) {
+    const std::string partial = begin_partial(dir.string(), step);
+    std::ofstream(fs::path(partial) / "manifest.json") << R"({"state": {"run": {"id": ")" << run << R"("}}})";
+    commit_partial(dir.string(), step, 2, run);
+  };
+  const auto present = [&](int64_t step) { return fs::exists(dir / step_name(step)); };
+  EXPECT_NO_THROW(check_dir_for_run(dir.string(), std::nullopt));  // empty: a fresh run may start
+  save(2, "a");
+  save(4, "a");
+  EXPECT_EQ(run_of((dir / step_name(4)).string()), "a");
+  EXPECT_NO_THROW(check_dir_for_run(dir.string(), "a"));
+  EXPECT_THROW(check_dir_for_run(dir.string(), std::nullopt), InputError);
+  save(5, "b");
+  save(7, "b");
+  save(9, "b");  // b keeps 7 and 9; a's 2 and 4 are not b's to prune
+  EXPECT_TRUE(present(2) && present(4) && !present(5) && present(7) && present(9));
+  save(6, "a");  // a keeps 4 and 6
+  EXPECT_TRUE(!present(2) && present(4) && present(6) && present(7) && present(9));
+  EXPECT_THROW(check_dir_for_run(dir.string(), "a"), InputError);
+  EXPECT_EQ(latest_checkpoint(dir.string()), (dir / "step-0000006").string());  // `latest` is trusted
+  fs::remove(dir / "latest");
+  try {
+    latest_checkpoint(dir.string());
+    ADD_FAILURE() << "picked a checkpoint among two runs";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("several runs"), std::string::npos) << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+// Outputs may not be written where loom keeps checkpoints: inside this run's checkpoint.dir
+// (existing or not), or inside any checkpoint or checkpoint folder.
+TEST(CheckpointDir, OutputsStayOutsideCheckpoints) {
+  const fs::path dir = fresh_dir("ckpt-outputs");
+  const std::string ck = (dir / "ck").string(), missing = (dir / "new" / "ck").string();
+  const std::string partial = begin_partial(ck, 4);
+  std::ofstream(fs::path(partial) / "manifest.json") << "{}";
+  commit_partial(ck, 4, 2);
+  const auto refused = [&](const std::string& out, const std::string& own) {
+    try {
+      check_outside_checkpoints({{out, "--trace"}}, own);
+    } catch (const InputError& e) {
+      return std::string(e.what()).find("--trace '" + out + "' is in") != std::string::npos;
+    }
+    return false;
+  };
+  EXPECT_TRUE(refused(ck + "/latest", ""));
+  EXPECT_TRUE(refused(ck + "/step-0000004/rank-00000.safetensors", ""));
+  EXPECT_TRUE(refused(ck + "/t.json", ck));
+  EXPECT_TRUE(refused(missing + "/t.json", missing));  // a checkpoint.dir not made yet
+  EXPECT_TRUE(refused(missing, missing));              // the output would take its name
+  EXPECT_NO_THROW(check_outside_checkpoints({{(dir / "t.json").string(), "--trace"}}, ck));
+  EXPECT_NO_THROW(check_outside_checkpoints({{(dir / "ck-t.json").string(), "--trace"}}, ck));
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace loom::ckpt

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "loom/core/error.h"
+#include "loom/core/live_file.h"
 #include "loom/core/output_file.h"
 
 namespace loom {
@@ -91,6 +92,38 @@ TEST_F(OutputFileTest, OutputsAreCheckedAgainstInputsAndEachOther) {
   refused({{path("nowhere/m"), "--metrics"}}, "does not exist");
   EXPECT_NO_THROW(check_output_paths({{path("data.bin"), "the data file"}},
                                      {{path("m"), "--metrics"}, {path("sub/t.json"), "--trace"}}));
+}
+
+// NOTE [Live output files]: a live file is under its own name from the start, each append is
+// there at once, a resume keeps the lines it is asked to (dropping a cut last line), and an
+// earlier loom's hidden temporary is continued when the named file is missing.
+TEST_F(OutputFileTest, ALiveFileIsReadableAsItIsWrittenAndResumesItsKeptLines) {
+  const std::string p = path("m.jsonl");
+  write(p, "old\n");
+  {
+    LiveFile live = LiveFile::start(p);
+    EXPECT_EQ(read(p), "");  // a fresh run starts the file afresh
+    live.append("1\n");
+    EXPECT_EQ(read(p), "1\n");  // no buffer between the writer and a reader
+    live.append("2\n3\n");
+    live.close("end\n");
+    live.append("dropped\n");  // after close(): the process is ending
+  }
+  EXPECT_EQ(read(p), "1\n2\n3\nend\n");
+  EXPECT_FALSE(fs::exists(OutputFile::temporary_for(p)));
+  write(p, "1\n2\n3\n4\n{\"cut");
+  {
+    LiveFile live = LiveFile::resume(p, [](std::string_view line) { return line <= "2"; });
+    EXPECT_EQ(read(p), "1\n2\n");
+    live.append("3'\n");
+  }
+  EXPECT_EQ(read(p), "1\n2\n3'\n");
+  fs::remove(p);
+  write(OutputFile::temporary_for(p), "1\n2\n");  // left by a loom that wrote through a temporary
+  { LiveFile live = LiveFile::resume(p, [](std::string_view) { return true; }); }
+  EXPECT_EQ(read(p), "1\n2\n");
+  EXPECT_FALSE(fs::exists(OutputFile::temporary_for(p)));
+  EXPECT_THROW(LiveFile::start(path("missing/m.jsonl")), InputError);
 }
 
 }  // namespace

@@ -5,11 +5,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "loom/data/markov_source.h"
 #include "loom/dist/null_communicator.h"
 #include "loom/memory/accounting_allocator.h"
+#include "loom/train/progress.h"
 #include "loom/train/trainer.h"
 #include "unit/layer_check.h"
 
@@ -200,6 +202,27 @@ TEST(Trainer, RefusesABudgetTooSmallBeforeAllocatingParameters) {
   }
   EXPECT_EQ(memory::live_bytes(), before);
   EXPECT_EQ(memory::budget(), 0);
+}
+
+// The ETA is this process's pace over the steps it ran, times the steps it has left: a run
+// resumed at step 100 of 150 that took 10 s for step 101 has 49 steps, 490 s, to go (the old
+// line divided by the global step and said 0:04); --stop-after ends it earlier; hours are shown.
+TEST(Progress, TheEtaCountsThisProcessStepsToItsLastStep) {
+  EXPECT_EQ(eta_text(10, 1, 49), "8:10");
+  EXPECT_EQ(eta_text(10, 0, 49), "?");
+  EXPECT_EQ(eta_text(7200, 1, 1), "2:00:00");
+  EXPECT_EQ(eta_text(3599, 1, 1), "59:59");
+  const auto line = [](int64_t first, int64_t last, int64_t step) {
+    std::ostringstream out;
+    ProgressPrinter printer(&out, first, last, 150, "tok", std::chrono::steady_clock::now() - std::chrono::seconds(10));
+    StepRecord r;
+    r.step = step;
+    printer.print(r);
+    return out.str();
+  };
+  EXPECT_THAT(line(100, 150, 101), ::testing::HasSubstr("step 101/150 |"));
+  EXPECT_THAT(line(100, 150, 101), ::testing::EndsWith("| eta 8:10\n"));
+  EXPECT_THAT(line(100, 120, 101), ::testing::EndsWith("| eta 3:10\n"));  // --stop-after 120
 }
 
 }  // namespace

@@ -28,9 +28,11 @@ void write_trace(const plan::StepPrediction& p, const std::string& path) {
     const std::string text = trace.take_events();
     if (!text.empty()) events += (events.empty() ? "" : ",\n") + text;
   }
-  trace::TraceFile file(path, ranks);
-  file.append(events);
-  file.close();
+  OutputFile file(path);  // a whole file, written then renamed into place (NOTE [Output files])
+  file.write(trace::trace_head(ranks));
+  if (!events.empty()) file.write(",\n" + events);
+  file.write(trace::kTraceEnd);
+  file.commit();
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 
 #include "commands.h"
 #include "config_options.h"
+#include "loom/ckpt/checkpoint_dir.h"
 #include "loom/core/error.h"
 #include "loom/plan/gemm_peak.h"
 #include "loom/dist/input_agreement.h"
@@ -85,6 +86,7 @@ Action add_train(CLI::App& app) {
         std::vector<PathUse> outputs;
         if (!options->metrics_path.empty()) outputs.push_back({options->metrics_path, "--metrics"});
         if (!options->trace_path.empty()) outputs.push_back({options->trace_path, "--trace"});
+        ckpt::check_outside_checkpoints(outputs, loaded.checkpoint.dir);
         check_output_paths(config->inputs(loaded), outputs);
       }
     } catch (const InputError&) {

@@ -244,7 +244,8 @@ void Checkpointer::commit() {
     try {
       const std::string path = (fs::path(p->partial) / "manifest.json").string();
       write_synced(path, manifest_text(build_manifest(p->meta, p->plan, reports)));
-      commit_partial(options_.dir, p->meta.step, options_.keep);
+      const nlohmann::json run = p->meta.state.value("run", nlohmann::json::object());
+      commit_partial(options_.dir, p->meta.step, options_.keep, run.value("id", std::string()));
     } catch (const std::exception& e) {
       failure = e.what();
     }

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <thread>
 
@@ -116,9 +117,32 @@ void InterruptHandler::watch_local_peers(int my_rank, std::vector<LocalPeer> pee
                                              "ending the job\n", dead);
         [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
       }
+      run_peer_loss_action();
       ::_exit(1);
     }
   });
+}
+
+void InterruptHandler::at_peer_loss(std::function<void()> action) {
+  const std::lock_guard lock(peer_loss_mutex_);
+  peer_loss_ = std::move(action);
+}
+
+void InterruptHandler::run_peer_loss_action() noexcept {
+  const std::lock_guard lock(peer_loss_mutex_);
+  if (!peer_loss_) return;
+  try {
+    peer_loss_();
+  } catch (...) {  // the process ends next whatever happens: the outputs stay as they are
+  }
+}
+
+PeerLossAction::PeerLossAction(InterruptHandler* handler, std::function<void()> action) : handler_(handler) {
+  if (handler_ != nullptr) handler_->at_peer_loss(std::move(action));
+}
+
+PeerLossAction::~PeerLossAction() {
+  if (handler_ != nullptr) handler_->at_peer_loss({});
 }
 
 std::string signal_name(int signal) {
@@ -127,6 +151,12 @@ std::string signal_name(int signal) {
     case SIGTERM: return "SIGTERM";
     default: return fmt::format("signal {}", signal);
   }
+}
+
+std::string signal_text(int signal) {
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr || std::getenv("SLURM_JOB_ID") != nullptr;
+  if (signal != SIGTERM || !launched) return signal_name(signal);
+  return "SIGTERM (as the launcher passes on a Ctrl-C, or a batch system stops the job)";
 }
 
 }  // namespace loom::dist

@@ -10,11 +10,15 @@
 // A rank killed outright (SIGKILL, the out-of-memory killer) cannot say anything; under mpirun
 // the launcher then sends SIGTERM to the others. With `watch_local_peers`, a rank that receives a
 // signal looks for peers on its machine whose process has gone, and if it finds one the lowest
-// surviving local rank prints `loom: error: rank R ended unexpectedly` before the job ends.
+// surviving local rank prints `loom: error: rank R ended unexpectedly` before the job ends, and
+// every surviving rank first runs its `at_peer_loss` action (closing its live outputs, NOTE [Live
+// output files]) on the watch thread.
 #include <sys/types.h>
 
 #include <atomic>
 #include <csignal>
+#include <functional>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,15 +48,38 @@ class InterruptHandler {
   void watch_local_peers(int my_rank, std::vector<LocalPeer> peers);
   // Every rank has agreed to stop: peers that exit from now on are ending as asked.
   void acknowledge();
+  // What this process does on the watch thread, just before it ends, when it finds a peer gone
+  // (empty: nothing). The action must be safe to run beside the thread it was set from; setting
+  // another (or an empty one) waits for a running one to finish, so an object it refers to may be
+  // destroyed once the action is cleared.
+  void at_peer_loss(std::function<void()> action);
 
  private:
+  void run_peer_loss_action() noexcept;
   struct sigaction old_int_ {}, old_term_ {};
   struct Watch;
   std::unique_ptr<Watch> watch_;
   std::atomic<bool> acknowledged_{false};
+  std::mutex peer_loss_mutex_;
+  std::function<void()> peer_loss_;
+};
+
+// Sets an action of `handler` (none: does nothing) for its lifetime, then clears it.
+class PeerLossAction {
+ public:
+  PeerLossAction(InterruptHandler* handler, std::function<void()> action);
+  ~PeerLossAction();
+  PeerLossAction(const PeerLossAction&) = delete;
+  PeerLossAction& operator=(const PeerLossAction&) = delete;
+
+ private:
+  InterruptHandler* handler_;
 };
 
 // "SIGINT", "SIGTERM", else "signal N".
 std::string signal_name(int signal);
+// The name, and for a SIGTERM under a launcher (mpirun, Slurm) where it may come from: mpirun
+// passes a Ctrl-C on to the ranks as SIGTERM, and batch systems stop a job with it.
+std::string signal_text(int signal);
 
 }  // namespace loom::dist

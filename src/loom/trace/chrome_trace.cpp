@@ -8,7 +8,7 @@
 
 namespace loom::trace {
 
-TraceFile::TraceFile(const std::string& path, int ranks) : out_(path) {
+std::string trace_head(int ranks) {
   std::string head = "[";
   for (int r = 0; r < ranks; ++r) {
     head += fmt::format("{}\n{}", r == 0 ? "" : ",",
@@ -21,20 +21,14 @@ TraceFile::TraceFile(const std::string& path, int ranks) : out_(path) {
       head += ",\n" + nlohmann::json{{"name", "thread_name"}, {"ph", "M"}, {"pid", r}, {"tid", track},
                                      {"args", {{"name", name}}}}.dump();
   }
-  out_.write(head);
-  out_.flush();
+  return head;
 }
+
+TraceFile::TraceFile(const std::string& path, int ranks) : out_(LiveFile::start(path)) { out_.append(trace_head(ranks)); }
 
 void TraceFile::append(std::string_view events) {
   if (events.empty()) return;
-  out_.write(",\n");
-  out_.write(events);
-  out_.flush();
-}
-
-void TraceFile::close() {
-  out_.write("\n]\n");
-  out_.commit();
+  out_.append(",\n" + std::string(events));  // one write: the file ends in a whole event
 }
 
 ChromeTrace::ChromeTrace(int rank) : rank_(rank), origin_(Clock::now()) {}

@@ -6,16 +6,16 @@
 // NOTE [Streamed trace]: a long run must not hold its trace in memory, and an interrupted run
 // must still leave a readable one. Each rank keeps only the events since the last flush; at the
 // end of every step `flush_gathered` sends them to rank 0 (one collective over the world), which
-// appends them to a TraceFile: the JSON array form of the format, one event per line. A reader
-// accepts that form without its closing bracket, so even the temporary of a run that was killed
-// opens; close() writes the bracket and renames the file into place (NOTE [Output files]).
+// appends them to a TraceFile: the JSON array form of the format, one event per line, written in
+// place (NOTE [Live output files]). A reader accepts that form without its closing bracket, so the
+// file opens at any moment, even after its run was killed; close() writes the bracket.
 #include <chrono>
 #include <mutex>
 #include <string>
 #include <string_view>
 #include <vector>
 
-#include "loom/core/output_file.h"
+#include "loom/core/live_file.h"
 #include "loom/dist/communicator.h"
 
 namespace loom::trace {
@@ -28,15 +28,20 @@ inline constexpr int kSwapTrack = 1;
 // track's actions).
 inline constexpr int kGradientTrack = 2;
 
-// Rank 0's trace file: "[", one metadata pair per rank track, then the events as they arrive.
+// A trace's beginning: "[" and the metadata naming each rank's process and tracks; then come the
+// events, each line after a ",\n", and kTraceEnd.
+std::string trace_head(int ranks);
+inline constexpr std::string_view kTraceEnd = "\n]\n";
+
+// Rank 0's trace file: the head, then the events as they arrive.
 class TraceFile {
  public:
   TraceFile(const std::string& path, int ranks);
   void append(std::string_view events);  // events as ChromeTrace::take_events returns them
-  void close();                          // the closing bracket; the file appears under its name
+  void close() { out_.close(kTraceEnd); }  // the closing bracket; thread-safe, idempotent
 
  private:
-  OutputFile out_;
+  LiveFile out_;
 };
 
 class ChromeTrace {

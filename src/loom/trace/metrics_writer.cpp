@@ -1,35 +1,27 @@
 #include "loom/trace/metrics_writer.h"
 
-#include <fstream>
-
 #include <nlohmann/json.hpp>
 
 namespace loom::trace {
+namespace {
 
-MetricsWriter::MetricsWriter(const std::string& path) {
-  if (!path.empty()) out_ = OutputFile(path);
+// A record the resumed run keeps: a step it does not train again.
+bool before_resume(std::string_view line, int64_t resumed_step) {
+  const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
+  return record.is_object() && record.contains("step") && record["step"].is_number_integer() &&
+         record["step"].get<int64_t>() <= resumed_step;
 }
 
-void MetricsWriter::write(const nlohmann::json& record) {
-  if (!enabled()) return;
-  out_.write(record.dump() + '\n');
-  out_.flush();
+}  // namespace
+
+MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_step) {
+  if (path.empty()) return;
+  out_ = resumed_step > 0 ? LiveFile::resume(path, [&](std::string_view line) { return before_resume(line, resumed_step); })
+                          : LiveFile::start(path);
 }
 
-void MetricsWriter::carry(const std::string& path, int64_t last_step) {
-  if (!enabled()) return;
-  std::ifstream in(path);
-  std::string line;
-  while (std::getline(in, line)) {
-    const nlohmann::json record = nlohmann::json::parse(line, nullptr, false);
-    if (!record.is_object() || !record.contains("step") || !record["step"].is_number_integer()) continue;
-    if (record["step"].get<int64_t>() <= last_step) out_.write(line + '\n');
-  }
-  out_.flush();
-}
+void MetricsWriter::write(const nlohmann::json& record) { out_.append(record.dump() + '\n'); }
 
-void MetricsWriter::close() {
-  if (enabled()) out_.commit();
-}
+void MetricsWriter::close() { out_.close(); }
 
 }  // namespace loom::trace

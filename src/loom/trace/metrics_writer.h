@@ -1,28 +1,30 @@
 #pragma once
-// Writes one JSON object per line (JSON Lines) to an OutputFile (NOTE [Output files]): flushed
-// per record to its temporary, renamed over the target by close(). The trainer closes it on every
-// way a run ends (done, interrupted, stopped by an error), so every finished step is kept.
+// Writes one JSON object per line (JSON Lines) under the path the user gave, each record appended
+// whole as it comes (NOTE [Live output files]): readable while the run goes and complete up to the
+// last finished step however the run ends.
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "loom/core/output_file.h"
+#include "loom/core/live_file.h"
 
 namespace loom::trace {
 
 class MetricsWriter {
  public:
-  explicit MetricsWriter(const std::string& path);  // "" = disabled
+  MetricsWriter() = default;  // disabled
+  // `path` ("" = disabled) from its start, or, for a run resumed after step `resumed_step` (> 0),
+  // continued: its records of steps up to `resumed_step` stay (the run's history before the
+  // checkpoint), later ones give way to the records the resumed run writes for those steps.
+  MetricsWriter(const std::string& path, int64_t resumed_step);
   void write(const nlohmann::json& record);
-  // A resumed run continues its metrics file: the records of steps up to `last_step` that the file
-  // at `path` holds (if any) are written first, so the file tells the run's whole history; later
-  // ones (a resume from an earlier checkpoint) give way to the new run's.
-  void carry(const std::string& path, int64_t last_step);
-  void close();  // the file appears under its name; later writes are refused
+  void close();  // later writes are dropped
+  void finalise_now() { out_.close(); }  // thread-safe (NOTE [Live output files])
   bool enabled() const { return out_.is_open(); }
 
  private:
-  OutputFile out_;
+  LiveFile out_;
 };
 
 }  // namespace loom::trace

@@ -38,7 +38,11 @@ bool free_to_change(const std::string& key) {
 // checkpoint's directory. Everything that can be checked without allocating: the manifest, the
 // files' sizes, the config against this run's.
 void Trainer::check_resume(const std::string& spec) {
-  if (spec.empty()) return;
+  const std::string& own = config_.checkpoint.dir;  // NOTE [A checkpoint folder belongs to one run]
+  if (spec.empty()) {
+    if (!own.empty()) ckpt::check_dir_for_run(own, std::nullopt);
+    return;
+  }
   std::string dir = spec;
   if (spec == "auto") {
     LOOM_CHECK_INPUT(!config_.checkpoint.dir.empty(), "--resume auto needs checkpoint.dir (it is empty); hint: "
@@ -73,6 +77,8 @@ void Trainer::check_resume(const std::string& spec) {
   }
   LOOM_CHECK_INPUT(manifest.step < config_.train.steps, "checkpoint {} is at step {}, and train.steps is {}: nothing "
                    "is left to train; hint: raise train.steps", dir, manifest.step, config_.train.steps);
+  run_id_ = ckpt::run_of(dir).value_or("");
+  if (!own.empty()) ckpt::check_dir_for_run(own, run_id_);
   if (!changed.empty())
     resume_notes_.push_back(fmt::format("resuming with changed settings: {}", fmt::join(changed, ", ")));
   resume_dir_ = dir;
@@ -119,11 +125,14 @@ ckpt::CheckpointMeta Trainer::checkpoint_meta(int64_t steps_done) {
   for (const auto& [name, c] : tables) table_list.push_back(c);
   at::Tensor parts = at::full({1}, sparse_partitions(), at::TensorOptions().dtype(at::kLong));
   base_world_->all_reduce(parts, dist::ReduceOp::Max);
+  if (!run_id_)  // a fresh run's identity, rank 0's (NOTE [A checkpoint folder belongs to one run])
+    run_id_ = dist::all_gather_text(*base_world_, base_world_->rank() == 0 ? ckpt::new_run_id() : "").front();
   ckpt::CheckpointMeta meta{.step = steps_done, .config = to_toml(config_)};
   meta.layout = {{"ranks", mesh_->world().size()}, {"dp", p.dp}, {"tp", p.tp}, {"pp", p.pp}, {"sp", p.sp},
                  {"zero", p.zero}, {"chunks", p.chunks}, {"schedule", p.schedule}, {"sp_mode", p.sp_mode.name()},
                  {"tp_sequence", p.tp_sequence}, {"cuts", plan_.cuts}};
   meta.state = {
+      {"run", {{"id", *run_id_}}},
       {"data", {{"next_step", steps_done}, {"samples", steps_done * t.global_batch},
                 {"order", "micro-batch i of step s is the same samples in every layout, from (train.seed, s, i)"}}},
       {"rng", {{"seed", t.seed}, {"generator", "counter-based: (seed, name, element) for values, (seed, step, "

@@ -1,21 +1,32 @@
 #pragma once
 // The console progress line: step, loss, lr, gradient norm, tokens (or samples)/s, MFU, peak memory, ETA.
 #include <chrono>
+#include <cstdint>
 #include <iosfwd>
+#include <string>
 
 namespace loom::train {
 
 struct StepRecord;
 
+// The time left when `done` steps took `elapsed_s` and `left` steps remain: "m:ss", or "h:mm:ss"
+// from an hour on; "?" before any step was timed.
+std::string eta_text(double elapsed_s, int64_t done, int64_t left);
+
 class ProgressPrinter {
  public:
-  // `unit`: what the throughput counts ("tok" for a GPT, "samples" for a DLRM).
-  ProgressPrinter(std::ostream* out, int64_t total_steps, const char* unit = "tok");
+  // Steps are counted from 1: this process trains steps first_step + 1 .. last_step (a resumed
+  // run starts after its checkpoint, --stop-after ends it early) of the run's total_steps.
+  // `unit`: what the throughput counts ("tok" for a GPT, "samples" for a DLRM); `start`: when this
+  // process began its first step.
+  ProgressPrinter(std::ostream* out, int64_t first_step, int64_t last_step, int64_t total_steps,
+                  const char* unit = "tok",
+                  std::chrono::steady_clock::time_point start = std::chrono::steady_clock::now());
   void print(const StepRecord& r);
 
  private:
   std::ostream* out_;
-  int64_t total_steps_;
+  int64_t first_step_, last_step_, total_steps_;
   const char* unit_;
   std::chrono::steady_clock::time_point start_;
 };

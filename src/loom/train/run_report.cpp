@@ -11,10 +11,10 @@ namespace loom::train {
 
 RunReport::RunReport(const ReportOptions& options, bool rank0, int world_size)
     : options_(options),
-      metrics_(rank0 ? options.metrics_path : ""),
-      progress_(rank0 ? options.console : nullptr, options.steps, options.unit.rate.data()) {
+      metrics_(rank0 ? options.metrics_path : "", options.resumed_step),
+      progress_(rank0 ? options.console : nullptr, options.resumed_step, options.last_step, options.steps,
+                options.unit.rate.data()) {
   if (!rank0) options_.console = nullptr;
-  if (options.resumed_step > 0) metrics_.carry(options.metrics_path, options.resumed_step);
   if (rank0 && !options.trace_path.empty()) trace_ = std::make_unique<trace::TraceFile>(options.trace_path, world_size);
 }
 
@@ -60,7 +60,7 @@ void RunReport::step(StepRecord& r, double flops_per_step, double peak_flops) {
     line["eval_s"] = r.eval_s;
   }
   metrics_.write(line);
-  if ((r.step - 1) % options_.log_every == 0 || r.step == options_.steps || r.val_loss) progress_.print(r);
+  if ((r.step - 1) % options_.log_every == 0 || r.step == options_.last_step || r.val_loss) progress_.print(r);
 }
 
 void RunReport::close() {
@@ -69,8 +69,13 @@ void RunReport::close() {
   if (trace_) trace_->close();
 }
 
+void RunReport::finalise_now() {
+  metrics_.finalise_now();
+  if (trace_) trace_->close();
+}
+
 // One line at the end: what was trained, how fast, the final loss, where the outputs went.
-void RunReport::summary(const std::vector<StepRecord>& records, double seconds) {
+void RunReport::summary(const std::vector<StepRecord>& records, double seconds, const std::string& checkpoint) {
   if (options_.console == nullptr) return;
   const models::Throughput& unit = options_.unit;
   const auto done = static_cast<double>(static_cast<int64_t>(records.size()) * options_.samples_per_step *
@@ -78,6 +83,7 @@ void RunReport::summary(const std::vector<StepRecord>& records, double seconds) 
   std::string where;
   if (!options_.metrics_path.empty()) where += fmt::format("; metrics: {}", options_.metrics_path);
   if (!options_.trace_path.empty()) where += fmt::format("; trace: {}", options_.trace_path);
+  if (!checkpoint.empty()) where += fmt::format("; checkpoint: {}", checkpoint);
   std::string val;
   for (const StepRecord& r : records)
     if (r.val_loss) val = fmt::format(", val_loss {:.4f} (step {})", *r.val_loss, r.step);

@@ -1,9 +1,9 @@
 #pragma once
 // What a run tells its user, apart from the training itself: the header lines, the progress line,
 // the metrics file (JSON Lines, one record per step), the trace file and the summary line. World
-// rank 0 writes them; every other rank holds an inert report. The files are closed, and so renamed
-// into place (NOTE [Output files]), however the run ends: a run that fails leaves every finished
-// step readable.
+// rank 0 writes them; every other rank holds an inert report. The files are written in place as
+// the run goes (NOTE [Live output files]) and closed however the run ends: a run that fails, or
+// whose peer dies, leaves every finished step readable.
 #include <iosfwd>
 #include <map>
 #include <optional>
@@ -40,7 +40,8 @@ struct ReportOptions {
   std::string metrics_path;          // "" = none
   std::string trace_path;            // "" = none
   std::ostream* console = nullptr;   // nullptr = quiet
-  int64_t steps = 0;                 // the run's length, for the progress line's ETA
+  int64_t steps = 0;                 // the run's length (train.steps)
+  int64_t last_step = 0;             // the step this process ends at (--stop-after), for the ETA
   int64_t log_every = 1;             // a progress line every this many steps (and the last)
   int64_t samples_per_step = 0;      // train.global_batch
   int64_t resumed_step = 0;          // a resumed run's first step - 1: its metrics file continues
@@ -58,7 +59,10 @@ class RunReport {
   void step(StepRecord& record, double flops_per_step, double peak_flops);
   trace::TraceFile* trace_file() { return trace_.get(); }
   void close();
-  void summary(const std::vector<StepRecord>& records, double seconds);
+  // close() for another thread while this one may be writing (a dead peer's watch, NOTE [Interrupts]).
+  void finalise_now();
+  // `checkpoint`: the run's last checkpoint ("" none).
+  void summary(const std::vector<StepRecord>& records, double seconds, const std::string& checkpoint);
 
  private:
   ReportOptions options_;

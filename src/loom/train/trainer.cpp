@@ -351,29 +351,6 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
 }
 
 
-std::string Trainer::header() const {
-  std::string text = fmt::format("loom: {} parameters, {}, dp={}{}, {} ranks x {} threads; data: {}\n",
-                                 model_.param_count(), config_.model.dtype.name(), mesh_->dp().size(),
-                                 config_.parallel.zero ? " (ZeRO-1)" : "", mesh_->world().size(), at::get_num_threads(),
-                                 data_->describe());
-  if (sparse_) text += fmt::format("loom: {}\n", sparse_->describe());
-  if (valid_ != nullptr && config_.train.eval_every > 0) {
-    const int64_t samples = eval_steps() * config_.train.global_batch;
-    const models::Throughput unit = kind_->throughput(config_.model);
-    text += fmt::format("loom: validation every {} steps on {} held-out samples ({} {}); valid: {}\n",
-                        config_.train.eval_every, samples, samples * unit.per_sample, unit.items, valid_->describe());
-  }
-  for (const std::string& note : resume_notes_) text += fmt::format("loom: {}\n", note);
-  if (resume_)
-    text += fmt::format(
-        "loom: resumed from {} at step {} (saved with {} ranks, dp={} tp={} pp={} sp={}; rank 0 read {:.1f} MB in "
-        "{:.3f} s)\n",
-        resume_dir_, start_step_, resume_->layout.value("ranks", 0), resume_->layout.value("dp", 0),
-        resume_->layout.value("tp", 0), resume_->layout.value("pp", 0), resume_->layout.value("sp", 0),
-        static_cast<double>(resume_bytes_) / 1e6, resume_seconds_);
-  return text;
-}
-
 // MFU of this rank: its own micro-batches' FLOPs against its cores' GEMM peak.
 double Trainer::flops_per_step() const {
   const nn::Cost cost = model_.cost(config_.train.micro_batch, local_seq(), dtype_ == at::kDouble ? 8 : 4);
@@ -405,18 +382,19 @@ std::vector<StepRecord> Trainer::run_steps(const TrainOptions& options) {
   const double flops = flops_per_step();
   const optim::LrSchedule schedule{t.lr, t.min_lr_ratio, t.warmup, t.steps};
   memory::reset_peak();  // the GEMM probe above is not part of the run
+  const int64_t last = options.stop_after > 0 ? std::min(options.stop_after, t.steps) : t.steps;
   RunReport report({.metrics_path = options.metrics_path, .trace_path = options.trace_path,
-                    .console = options.progress, .steps = t.steps, .log_every = t.log_every,
+                    .console = options.progress, .steps = t.steps, .last_step = last, .log_every = t.log_every,
                     .samples_per_step = t.global_batch, .resumed_step = start_step_,
                     .unit = kind_->throughput(config_.model)},
                    mesh_->rank() == 0, mesh_->world().size());
+  const dist::PeerLossAction finalise(options.interrupts, [&report] { report.finalise_now(); });
   if (!options.trace_path.empty()) {
     mesh_->world().barrier();  // every rank's trace starts from the same moment: one time axis
     trace_ = std::make_unique<trace::ChromeTrace>(mesh_->rank());
   }
   report.header(header());
   if (!config_.checkpoint.dir.empty()) checkpointer_ = make_checkpointer(options.after_checkpoint_file);
-  const int64_t last = options.stop_after > 0 ? std::min(options.stop_after, t.steps) : t.steps;
   std::vector<StepRecord> records;
   const auto start = Clock::now();
   for (int64_t step = start_step_; step < last; ++step) {
@@ -434,14 +412,14 @@ std::vector<StepRecord> Trainer::run_steps(const TrainOptions& options) {
       if (checkpointer_) checkpointer_->finish();
       report.close();
       throw AgreedError(fmt::format("interrupted at step {} by {}; metrics and trace flushed{}", record.step,
-                                    dist::signal_name(signal), saved_text()),
+                                    dist::signal_text(signal), saved_text()),
                         128 + signal, false);
     }
   }
   if (checkpointer_) checkpointer_->finish();
   report.close();
   trace_.reset();
-  report.summary(records, std::chrono::duration<double>(Clock::now() - start).count());
+  report.summary(records, std::chrono::duration<double>(Clock::now() - start).count(), last_checkpoint());
   if (last < t.steps && mesh_->rank() == 0 && options.progress != nullptr)
     *options.progress << fmt::format("loom: stopped after step {} of {} (--stop-after){}\n", last, t.steps,
                                      saved_text())

@@ -135,7 +135,8 @@ class Trainer {
   void allocate();
   StepRecord train_step(int64_t step, double lr);
   double summed_loss(double local);
-  std::string header() const;       // the run's first console lines
+  std::string header() const;       // the run's first console lines (train/run_header.cpp); collective
+  int64_t model_param_count() const;  // the whole model's parameters; collective over the world
   double flops_per_step() const;    // this rank's model FLOPs in one step
   StepRecord guarded_step(int64_t step, double lr);
   void check_finite(int64_t step, double loss, double norm) const;
@@ -183,6 +184,7 @@ class Trainer {
   std::unique_ptr<trace::ChromeTrace> trace_;              // set while a run records a trace
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;  // set while a run saves checkpoints
+  std::optional<std::string> run_id_;       // the checkpoints' run (NOTE [A checkpoint folder belongs to one run])
   std::string resume_dir_;                  // the checkpoint resumed from ("" none)
   std::string complete_;                    // --resume auto found the last step's checkpoint: nothing to run
   std::optional<ckpt::Manifest> resume_;    // its manifest, until restored

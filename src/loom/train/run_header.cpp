@@ -1,0 +1,96 @@
+// The run's first console lines (rank 0 prints them, RunReport::header): the model, the whole
+// layout, the memory policy's choices, the data, validation and what a resume continues.
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "loom/core/units.h"
+#include "loom/dist/gather_text.h"
+#include "loom/train/trainer.h"
+
+namespace loom::train {
+namespace {
+
+std::string counted(int64_t n, const char* one, const char* many) { return fmt::format("{} {}", n, n == 1 ? one : many); }
+
+// "1.23M": a parameter count as people read it.
+std::string short_count(int64_t n) {
+  const auto x = static_cast<double>(n);
+  if (x >= 1e9) return fmt::format("{:.2f}B", x / 1e9);
+  if (x >= 1e6) return fmt::format("{:.2f}M", x / 1e6);
+  if (x >= 1e3) return fmt::format("{:.1f}k", x / 1e3);
+  return fmt::format("{}", n);
+}
+
+// Per stage, the layers the plan does not keep (NOTE [Memory cost model]); "" when every layer keeps
+// its activations under memory.policy = "manual".
+std::string policy_words(const plan::RunPlan& plan) {
+  std::string stages;
+  bool all_kept = true;
+  for (const plan::LayerPlan& layer : plan.chain) all_kept = all_kept && layer.policy == nn::MemoryPolicy::Keep;
+  if (all_kept && plan.config.memory.policy == PolicyMode::Manual) return "";
+  for (size_t s = 0; s < plan.stages.size(); ++s) {
+    int64_t recomputed = 0, swapped = 0;
+    for (int64_t i : plan.stages[s].layers) {
+      recomputed += plan.chain[i].policy == nn::MemoryPolicy::Recompute;
+      swapped += plan.chain[i].policy == nn::MemoryPolicy::Swap;
+    }
+    stages += fmt::format("{}{}: {} recomputed, {} swapped of {} layers", s == 0 ? "" : "; ",
+                          plan.stages.size() == 1 ? "all stages" : fmt::format("stage {}", s), recomputed, swapped,
+                          plan.stages[s].layers.size());
+  }
+  return fmt::format("loom: memory.policy = \"{}\": {}\n", plan.config.memory.policy.name(), stages);
+}
+
+}  // namespace
+
+// Collective over the world: every rank's parameters by name, so the count is the model's (each
+// parameter once, whole, without vocabulary padding), not one rank's shard.
+int64_t Trainer::model_param_count() const {
+  nlohmann::json mine = nlohmann::json::object();
+  for (const nn::Param* p : model_.params()) {
+    int64_t n = 1;
+    for (int64_t d : p->model_shape()) n *= d;
+    mine[p->name] = n;
+  }
+  std::map<std::string, int64_t> all;
+  for (const std::string& text : dist::all_gather_text(*base_world_, mine.dump())) {
+    const nlohmann::json theirs = nlohmann::json::parse(text);
+    for (auto it = theirs.begin(); it != theirs.end(); ++it) all[it.key()] = it.value().get<int64_t>();
+  }
+  int64_t total = 0;
+  for (const auto& entry : all) total += entry.second;
+  return total;
+}
+
+std::string Trainer::header() const {
+  const auto& p = config_.parallel;
+  const int64_t total = model_param_count(), mine = model_.param_count();
+  std::string text = fmt::format(
+      "loom: {} parameters ({}){}, {}; {} = dp {} x tp {} x pp {} x sp {}{}{}, {} per rank; data: {}\n",
+      short_count(total), total, mine == total ? "" : fmt::format(", {} on rank 0", short_count(mine)),
+      config_.model.dtype.name(), counted(mesh_->world().size(), "rank", "ranks"), p.dp, p.tp, p.pp, p.sp,
+      p.zero ? ", ZeRO-1" : "", p.pp > 1 ? fmt::format(", schedule {}", plan_.schedule.kind) : "", counted(at::get_num_threads(), "thread", "threads"),
+      data_->describe());
+  text += policy_words(plan_);
+  if (sparse_) text += fmt::format("loom: {}\n", sparse_->describe());
+  if (valid_ != nullptr && config_.train.eval_every > 0) {
+    const int64_t samples = eval_steps() * config_.train.global_batch;
+    const models::Throughput unit = kind_->throughput(config_.model);
+    text += fmt::format("loom: validation every {} steps on {} held-out samples ({} {}); valid: {}\n",
+                        config_.train.eval_every, samples, samples * unit.per_sample, unit.items, valid_->describe());
+  }
+  for (const std::string& note : resume_notes_) text += fmt::format("loom: {}\n", note);
+  if (resume_)
+    text += fmt::format(
+        "loom: resumed from {} at step {} (saved with {}, dp={} tp={} pp={} sp={}; rank 0 read {:.1f} MB in "
+        "{:.3f} s)\n",
+        resume_dir_, start_step_, counted(resume_->layout.value("ranks", 0), "rank", "ranks"),
+        resume_->layout.value("dp", 0), resume_->layout.value("tp", 0), resume_->layout.value("pp", 0),
+        resume_->layout.value("sp", 0), static_cast<double>(resume_bytes_) / 1e6, resume_seconds_);
+  return text;
+}
+
+}  // namespace loom::train
