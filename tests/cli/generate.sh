@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
 # generate.sh LOOM SOURCE_DIR: `loom generate` end to end (issue 18, docs/generate.md).
 # - A small GPT memorises a short repeated text (byte level); greedy generation from a prefix
-#   continues with the text itself, to the context's end (and says so) or --max-tokens, from the
+#   continues with the text itself, past the context's end in a sliding window (and says so), from the
 #   checkpoint.dir or a step directory, with the key/value cache or recomputing every token.
 # - A BPE run's checkpoint generates with the tokenizer its token file's sidecar names.
 # - Sampling with a seed repeats exactly; another seed gives another text.
 # - Checkpoints saved by tp = 2 (a vocabulary of 257 padded to 258) and pp = 2 runs load into the
 #   serial model: the same float64 run in those layouts samples the very same text as serially
 #   (trained on data.source = "text:PATH": byte level, any vocabulary of at least 256).
-# - Bad input, one `loom: error:` line, exit 2, nothing on stdout: a DLRM checkpoint, a prompt
-#   longer than the context, a missing or damaged checkpoint, out-of-range flags, a missing
+# - A prompt longer than the context is read from its end, and the run says so.
+# - Bad input, one `loom: error:` line, exit 2, nothing on stdout: a DLRM checkpoint, a missing or damaged checkpoint, out-of-range flags, a missing
 #   tokenizer model (given, or beside the token file), synthetic data without --tokenizer, an empty
 #   prompt.
 set -euo pipefail
@@ -29,14 +29,15 @@ printf '%s' "$text" >"$dir/text.txt"
   --set train.steps=150 --set train.warmup=10 --set train.global_batch=8 --set train.micro_batch=8 \
   --set train.lr=3e-3 --set train.threads=1 --set checkpoint.dir="$dir/ck"
 
-# Greedy: the prompt's 19 bytes, then the text itself up to the context of 64 positions (a token
-# is chosen from the last fed position's logits: 64 - 19 + 1 = 46 tokens).
+# Greedy: the prompt's 19 bytes, then the text itself: 46 tokens fill the context of 64 positions (a
+# token is chosen from the last fed position's logits: 64 - 19 + 1 = 46), and the window slides on
+# for the other 54 (NOTE [Sliding window]); the model learnt the text, so it continues it.
 prompt='the quick brown fox'
-want=${text:19:46}
+want=${text:19:100}
 "$loom" generate --checkpoint "$dir/ck" --prompt "$prompt" --temperature 0 --max-tokens 100 >"$dir/greedy.txt" \
   2>"$dir/greedy.err"
 [ "$(cat "$dir/greedy.txt")" = "$want" ] || { echo "FAIL: greedy continuation '$(cat "$dir/greedy.txt")', want '$want'"; exit 1; }
-grep -q "stopped after 46 tokens: the sequence reached the model's context of 64 positions" "$dir/greedy.err"
+grep -q "the sequence filled the model's context of 64 positions after 46 tokens; the 54 after them were each chosen from the last 64 tokens (a sliding window)" "$dir/greedy.err"
 # --max-tokens ends it first, silently; a step directory loads as its checkpoint.dir does; so does
 # recomputing every token instead of caching.
 got=$("$loom" generate --checkpoint "$dir/ck/step-0000150" --prompt 'loom trains' --temperature 0 --max-tokens 20 2>"$dir/short.err")
@@ -92,9 +93,11 @@ echo "ok: tp = 2 and pp = 2 checkpoints sample what the serial one does"
   --set train.steps=1 --set train.warmup=0 --set train.global_batch=8 --set train.micro_batch=8 \
   --set checkpoint.dir="$dir/dlrm"
 expect_error 'holds a model.kind = "dlrm" model, which cannot generate text' generate --checkpoint "$dir/dlrm" --prompt hi
-long=$(printf 'x%.0s' $(seq 70))
-expect_error "the prompt is 70 tokens, longer than the model's context of 64" \
-  generate --checkpoint "$dir/ck" --prompt "$long"
+# A prompt longer than the context is read from its end, and the run says so.
+long="$(printf 'x%.0s' $(seq 40))$text"
+"$loom" generate --checkpoint "$dir/ck" --prompt "${long:0:70}" --temperature 0 --max-tokens 5 >/dev/null 2>"$dir/long.err"
+grep -q "the prompt is 70 tokens, longer than the model's context of 64 positions: its first 6 were not read" "$dir/long.err" ||
+  { echo "FAIL: long prompt: $(cat "$dir/long.err")"; exit 1; }
 expect_error "--prompt is empty" generate --checkpoint "$dir/ck" --prompt ''
 expect_error "does not exist" generate --checkpoint "$dir/nothing" --prompt hi
 cp -r "$dir/ck/step-0000150" "$dir/cut"

@@ -114,45 +114,57 @@ TEST(GenerateDecoding, DlrmCannotDecode) {
   EXPECT_EQ(generate::first_undecodable(models::model_kind("gpt").build(gpt, {.tp = tp})), "");
 }
 
-// Greedy generation is the argmax of the full forward's last position, token after token.
-TEST(GenerateLoop, GreedyFollowsTheFullForwardAndStopsAtTheContext) {
+// Greedy generation is the argmax of the full forward's last position, token after token; past
+// the context, of the full forward over the sequence's last `context` tokens (NOTE [Sliding window]).
+TEST(GenerateLoop, GreedyFollowsTheFullForwardAndSlidesPastTheContext) {
   const ModelConfig m = tiny({"llama", 2, false});
   dist::NullCommunicator tp;
   models::Model model = build(m, tp);
   const std::vector<int64_t> prompt{3, 1, 4, 1, 5};
   std::vector<int64_t> streamed;
+  const int64_t count = m.seq_len + 12;
   const generate::GenerateResult r = generate::generate(model, m.seq_len, prompt,
-                                                        {.max_tokens = 100, .sampling = {.temperature = 0}},
+                                                        {.max_tokens = count, .sampling = {.temperature = 0}},
                                                         [&](int64_t id) { streamed.push_back(id); });
   EXPECT_EQ(streamed, r.tokens);
-  EXPECT_TRUE(r.stopped_at_context);
-  ASSERT_EQ(static_cast<int64_t>(r.tokens.size()), m.seq_len + 1 - static_cast<int64_t>(prompt.size()));
+  ASSERT_EQ(static_cast<int64_t>(r.tokens.size()), count);
+  EXPECT_EQ(r.first_slid, m.seq_len + 1 - static_cast<int64_t>(prompt.size()));
+  EXPECT_EQ(r.prompt_dropped, 0);
   std::vector<int64_t> sequence = prompt;
   for (int64_t token : r.tokens) {
-    const at::Tensor logits = full_logits(model, at::tensor(sequence, at::kLong).view({1, -1}));
-    ASSERT_EQ(logits[0][-1].argmax().item<int64_t>(), token);
+    const auto n = static_cast<int64_t>(sequence.size());
+    const std::vector<int64_t> window(sequence.end() - std::min(n, m.seq_len), sequence.end());
+    const at::Tensor logits = full_logits(model, at::tensor(window, at::kLong).view({1, -1}));
+    ASSERT_EQ(logits[0][-1].argmax().item<int64_t>(), token) << "token " << n - 5;
     sequence.push_back(token);
   }
   // Recomputing per token chooses the same tokens.
   const generate::GenerateResult again = generate::generate(
       model, m.seq_len, prompt, {.max_tokens = 6, .sampling = {.temperature = 0}, .recompute = true}, [](int64_t) {});
   EXPECT_EQ(again.tokens, std::vector<int64_t>(r.tokens.begin(), r.tokens.begin() + 6));
-  EXPECT_FALSE(again.stopped_at_context);
+  EXPECT_EQ(again.first_slid, -1);
   // Ids at or past id_limit are never chosen.
   const generate::GenerateResult limited = generate::generate(
       model, m.seq_len, prompt, {.max_tokens = 10, .sampling = {.temperature = 0}, .id_limit = 2}, [](int64_t) {});
   for (int64_t id : limited.tokens) EXPECT_LT(id, 2);
 }
 
-TEST(GenerateLoop, PromptBeyondTheContextIsRefused) {
+// A prompt longer than the context is read from its last `context` tokens.
+TEST(GenerateLoop, PromptBeyondTheContextIsReadFromItsEnd) {
   const ModelConfig m = tiny({"gpt"});
   dist::NullCommunicator tp;
   models::Model model = build(m, tp);
-  const std::string message = input_error([&] {
-    generate::generate(model, m.seq_len, std::vector<int64_t>(25, 1), {}, [](int64_t) {});
-  });
-  EXPECT_NE(message.find("the prompt is 25 tokens, longer than the model's context of 24"), std::string::npos) << message;
-  EXPECT_NE(input_error([&] { generate::check_prompt(0, 24); }).find("--prompt is empty"), std::string::npos);
+  std::vector<int64_t> prompt;
+  for (int64_t i = 0; i < m.seq_len + 3; ++i) prompt.push_back((i * 7 + 3) % 11);
+  const generate::GenerateOptions greedy{.max_tokens = 4, .sampling = {.temperature = 0}};
+  const generate::GenerateResult whole = generate::generate(model, m.seq_len, prompt, greedy, [](int64_t) {});
+  const generate::GenerateResult tail = generate::generate(
+      model, m.seq_len, std::vector<int64_t>(prompt.begin() + 3, prompt.end()), greedy, [](int64_t) {});
+  EXPECT_EQ(whole.prompt_dropped, 3);
+  EXPECT_EQ(tail.prompt_dropped, 0);
+  EXPECT_EQ(whole.tokens, tail.tokens);
+  EXPECT_EQ(whole.first_slid, 1);
+  EXPECT_NE(input_error([&] { generate::check_prompt(0); }).find("--prompt is empty"), std::string::npos);
 }
 
 at::Tensor nonzero_ids(const at::Tensor& p) { return p.nonzero().view({-1}); }

@@ -47,7 +47,7 @@ void run_generate(const GenerateFlags& f) {
                    "--tokenizer the model of the run's own token file",
                    tokenizer->kind(), tokenizer->vocab(), vocab);
   const std::vector<int64_t> prompt = tokenizer->encode(f.prompt);
-  generate::check_prompt(static_cast<int64_t>(prompt.size()), loaded.context());
+  generate::check_prompt(static_cast<int64_t>(prompt.size()));
   TextStream stream(*tokenizer, prompt);
   const generate::GenerateResult r =
       generate::generate(loaded.model, loaded.context(), prompt,
@@ -56,9 +56,13 @@ void run_generate(const GenerateFlags& f) {
                          [&](int64_t id) { stream.add(id); });
   std::cout << '\n' << std::flush;
   const auto n = static_cast<int64_t>(r.tokens.size());
-  if (r.stopped_at_context)
-    std::cerr << fmt::format("loom: stopped after {} tokens: the sequence reached the model's context of {} "
-                             "positions\n", n, loaded.context());
+  if (r.prompt_dropped > 0)
+    std::cerr << fmt::format("loom: the prompt is {} tokens, longer than the model's context of {} positions: its "
+                             "first {} were not read\n", prompt.size(), loaded.context(), r.prompt_dropped);
+  if (r.first_slid >= 0)
+    std::cerr << fmt::format("loom: the sequence filled the model's context of {} positions after {} tokens; the {} "
+                             "after them were each chosen from the last {} tokens (a sliding window)\n",
+                             loaded.context(), r.first_slid, n - r.first_slid, loaded.context());
   if (f.timing)
     std::cerr << fmt::format("loom: prompt {} tokens, prefill {:.2f} ms; {} more tokens in {:.2f} ms ({:.3f} "
                              "ms/token, {})\n", prompt.size(), r.prefill_seconds * 1e3, n - 1,
@@ -74,7 +78,7 @@ Action add_generate(CLI::App& app) {
   cmd->add_option("--checkpoint", f->checkpoint, "a checkpoint (step-NNNNNNN), or a checkpoint.dir: its latest")
       ->required();
   cmd->add_option("--prompt", f->prompt, "the text to continue")->required();
-  cmd->add_option("--max-tokens", f->max_tokens, "tokens to generate (fewer when the context fills)");
+  cmd->add_option("--max-tokens", f->max_tokens, "tokens to generate (past the context, from a sliding window of its length)");
   cmd->add_option("--temperature", f->sampling.temperature, "softmax temperature; 0 = greedy (the most likely token)");
   cmd->add_option("--top-k", f->sampling.top_k, "sample among the k most likely tokens (0 = all)");
   cmd->add_option("--top-p", f->sampling.top_p, "sample among the most likely tokens holding this probability (1 = all)");

@@ -1,5 +1,8 @@
 #include "loom/generate/decoder.h"
 
+#include <algorithm>
+#include <memory>
+
 #include <chrono>
 #include <limits>
 
@@ -31,12 +34,8 @@ at::Tensor Decoder::feed(const at::Tensor& ids) {
   return x;
 }
 
-void check_prompt(int64_t prompt_tokens, int64_t context) {
+void check_prompt(int64_t prompt_tokens) {
   LOOM_CHECK_INPUT(prompt_tokens > 0, "--prompt is empty: generation continues a text of at least one token");
-  LOOM_CHECK_INPUT(prompt_tokens <= context,
-                   "the prompt is {} tokens, longer than the model's context of {} (model.max_positions, else "
-                   "model.seq_len); hint: shorten --prompt",
-                   prompt_tokens, context);
 }
 
 namespace {
@@ -59,16 +58,27 @@ at::Tensor last_logits(const at::Tensor& logits, int64_t id_limit) {
 
 }  // namespace
 
+// NOTE [Sliding window]: a model knows `context` positions. A prompt longer than that is read from
+// its last `context` tokens, and once the sequence fills the context each further token is chosen
+// from a fresh pass over the sequence's last `context` tokens (the window slides one token at a
+// time, so every token sees as much text as the model can take). The cache cannot slide with the
+// window: positions are absolute (a GPT's position table) or rotated into the cached keys (rotary),
+// so a token past the context costs one pass over the window instead of one over the new token.
 GenerateResult generate(models::Model& model, int64_t context, const std::vector<int64_t>& prompt,
                         const GenerateOptions& options, const std::function<void(int64_t)>& on_token) {
-  check_prompt(static_cast<int64_t>(prompt.size()), context);
+  check_prompt(static_cast<int64_t>(prompt.size()));
   LOOM_CHECK_INPUT(options.max_tokens >= 1, "--max-tokens {} must be >= 1", options.max_tokens);
   Sampler sampler(options.sampling);
   GenerateResult result;
-  std::vector<int64_t> sequence = prompt;
-  Decoder decoder(model, context);
+  result.prompt_dropped = std::max<int64_t>(0, static_cast<int64_t>(prompt.size()) - context);
+  std::vector<int64_t> sequence(prompt.begin() + result.prompt_dropped, prompt.end());
+  const auto window = [&] {
+    const auto n = static_cast<int64_t>(sequence.size());
+    return row(std::vector<int64_t>(sequence.begin() + std::max<int64_t>(0, n - context), sequence.end()));
+  };
+  auto decoder = std::make_unique<Decoder>(model, context);
   const auto start = Clock::now();
-  at::Tensor logits = decoder.feed(row(prompt));
+  at::Tensor logits = decoder->feed(row(sequence));
   for (int64_t n = 0;; ++n) {
     const int64_t token = sampler.next(last_logits(logits, options.id_limit));
     result.tokens.push_back(token);
@@ -76,15 +86,12 @@ GenerateResult generate(models::Model& model, int64_t context, const std::vector
     if (n == 0) result.prefill_seconds = std::chrono::duration<double>(Clock::now() - start).count();
     on_token(token);
     if (n + 1 == options.max_tokens) break;
-    if (static_cast<int64_t>(sequence.size()) > context) {  // the new token has no position left
-      result.stopped_at_context = true;
-      break;
-    }
-    if (options.recompute) {
-      Decoder fresh(model, context);
-      logits = fresh.feed(row(sequence));
+    if (options.recompute || static_cast<int64_t>(sequence.size()) > context) {  // a fresh pass over the window
+      if (static_cast<int64_t>(sequence.size()) > context && result.first_slid < 0) result.first_slid = n + 1;
+      decoder = std::make_unique<Decoder>(model, context);
+      logits = decoder->feed(window());
     } else {
-      logits = decoder.feed(row({token}));
+      logits = decoder->feed(row({token}));
     }
   }
   result.decode_seconds =

@@ -48,17 +48,18 @@ struct GenerateOptions {
 
 struct GenerateResult {
   std::vector<int64_t> tokens;  // generated, after the prompt
-  bool stopped_at_context = false;  // fewer than max_tokens: the sequence filled the context
-  double prefill_seconds = 0;       // the prompt's pass and the first token
-  double decode_seconds = 0;        // every later token
+  int64_t prompt_dropped = 0;   // the prompt's first tokens, beyond the context, that were not read
+  int64_t first_slid = -1;      // the first of `tokens` chosen from a sliding window (-1: none)
+  double prefill_seconds = 0;   // the prompt's pass and the first token
+  double decode_seconds = 0;    // every later token
 };
 
-// InputError when `prompt_tokens` is empty or longer than `context`.
-void check_prompt(int64_t prompt_tokens, int64_t context);
+// InputError when the prompt is empty.
+void check_prompt(int64_t prompt_tokens);
 
-// Generates up to options.max_tokens tokens after `prompt` (one sequence) with `model`,
-// calling on_token with each as soon as it is chosen. A token is chosen from the logits of the
-// last token fed, so the sequence stops once `context` tokens have been fed.
+// Generates options.max_tokens tokens after `prompt` (one sequence) with `model`, calling
+// on_token with each as soon as it is chosen. A token is chosen from the logits of the last
+// token fed; past `context` positions the window slides (NOTE [Sliding window]).
 GenerateResult generate(models::Model& model, int64_t context, const std::vector<int64_t>& prompt,
                         const GenerateOptions& options, const std::function<void(int64_t)>& on_token);
 
