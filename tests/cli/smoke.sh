@@ -8,6 +8,12 @@ loom=$1 src=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 "$loom" --version | grep -q '^loom [0-9]'
+# `loom help` and `loom help COMMAND` are --help; every option's default is shown.
+"$loom" help | grep -q '^  train '
+"$loom" help generate | grep -qE -- '--max-tokens INT=64 '
+"$loom" help train | grep -q -- '--metrics'
+bogus=$("$loom" train --bogus 2>&1) && exit 1
+grep -q 'hint: loom train --help$' <<<"$bogus"
 "$loom" config --print -c "$src/configs/gpt-tiny.toml" --set train.steps=7 >"$dir/printed.toml"
 "$loom" config --print -c "$dir/printed.toml" | diff - "$dir/printed.toml"
 grep -q '^steps = 7$' "$dir/printed.toml"
@@ -18,6 +24,8 @@ for i in $(seq 40); do cat "$src/README.md"; done >"$dir/text.txt"
   --set model.n_layers=1 --set model.seq_len=32 --set train.steps=3 --set train.threads=1 \
   --metrics "$dir/m.jsonl" --trace "$dir/t.json" >"$dir/out.txt"
 grep -q 'step 3/3' "$dir/out.txt"
+grep -qE '^loom: [0-9.]+k parameters \([0-9]+\), float32; 1 rank = dp 1 x tp 1 x pp 1 x sp 1, 1 thread per rank; data: ' \
+  "$dir/out.txt" || { cat "$dir/out.txt"; exit 1; }
 [ "$(wc -l <"$dir/m.jsonl")" -eq 3 ]
 python3 -c 'import json, sys; t = json.load(open(sys.argv[1])); assert isinstance(t, list) and t' "$dir/t.json"
 grep -q '^loom: done: 3 steps, .* final loss' "$dir/out.txt"
@@ -32,7 +40,10 @@ dlrm=(-c "$src/configs/dlrm-sparse.toml" --set parallel.dp=1 --set model.table_r
 grep -q 'clicks file .* (600 records' "$dir/dlrm.txt"
 grep -q 'step 2/2' "$dir/dlrm.txt"
 # A pipeline schedule: the grid, its bubble fraction, and a CSV that reads back to the same grid.
-"$loom" schedule --kind 1f1b --stages 4 --microbatches 8 --csv "$dir/s.csv" >"$dir/grid.txt"
+"$loom" schedule --kind 1f1b --stages 4 --microbatches 8 --csv "$dir/s.csv" --svg "$dir/s.svg" >"$dir/grid.txt" \
+  2>"$dir/wrote.txt"
+grep -qx "loom: wrote the schedule as CSV to $dir/s.csv" "$dir/wrote.txt"
+grep -qx "loom: wrote the simulated timeline as SVG to $dir/s.svg (opens in a browser)" "$dir/wrote.txt"
 grep -q 'bubble fraction 0.2727' "$dir/grid.txt"
 "$loom" schedule --from "$dir/s.csv" | tail -n +2 | diff - <(tail -n +2 "$dir/grid.txt")
 echo "ok: CLI smoke"

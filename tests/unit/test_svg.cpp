@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 
 #include "input_error.h"
 #include "loom/core/svg.h"
@@ -244,6 +245,20 @@ trace::MetricsRun run_of(const std::string& label, int64_t steps, double scale, 
     if (validation && s % 4 == 0) run.val_loss.push_back({step, scale * (2.2 + 6 / step)});
   }
   return run;
+}
+
+// Every run of a plot has a colour of its own, however many runs there are: the polylines of the
+// loss panel (one per run) carry as many distinct strokes as there are runs.
+TEST(SvgLossPlot, EveryRunHasItsOwnColour) {
+  std::vector<trace::MetricsRun> runs;
+  for (int i = 0; i < 25; ++i) runs.push_back(run_of(fmt::format("run {}", i), 5, 1 + 0.1 * i, false));
+  const std::string svg = trace::loss_plot_svg(runs, {});
+  std::set<std::string> strokes;
+  for (size_t at = svg.find("<polyline"); at != std::string::npos; at = svg.find("<polyline", at + 1)) {
+    const size_t stroke = svg.find("stroke=\"", at) + 8;
+    strokes.insert(svg.substr(stroke, svg.find('"', stroke) - stroke));
+  }
+  EXPECT_EQ(strokes.size(), runs.size());
 }
 
 TEST(SvgLossPlot, PointsMapIntoTheAxesBox) {

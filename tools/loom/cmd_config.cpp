@@ -1,6 +1,8 @@
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <iostream>
+#include <map>
 
 #include "commands.h"
 #include "config_options.h"
@@ -9,6 +11,23 @@
 #include "loom/train/trainer.h"
 
 namespace loom::cli {
+namespace {
+
+// The effective config as TOML with the model.* keys the kind reads, and any other that is set
+// away from its default (so the text reads back to the same config).
+std::string kind_toml(const Config& config, const models::ModelKind& kind) {
+  const std::vector<std::string_view> keys = kind.model_keys();
+  std::map<std::string, std::string> defaults;
+  for (const auto& [key, value] : config_values(Config{})) defaults[key] = value;
+  std::map<std::string, std::string> values;
+  for (const auto& [key, value] : config_values(config)) values[key] = value;
+  return to_toml(config, [&](const std::string& key) {
+    if (!key.starts_with("model.") || keys.empty() || values[key] != defaults[key]) return true;
+    return std::find(keys.begin(), keys.end(), std::string_view(key).substr(6)) != keys.end();
+  });
+}
+
+}  // namespace
 
 Action add_config(CLI::App& app) {
   auto* cmd = app.add_subcommand("config", "check a config as `loom train` would, and print the effective one");
@@ -37,7 +56,7 @@ Action add_config(CLI::App& app) {
     if (*json) {
       std::cout << plan.to_json().dump(2) << '\n';
     } else if (*print) {
-      std::cout << to_toml(effective) << '\n' << plan.describe();
+      std::cout << kind_toml(effective, models::ModelKinds::builtin().find(effective.model.kind)) << '\n' << plan.describe();
     } else
       std::cout << fmt::format("loom: config ok for {} rank{}\n", world, world == 1 ? "" : "s");
   };

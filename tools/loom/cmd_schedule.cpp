@@ -75,6 +75,10 @@ Action add_schedule(CLI::App& app) {
     std::cout << fmt::format("makespan {:g}, bubble fraction {:.4f}\npeak stashed micro-batches per rank:{}\n"
                              "critical path:{}\n",
                              sim.makespan, sim.bubble_fraction, peaks, path);
+    // What was written, on stderr: stdout is the report, which a CSV read back reproduces.
+    if (!o->csv.empty()) std::cerr << fmt::format("loom: wrote the schedule as CSV to {}\n", o->csv);
+    if (!o->svg.empty())
+      std::cerr << fmt::format("loom: wrote the simulated timeline as SVG to {} (opens in a browser)\n", o->svg);
   };
 }
 

@@ -4,7 +4,9 @@
 #include <map>
 #include <memory>
 
+#include "loom/ckpt/checkpoint_dir.h"
 #include "loom/ckpt/checkpointer.h"
+#include "loom/core/config.h"
 #include "loom/ckpt/tensor_file.h"
 #include "loom/core/error.h"
 #include "loom/core/output_file.h"
@@ -69,12 +71,24 @@ std::string describe(const CheckpointSummary& s, bool all_tensors) {
   return out;
 }
 
+namespace {
+
+// The [model] section of a checkpoint's config: what the exported weights are (the rest, paths and
+// layout, says nothing about them and would make two exports of the same weights differ).
+std::string model_toml(const std::string& config, const std::string& dir) {
+  return to_toml(parse_config(config, dir + "/manifest.json"),
+                 [](const std::string& key) { return key.starts_with("model."); });
+}
+
+}  // namespace
+
 int64_t export_weights(const std::string& dir, const std::string& out) {
   const Manifest m = read_manifest(dir);
   check_files(dir, m);
   std::vector<PathUse> inputs{{(fs::path(dir) / "manifest.json").string(), "the checkpoint's manifest"}};
   for (const StoredFile& f : m.files) inputs.push_back({(fs::path(dir) / f.name).string(), "a checkpoint file"});
   check_output_paths(inputs, {{out, "--out"}});
+  check_outside_checkpoints({{out, "--out"}}, dir);  // NOTE [A checkpoint folder belongs to one run]
   TensorFiles readers;
   std::vector<std::pair<std::string, at::Tensor>> entries;
   for (const StoredTensor& t : m.tensors) {
@@ -84,7 +98,8 @@ int64_t export_weights(const std::string& dir, const std::string& out) {
   }
   const std::string temporary = OutputFile::temporary_for(out);
   try {
-    write_tensor_file(temporary, entries, {{"format", "pt"}, {"source", "loom checkpoint"}, {"step", std::to_string(m.step)}});
+    write_tensor_file(temporary, entries, {{"format", "pt"}, {"source", "loom checkpoint"}, {"step", std::to_string(m.step)},
+                                            {"config", model_toml(m.config, dir)}});
     fs::rename(temporary, out);
   } catch (...) {
     std::error_code ec;

@@ -458,8 +458,13 @@ std::vector<std::pair<std::string, std::string>> config_values(const Config& con
 }
 
 std::string to_toml(const Config& config) {
+  return to_toml(config, [](const std::string&) { return true; });
+}
+
+std::string to_toml(const Config& config, const std::function<bool(const std::string& key)>& show) {
   std::string out, section;
   for (const auto& [key, value] : config_values(config)) {
+    if (!show(key)) continue;
     const size_t dot = key.find('.');
     if (key.substr(0, dot) != section) {
       out += fmt::format("{}[{}]\n", section.empty() ? "" : "\n", key.substr(0, dot));

@@ -4,6 +4,7 @@
 // Parsing refuses unknown sections and keys (naming the closest known one) and wrongly typed values;
 // `validate` refuses inconsistent values. Both throw InputError (exit 2) before anything runs.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -148,6 +149,8 @@ void validate(const Config& config);
 std::vector<std::string> config_warnings(const Config& config);
 // The effective configuration as TOML, every key present.
 std::string to_toml(const Config& config);
+// The same, with only the keys ("section.name") `show` accepts.
+std::string to_toml(const Config& config, const std::function<bool(const std::string& key)>& show);
 // Every key ("section.key") with its value as TOML writes it, in the order of the key table.
 std::vector<std::pair<std::string, std::string>> config_values(const Config& config);
 

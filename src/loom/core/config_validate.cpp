@@ -157,9 +157,6 @@ void validate_checkpoint(const CheckpointConfig& c) {
                    "it is stopped)", c.every);
   LOOM_CHECK_INPUT(c.keep >= 1, "checkpoint.keep = {} must be >= 1: the newest complete checkpoint is always kept",
                    c.keep);
-  LOOM_CHECK_INPUT(!c.dir.empty() || (c.every == 0 && !c.async),
-                   "checkpoint.every / checkpoint.async are set but checkpoint.dir is empty; hint: set "
-                   "checkpoint.dir = \"PATH\"");
 }
 
 // The global batch splits into micro-batches, and the micro-batches evenly over dp ranks.
@@ -215,6 +212,11 @@ std::vector<std::string> config_warnings(const Config& config) {
     warnings.push_back(fmt::format("data.valid = \"{}\" is set, but train.eval_every = 0: it is never read; hint: "
                                    "train.eval_every = N validates every N steps and after the last",
                                    config.data.valid));
+  const CheckpointConfig& c = config.checkpoint;
+  if (c.dir.empty() && (c.every > 0 || c.async))  // an empty dir turns checkpoints off, as a --set may mean to
+    warnings.push_back(fmt::format("checkpoint.dir is empty, so no checkpoint is written (checkpoint.every = {}{} "
+                                   "has no effect); hint: checkpoint.dir = \"PATH\" to save them",
+                                   c.every, c.async ? ", async = true" : ""));
   if (t.weight_decay > 1) {
     warnings.push_back(fmt::format(
         "train.weight_decay = {:g} is unusually large: each step multiplies every decayed weight by 1 - train.lr x "

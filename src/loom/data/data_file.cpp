@@ -6,22 +6,32 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 
 #include "loom/core/error.h"
 
 namespace loom::data {
 
+std::string missing_file_text(const std::string& kind, const std::string& path) {
+  std::error_code ec;
+  const std::filesystem::path p(path);
+  const std::string where = p.is_relative() ? fmt::format(" (a relative path is read from the current folder, {}, "
+                                                          "not from the config file's)",
+                                                          std::filesystem::current_path(ec).string())
+                                            : "";
+  return fmt::format("{} '{}' does not exist or is not a regular file{}", kind, path, where);
+}
+
 DataFile::DataFile(const std::string& path, std::string kind) : path_(path), kind_(std::move(kind)) {
   struct stat st {};
-  LOOM_CHECK_INPUT(::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode),
-                   "{} '{}' does not exist or is not a regular file (data.source)", kind_, path);
+  LOOM_CHECK_INPUT(::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode), "{}", missing_file_text(kind_, path));
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   LOOM_CHECK_INPUT(fd_ >= 0, "cannot open {} '{}': {}", kind_, path, std::strerror(errno));
   // The snapshot every read compares against: of the file opened, not of the name stat-ed above.
   if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd_);
-    throw InputError(fmt::format("{} '{}' does not exist or is not a regular file (data.source)", kind_, path));
+    throw InputError(missing_file_text(kind_, path));
   }
   size_ = static_cast<int64_t>(st.st_size);
   mtime_ = st.st_mtim;

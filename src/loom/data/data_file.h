@@ -12,6 +12,10 @@
 
 namespace loom::data {
 
+// "data file 'x.bin' does not exist or is not a regular file", saying for a relative path which
+// folder it was read from (the current one, not the config file's).
+std::string missing_file_text(const std::string& kind, const std::string& path);
+
 class DataFile {
  public:
   // Opens `path`, which `kind` ("data file", "clicks file") names in errors. InputError when it

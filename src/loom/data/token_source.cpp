@@ -67,6 +67,10 @@ void check_same_tokenizer(const std::string& train, const TokenSidecar& a, const
 // NOTE [Vocabulary from the data]
 void resolve_vocab(Config& config) {
   const std::string source = tokens_path(config.data.source), valid = tokens_path(config.data.valid);
+  std::error_code ec;  // a missing data file is named first, before its sidecar or its vocabulary
+  for (auto [key, path] : {std::pair{"data.source", source}, {"data.valid", valid}})
+    LOOM_CHECK_INPUT(path.empty() || std::filesystem::is_regular_file(path, ec), "{}: {}", key,
+                     missing_file_text("the data file", path));
   const std::optional<TokenSidecar> source_side = source.empty() ? std::nullopt : read_sidecar(source);
   const std::optional<TokenSidecar> valid_side = valid.empty() ? std::nullopt : read_sidecar(valid);
   if (config.model.vocab == ModelConfig::kVocabAuto && !source.empty()) {

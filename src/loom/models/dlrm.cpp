@@ -35,6 +35,10 @@ namespace {
 class DlrmKind final : public ModelKind {
  public:
   std::string_view name() const override { return "dlrm"; }
+  std::vector<std::string_view> model_keys() const override {
+    return {"kind", "d_model", "tables", "table_rows", "bag_size", "dense_features", "bottom_mlp", "top_mlp",
+            "dtype"};
+  }
   void validate(const Config& config) const override;
   Model build(const ModelConfig& config, const Parallelism&) const override { return build_dlrm(config); }
   std::unique_ptr<data::Batches> open_data(const Config& config) const override {

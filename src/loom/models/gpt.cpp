@@ -53,6 +53,9 @@ void refuse_llama_keys(const ModelConfig& m) {
 class GptKind final : public DecoderKind {
  public:
   std::string_view name() const override { return "gpt"; }
+  std::vector<std::string_view> model_keys() const override {
+    return {"kind", "vocab", "d_model", "n_layers", "n_heads", "seq_len", "max_positions", "ffn_mult", "attn_tile", "dtype"};
+  }
   void validate(const Config& config) const override {
     const ModelConfig& m = config.model;
     refuse_llama_keys(m);

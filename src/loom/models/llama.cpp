@@ -96,6 +96,10 @@ void check_llama_layout(const ModelConfig& m, const ParallelConfig& p) {
 class LlamaKind final : public DecoderKind {
  public:
   std::string_view name() const override { return "llama"; }
+  std::vector<std::string_view> model_keys() const override {
+    return {"kind", "vocab", "d_model", "n_layers", "n_heads", "n_kv_heads", "seq_len", "ffn_mult",
+            "ffn_multiple_of", "attn_tile", "dtype", "tie_embeddings", "rope_theta"};
+  }
   void validate(const Config& config) const override {
     const ModelConfig& m = config.model;
     check_llama_keys(m);

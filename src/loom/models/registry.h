@@ -52,6 +52,9 @@ class ModelKind {
   virtual std::string weight_keys(const ModelConfig& config) const = 0;
   virtual std::string activation_keys(const ModelConfig& config) const = 0;
   virtual std::string_view memory_hint() const = 0;
+  // The model.* keys the kind reads (without "model."): `loom config --print` shows these and any
+  // other set away from its default. Empty: every key (a program's own kind need not say).
+  virtual std::vector<std::string_view> model_keys() const { return {}; }
 };
 
 // NOTE [Model kinds are a value]

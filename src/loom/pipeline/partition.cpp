@@ -44,13 +44,15 @@ std::vector<int64_t> balanced_cuts(const std::vector<double>& layer_costs, int64
 
 std::vector<int64_t> balanced_cuts(int64_t n, int64_t parts, const SliceCost& slice_cost) {
   check_stage_count(n, parts);
+  if (parts == 1)  // nothing to choose (and n may be large: the search below is O(parts n^2))
+    return std::isinf(slice_cost(0, 0, n)) ? std::vector<int64_t>{} : std::vector<int64_t>{0, n};
   constexpr double kInf = std::numeric_limits<double>::infinity();
   // best[k][i]: the smallest largest-slice cost of the first i layers in k slices.
   std::vector<std::vector<double>> best(parts + 1, std::vector<double>(n + 1, kInf));
   std::vector<std::vector<int64_t>> from(parts + 1, std::vector<int64_t>(n + 1, 0));
   best[0][0] = 0;
   for (int64_t k = 1; k <= parts; ++k)
-    for (int64_t i = k; i <= n - (parts - k); ++i)
+    for (int64_t i = k == parts ? n : k; i <= n - (parts - k); ++i)  // the last slice ends at n
       for (int64_t j = k - 1; j < i; ++j) {
         if (best[k - 1][j] == kInf) continue;
         const double cost = std::max(best[k - 1][j], slice_cost(k - 1, j, i));

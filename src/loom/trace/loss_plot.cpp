@@ -22,11 +22,17 @@ constexpr double kLeft = 76, kTop = 56, kPlotWidth = 680, kLossHeight = 340, kRa
 constexpr double kPanelGap = 48, kBelowAxis = 50, kMargin = 16;
 constexpr double kFont = 12, kTitleFont = 16, kLegendRow = 20, kLegendSample = 26, kLegendMaxText = 260;
 
-// A distinct colour per run (the first ten are well told apart; more runs repeat them).
+// A distinct colour per run: the first ten from a palette whose colours are well told apart, then
+// hues a golden angle apart (each new one falls in the widest gap left), so no two runs share one.
 constexpr const char* kPalette[] = {"#4c78a8", "#f58518", "#e45756", "#54a24b", "#b279a2",
                                     "#72b7b2", "#9d755d", "#eeca3b", "#ff9da6", "#79706e"};
 
-const char* colour_of(size_t run) { return kPalette[run % std::size(kPalette)]; }
+std::string colour_of(size_t run) {
+  if (run < std::size(kPalette)) return kPalette[run];
+  const double hue = std::fmod(static_cast<double>(run - std::size(kPalette)) * 137.508 + 20, 360.0);
+  const int lightness = run % 2 == 0 ? 38 : 52;  // alternate, so neighbouring hues differ in lightness too
+  return fmt::format("hsl({:.1f}, 65%, {}%)", hue, lightness);
+}
 
 // Appends `record[key]` at `step` when it is a number; null (a non-finite value) is no point.
 void add_point(std::vector<PlotPoint>& series, const json& record, const char* key, double step,
@@ -88,7 +94,7 @@ std::string fit_label(const std::string& label) {
 
 struct LegendEntry {
   std::string label;
-  const char* colour;
+  std::string colour;
   bool validation;
 };
 
@@ -132,14 +138,14 @@ void draw_axes(svg::Document& doc, const Panel& p, const std::string& y_name) {
               y_name);
 }
 
-void draw_markers(svg::Document& doc, const Panel& p, const std::vector<PlotPoint>& points, const char* colour) {
+void draw_markers(svg::Document& doc, const Panel& p, const std::vector<PlotPoint>& points, const std::string& colour) {
   for (const PlotPoint& q : points)
     doc.element("circle", {{"cx", p.px(q.step)}, {"cy", p.py(q.value)}, {"r", 3}, {"fill", "white"},
                            {"stroke", colour}, {"stroke-width", 1.5}});
 }
 
 // A run's series as one line; dashed with markers for validation. A single point is a marker.
-void draw_series(svg::Document& doc, const Panel& p, const std::vector<PlotPoint>& points, const char* colour,
+void draw_series(svg::Document& doc, const Panel& p, const std::vector<PlotPoint>& points, const std::string& colour,
                  bool validation) {
   if (points.empty()) return;
   std::string xy;
@@ -187,6 +193,7 @@ MetricsRun read_metrics(const std::string& path, const std::string& label) {
     ++line;
     if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // a blank line (a trailing one)
     const json record = json::parse(text, nullptr, false);
+    if (in.eof() && !record.is_object()) break;  // no newline yet: a record being written (NOTE [Live output files])
     LOOM_CHECK_INPUT(record.is_object(), "{} line {}: not a JSON object; hint: loom plot reads JSON Lines, one "
                      "object per line, as loom train --metrics writes them", path, line);
     LOOM_CHECK_INPUT(record.contains("step") && record["step"].is_number(), "{} line {}: no numeric \"step\"; hint: "
