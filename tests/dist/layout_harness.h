@@ -140,4 +140,18 @@ inline void expect_same_training(const TrainedRun& got, const TrainedRun& want, 
   }
 }
 
+// Every loss, gradient norm and weight of `got` equal to `want`'s, to the last bit (two runs of
+// one layout that may differ only in a choice that must not change the numbers).
+inline void expect_identical_training(const TrainedRun& got, const TrainedRun& want) {
+  ASSERT_EQ(got.records.size(), want.records.size());
+  for (size_t i = 0; i < want.records.size(); ++i) {
+    EXPECT_EQ(got.records[i].loss, want.records[i].loss) << "step " << i;
+    EXPECT_EQ(got.records[i].grad_norm, want.records[i].grad_norm) << "step " << i;
+  }
+  ASSERT_EQ(got.names, want.names);
+  for (size_t i = 0; i < want.weights.size(); ++i)
+    EXPECT_TRUE(at::equal(got.weights[i], want.weights[i]))
+        << want.names[i] << ": max |difference| " << (got.weights[i] - want.weights[i]).abs().max().item<double>();
+}
+
 }  // namespace loom::test

@@ -4,6 +4,7 @@
 // and some by none. The exchange never changes the model: tables dense or on the sparse path
 // train the serial dense-table run under every axis (dp + ZeRO-1, tp with the vocabulary-parallel
 // embedding, pp, sp) and both updates, in float64 and in float32; "auto" agrees over the ranks.
+// In float32, the partition count and (at a group of two) the path change no bit.
 // Then what travels: the exchange's exact bytes, against dense all-reduce, and where rows live.
 #include <fmt/format.h>
 
@@ -183,6 +184,56 @@ INSTANTIATE_TEST_SUITE_P(Cases, SparseParallelOff,
                                            SparseCase{"dlrm", 0, 1, TableUpdate::Lazy},
                                            SparseCase{"gpt", 0, 0, TableUpdate::Lazy}),
                          [](const auto& info) { return case_name(info.param); });
+
+// What "auto" may choose changes no bit in float32 (NOTE [Table norms], NOTE [Reproducible table
+// choices]), with clipping active so that the norm reaches every weight: the partition count (1,
+// 2, one per row) never, at any group size, with ZeRO-1 too; the table's path (sparse on or off)
+// at a group of two replicas or fewer without ZeRO-1, where a dense all-reduce adds the terms the
+// owner adds. The float64 tests above show each choice trains the serial model.
+struct ChoiceCase {
+  std::string model;
+  int64_t zero;
+  TableUpdate update;
+};
+
+class SparseParallelBits : public ::testing::TestWithParam<ChoiceCase> {};
+
+TEST_P(SparseParallelBits, ChoicesChangeNoWeightInFloat32) {
+  const ChoiceCase& p = GetParam();
+  const int n = world().size();
+  if (12 % n != 0) GTEST_SKIP() << "dp must divide the 12 micro-batches";
+  Config c = p.model == "dlrm" ? dlrm_config() : gpt_config();
+  c.model.dtype = "float32";
+  c.parallel.zero = p.zero;
+  c.train.table_update = p.update;
+  const int64_t rows = p.model == "dlrm" ? c.model.table_rows : c.model.vocab;  // the most partitions
+  c.parallel.sparse = "on";
+  std::vector<std::pair<std::string, TrainedRun>> runs;
+  for (const int64_t partitions : {int64_t{1}, int64_t{2}, rows}) {
+    c.parallel.sparse_partitions = partitions;
+    runs.emplace_back(fmt::format("sparse at P = {}", partitions), train_run(c, world()));
+  }
+  if (n <= 2 && p.zero == 0) {
+    c.parallel.sparse = "off";
+    c.parallel.sparse_partitions = 0;
+    runs.emplace_back("dense", train_run(c, world()));
+  }
+  EXPECT_GT(runs.front().second.records.front().grad_norm, c.train.clip) << "clipping must be active";
+  for (size_t i = 1; i < runs.size(); ++i) {
+    SCOPED_TRACE(runs[i].first + " against " + runs.front().first);
+    expect_identical_training(runs[i].second, runs.front().second);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, SparseParallelBits,
+                         ::testing::Values(ChoiceCase{"dlrm", 0, TableUpdate::Dense},
+                                           ChoiceCase{"dlrm", 0, TableUpdate::Lazy},
+                                           ChoiceCase{"dlrm", 1, TableUpdate::Lazy},
+                                           ChoiceCase{"gpt", 0, TableUpdate::Lazy}),
+                         [](const auto& info) {
+                           return fmt::format("{}_zero{}_{}", info.param.model, info.param.zero,
+                                              Option<TableUpdate>(info.param.update).name());
+                         });
 
 // parallel.sparse = "auto": every rank of the group takes the same path for each table (the times
 // are agreed), and whatever it took, the model is the serial dense-table run's. Never a timing.

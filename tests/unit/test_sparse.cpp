@@ -14,6 +14,7 @@
 #include "loom/dist/null_communicator.h"
 #include "loom/blocks/dlrm_layers.h"
 #include "loom/optim/adamw.h"
+#include "loom/optim/clip.h"
 #include "loom/parallel/sparse_table.h"
 #include "loom/replicas/sparse_tables.h"
 #include "unit/layer_check.h"
@@ -292,6 +293,8 @@ TEST(DlrmLayers, SparsePathMatchesTheDensePath) {
     tables[f]->push();
     const double want = dense.tables[f].grad.norm().item<double>();
     EXPECT_NEAR(tables[f]->grad_norm_square(), want * want, 1e-12);
+    // The same sum, to the bit, as the dense table's (NOTE [Table norms]).
+    EXPECT_EQ(tables[f]->grad_norm_square(), optim::grad_norm_square(dense.tables[f]));
     const at::Tensor touched = std::get<0>(at::_unique(mb.tokens.narrow(1, f * kBag, kBag)));
     ASSERT_TRUE(tables[f]->touched().equal(touched));
     EXPECT_TENSOR_NEAR(tables[f]->touched_grad(), dense.tables[f].grad.index_select(0, touched), 1e-15);

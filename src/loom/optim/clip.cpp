@@ -1,15 +1,51 @@
 #include "loom/optim/clip.h"
 
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+
 #include <cmath>
 
 namespace loom::optim {
 
+at::Tensor row_norm_squares(const at::Tensor& rows) {
+  TORCH_CHECK(rows.dim() == 2, "row_norm_squares needs a [rows, d] tensor");
+  const at::Tensor t = rows.contiguous();
+  at::Tensor out = at::empty({t.size(0)}, t.options().dtype(at::kDouble));
+  const int64_t width = t.size(1);
+  double* sums = out.data_ptr<double>();
+  AT_DISPATCH_FLOATING_TYPES(t.scalar_type(), "row_norm_squares", [&] {
+    const scalar_t* data = t.data_ptr<scalar_t>();
+    at::parallel_for(0, t.size(0), 64, [&](int64_t begin, int64_t end) {  // rows apart: any split
+      for (int64_t r = begin; r < end; ++r) {
+        double sum = 0;
+        for (int64_t j = 0; j < width; ++j) {
+          const auto x = static_cast<double>(data[r * width + j]);
+          sum += x * x;
+        }
+        sums[r] = sum;
+      }
+    });
+  });
+  return out;
+}
+
+double sum_in_order(const at::Tensor& values) {
+  const at::Tensor t = values.to(at::kDouble).contiguous();
+  const double* v = t.data_ptr<double>();
+  double sum = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) sum += v[i];
+  return sum;
+}
+
+double grad_norm_square(const nn::Param& param) {
+  if (param.embedding && param.grad.dim() == 2) return sum_in_order(row_norm_squares(param.grad));
+  const double n = param.grad.norm().item<double>();
+  return n * n;
+}
+
 std::pair<double, double> grad_norm_squares(const std::vector<nn::Param*>& params) {
   double replicated = 0, sharded = 0;
-  for (const nn::Param* p : params) {
-    const double n = p->grad.norm().item<double>();
-    (p->shard.dim >= 0 ? sharded : replicated) += n * n;
-  }
+  for (const nn::Param* p : params) (p->shard.dim >= 0 ? sharded : replicated) += grad_norm_square(*p);
   return {replicated, sharded};
 }
 

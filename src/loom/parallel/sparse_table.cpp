@@ -7,6 +7,7 @@
 
 #include "loom/core/error.h"
 #include "loom/core/rng.h"
+#include "loom/optim/clip.h"
 
 namespace loom::parallel {
 namespace {
@@ -178,18 +179,38 @@ void SparseTable::push() {
   const at::Tensor sent = grads_.index_select(0, order_);
   at::Tensor received = at::empty({served_.numel(), width_}, grads_.options());
   group_.all_to_allv(sent, times(send_counts_, width_), received, times(recv_counts_, width_));
-  // Each row's parts arrive in rank order, so every layout sums them in the same order.
+  // Each row's parts arrive in rank order and index_add_ adds them in index order, so a row's sum
+  // is 0 + g_0 + g_1 + ... whichever owner holds it.
   auto [touched, inverse] = at::_unique(served_, /*sorted=*/true, /*return_inverse=*/true);
   touched_ = touched;
   touched_index_ = owned_index(touched_);
   touched_grad_ = at::zeros({touched_.numel(), width_}, grads_.options()).index_add_(0, inverse, received);
   pulled_ = grads_ = served_ = at::Tensor();
+  norm_square_ = gather_norm_square();
 }
 
-double SparseTable::grad_norm_square() const {
-  if (!touched_grad_.defined() || touched_grad_.numel() == 0) return 0.0;
-  const double n = touched_grad_.norm().item<double>();
-  return n * n;
+// NOTE [Table norms] (optim/clip.h): (row, square) of every owner's touched rows to every rank,
+// in row order, where a dense table's sum adds the same squares (and 0.0 for the untouched rows).
+// Two small all-gathers: the counts, then 16 bytes per touched row, which every rank receives
+// (SPARSE_ANALYSIS.md weighs it against the push as the group grows).
+double SparseTable::gather_norm_square() const {
+  const int ranks = group_.size();
+  const int64_t mine = touched_.numel();
+  at::Tensor counts = at::empty({ranks}, kLong);
+  group_.all_gather(at::full({1}, mine, kLong), counts);
+  const int64_t most = std::max<int64_t>(counts.max().item<int64_t>(), 1);
+  at::Tensor pairs = at::zeros({most, 2}, at::TensorOptions().dtype(at::kDouble));  // (row, square)
+  if (mine > 0) {
+    pairs.narrow(0, 0, mine).select(1, 0).copy_(touched_);  // rows < 2^53: exact in double
+    pairs.narrow(0, 0, mine).select(1, 1).copy_(optim::row_norm_squares(touched_grad_));
+  }
+  at::Tensor all = at::empty({ranks * most, 2}, pairs.options());
+  group_.all_gather(pairs, all);
+  std::vector<at::Tensor> parts;
+  for (int r = 0; r < ranks; ++r) parts.push_back(all.narrow(0, r * most, counts[r].item<int64_t>()));
+  const at::Tensor rows = at::cat(parts);
+  const at::Tensor order = std::get<1>(at::sort(rows.select(1, 0)));  // every row once: a total order
+  return optim::sum_in_order(rows.select(1, 1).index_select(0, order));
 }
 
 void SparseTable::scale_grads(double factor) {

@@ -13,7 +13,9 @@
 //          into a block of the same shape: duplicate ids aggregate locally, never on the wire;
 //   push   after backward: each rank sends its summed row gradients to the owners, in the order
 //          of the ids it sent in `pull` (so ids do not travel twice), and the owner sums the
-//          ranks' parts of every row it owns, in rank order;
+//          ranks' parts of every row it owns, in rank order from zero (0 + g_0 + g_1 + ...:
+//          which rows an owner holds changes no row's sum); the owners' rows' squared norms are
+//          gathered over the group for the global norm (NOTE [Table norms]);
 //   step   AdamW on the owner, with the bias corrections of the global step count: under
 //          train.table_update = "dense" over every row it owns (rows no rank touched see a zero
 //          gradient: their moments decay and weight decay applies, exactly dense AdamW); under
@@ -59,11 +61,14 @@ class SparseTable final : public nn::SparseRows {
   void pull(const at::Tensor& ids) override;
   at::Tensor lookup(const at::Tensor& ids) const override;
   void accumulate(const at::Tensor& ids, const at::Tensor& grads) override;
-  // Collective: the summed row gradients go to their owners.
+  // Collective: the summed row gradients go to their owners, and every owner's rows' squared
+  // norms to every rank (NOTE [Table norms]).
   void push();
 
-  // The owners' part of the squared gradient norm (rows owned here; disjoint over the group).
-  double grad_norm_square() const;
+  // After push: the table's squared gradient norm (NOTE [Table norms]), the same number on every
+  // rank of the group whatever the partition count, and the same as a dense table's
+  // optim::grad_norm_square.
+  double grad_norm_square() const { return norm_square_; }
   void scale_grads(double factor);
   // AdamW over the owned rows ("dense") or over the rows touched this step ("lazy").
   void step(double lr);
@@ -94,6 +99,8 @@ class SparseTable final : public nn::SparseRows {
  private:
   at::Tensor partition_of(const at::Tensor& rows) const;
   at::Tensor owned_index(const at::Tensor& rows) const;
+  // Collective: the touched rows' squares of every owner, summed in row order.
+  double gather_norm_square() const;
 
   nn::Param& param_;
   dist::Communicator& group_;
@@ -112,6 +119,7 @@ class SparseTable final : public nn::SparseRows {
   at::Tensor pulled_, grads_;                       // [need, d]
   at::Tensor served_;                               // rows other ranks asked this owner for, by rank
   at::Tensor touched_, touched_index_, touched_grad_;  // owner: rows touched, their store index, gradient
+  double norm_square_ = 0;                             // the whole table's, after push
 };
 
 // Parallax's partition-count model: the step's sparse time t(P) = a + b / P + c (P - 1), fitted

@@ -9,7 +9,8 @@ ReplicaOptimizer::ReplicaOptimizer(models::Model& model, dist::Communicator& rep
     : tp_(tp), pp_(pp), options_(options), sparse_(sparse) {
   // Lazy dense tables update only their looked-up rows (NOTE [Lazy rows of dense tables]).
   options_.adamw.lazy_rows = sparse ? sparse->row_filter() : nullptr;
-  for (nn::Param* p : model.params())
+  params_ = model.params();
+  for (nn::Param* p : params_)
     if (p->sparse == nullptr) dense_.push_back(p);
   flat_ = std::make_unique<FlatParams>(model, replicas.size());
   if (options.zero) {
@@ -29,6 +30,19 @@ auto ReplicaOptimizer::timed(const Timeline& timeline, const char* name, const c
   return result;
 }
 
+double ReplicaOptimizer::clip_replicated(double clip) {
+  double replicated = 0, sharded = 0;
+  for (const nn::Param* p : params_) {
+    const double square = p->sparse != nullptr ? sparse_->norm_square(*p) : optim::grad_norm_square(*p);
+    (p->shard.dim >= 0 ? sharded : replicated) += square;
+  }
+  const double norm = optim::combine_norm_squares(replicated, sharded, tp_, &pp_);
+  const double factor = optim::clip_factor(norm, clip);
+  if (factor != 1.0)
+    for (nn::Param* p : dense_) p->grad.mul_(factor);
+  return norm;
+}
+
 double ReplicaOptimizer::step(double lr, const std::function<void(double)>& before_update,
                               const Timeline& timeline) {
   const double clip = options_.clip;
@@ -45,8 +59,7 @@ double ReplicaOptimizer::step(double lr, const std::function<void(double)>& befo
       reducer_->finish();
       return 0;
     });
-    norm = timed(timeline, "clip", "optimizer",
-                 [&] { return optim::clip_grad_norm(dense_, clip, tp_, &pp_, sparse); });
+    norm = timed(timeline, "clip", "optimizer", [&] { return clip_replicated(clip); });
     before_update(norm);
     timed(timeline, "adamw", "optimizer", [&] {
       adamw_->step(lr);

@@ -63,12 +63,16 @@ class ReplicaOptimizer {
  private:
   template <class Fn>
   auto timed(const Timeline& timeline, const char* name, const char* category, Fn&& fn);
+  // The global norm over every parameter, each one's square added in model order (a table's at
+  // its place, whichever path it took: NOTE [Table norms]), and the dense gradients clipped.
+  double clip_replicated(double clip);
 
   dist::Communicator& tp_;
   dist::Communicator& pp_;
   ReplicaOptions options_;
   SparseTables* sparse_;
-  std::vector<nn::Param*> dense_;  // every parameter not on the sparse path
+  std::vector<nn::Param*> params_;  // every parameter of this rank, in model order
+  std::vector<nn::Param*> dense_;   // those not on the sparse path
   std::unique_ptr<FlatParams> flat_;
   std::unique_ptr<GradientReducer> reducer_;  // replicated AdamW
   std::unique_ptr<optim::AdamW> adamw_;

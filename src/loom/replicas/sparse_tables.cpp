@@ -230,7 +230,8 @@ std::vector<double> SparseTables::sparse_trial(const std::vector<nn::Param*>& ta
 // (pull, push, update) three times on scratch tables of zeros, so the model is untouched; the
 // time of P is the sum over tables of their medians, and every rank takes the group's slowest,
 // so all fit the same numbers and pick the same P. The partition count never changes the
-// numbers trained, only the time.
+// numbers trained, to the last bit, only the time: a row's sum is the same on any owner and the
+// norm is the same sum over rows (NOTE [Table norms]).
 int64_t SparseTables::choose_partitions(const std::vector<nn::Param*>& tables, dist::Communicator& tp,
                                         const std::function<void()>& pull) {
   const int64_t n = group_.size();
@@ -279,13 +280,18 @@ const optim::RowFilter* SparseTables::row_filter() const { return lazy_.get(); }
 std::pair<double, double> SparseTables::push() {
   if (lazy_) lazy_->finish();
   if (tables_.empty()) return {0, 0};  // every rank of the group chose alike: none pushes
-  at::Tensor sums = at::zeros({2}, at::kDouble);
+  double replicated = 0, sharded = 0;
   for (auto& t : tables_) {
     t->push();
-    sums[t->param().shard.dim >= 0 ? 1 : 0] += t->grad_norm_square();
+    (t->param().shard.dim >= 0 ? sharded : replicated) += t->grad_norm_square();
   }
-  group_.all_reduce(sums, dist::ReduceOp::Sum);
-  return {sums[0].item<double>(), sums[1].item<double>()};
+  return {replicated, sharded};
+}
+
+double SparseTables::norm_square(const nn::Param& table) const {
+  for (const auto& t : tables_)
+    if (&t->param() == &table) return t->grad_norm_square();
+  throw Error(fmt::format("[sparse] {} is not on the sparse path", table.name));
 }
 
 void SparseTables::step(double lr, double clip_factor) {
@@ -311,11 +317,37 @@ std::string SparseTables::describe() const {
     }
     if (line.back() == ';') line.pop_back();
   }
-  if (tables_.empty()) return line;
+  if (tables_.empty()) return line + pin_hint();
   std::string trials;
   for (auto [p, seconds] : trials_) trials += fmt::format(" P={}: {:.2f} ms", p, seconds * 1e3);
   return line + fmt::format("; {} sparse table{} in {} partitions over {} ranks{}", size(), size() == 1 ? "" : "s",
-                            partitions_, group_.size(), trials.empty() ? (set_ ? " (set)" : "") : "; trials" + trials);
+                            partitions_, group_.size(), trials.empty() ? (set_ ? " (set)" : "") : "; trials" + trials) +
+         pin_hint();
+}
+
+// NOTE [Reproducible table choices]: what "auto" measured changes the speed, and where it could
+// change the numbers the run says how to repeat it. The partition count never changes them (NOTE
+// [Table norms]; a row's sum is the same on any owner), so it is pinned only for the same speed.
+// A table's path changes no bit at a group of two replicas without ZeRO-1 (a dense table's
+// all-reduce adds the same two terms the owner adds); with more replicas MPI's all-reduce adds
+// them in an order of its own (a tree, or ring chunks by position), and ZeRO-1 cuts a dense
+// table's norm at its shard boundaries, so the paths differ in the last bits there: the choice
+// is then repeated with parallel.sparse = on / off when every table took one path, or by resuming
+// from the run's checkpoint, which records each table's path (NOTE [Resuming]). (Also under
+// parallel.grad_dtype = "bfloat16", which rounds a dense table's gradient on the wire and not
+// the sparse path's rows.)
+std::string SparseTables::pin_hint() const {
+  const bool measured = std::any_of(choices_.begin(), choices_.end(), [](const TableChoice& c) { return c.dense_ms > 0; });
+  std::string hint;
+  if (measured) {
+    const bool all_sparse = std::all_of(choices_.begin(), choices_.end(), [](const TableChoice& c) { return c.sparse; });
+    const bool all_dense = std::none_of(choices_.begin(), choices_.end(), [](const TableChoice& c) { return c.sparse; });
+    hint += all_sparse || all_dense ? fmt::format("; pin the paths with --set parallel.sparse={}", all_sparse ? "on" : "off")
+                                    : "; the paths are mixed: a resumed run keeps them";
+  }
+  if (!trials_.empty() && !tables_.empty())
+    hint += fmt::format("; pin P with --set parallel.sparse_partitions={} (it changes only the speed)", partitions_);
+  return hint;
 }
 
 }  // namespace loom::replicas

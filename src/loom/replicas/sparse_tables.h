@@ -57,6 +57,8 @@ class SparseTables {
   // One line: each table's path and why; then "N sparse tables in P partitions over R ranks" and
   // how P was chosen, if any table is on the sparse path.
   std::string describe() const;
+  // How to repeat the choices "auto" measured (NOTE [Reproducible table choices]); empty if none.
+  std::string pin_hint() const;
   int64_t partitions() const { return tables_.empty() ? 0 : partitions_; }
   // (P, seconds) of each trial candidate; empty when the count was given or the group is one rank.
   const std::vector<std::pair<int64_t, double>>& trials() const { return trials_; }
@@ -75,9 +77,12 @@ class SparseTables {
   }
   // What AdamW asks which elements of a lazy dense table update; null when there is none.
   const optim::RowFilter* row_filter() const;
-  // Collective: every table's row gradients to their owners. Returns the squared norms
-  // [replicated, tp-sharded] of the owners' rows, summed over the group (owners hold disjoint rows).
+  // Collective: every table's row gradients to their owners. Returns the tables' squared norms
+  // [replicated, tp-sharded] (NOTE [Table norms]), each the whole table's: the same on every rank
+  // of the group, whatever the partition count.
   std::pair<double, double> push();
+  // After push: the squared gradient norm of `table` (a table on the sparse path).
+  double norm_square(const nn::Param& table) const;
   // AdamW on every table on the sparse path, its gradient first multiplied by `clip_factor`.
   void step(double lr, double clip_factor);
 

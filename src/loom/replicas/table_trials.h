@@ -12,8 +12,9 @@ namespace loom::replicas {
 
 // NOTE [Table paths]
 // parallel.sparse = "auto" chooses, per embedding table, the path that costs its step less; the
-// choice never changes the numbers (train.table_update decides the math on both paths), only the
-// time and the memory. At start-up, before any parameter is allocated:
+// choice never changes the model (train.table_update decides the math on both paths), only the
+// time and the memory, and where it could change the last bits the run says how to pin it (NOTE
+// [Reproducible table choices]). At start-up, before any parameter is allocated:
 //   - a group of one replica exchanges nothing: dense;
 //   - when the run with every table dense would not fit in memory (the plan's estimate against
 //     memory.budget or this machine), the sparse path;
