@@ -4,7 +4,9 @@
 
 #include <atomic>
 #include <cstdlib>
+#include <mutex>
 #include <new>
+#include <utility>
 
 #include "loom/core/sanitizer.h"
 #include "loom/core/units.h"
@@ -19,6 +21,13 @@ constexpr size_t kHeader = 64;
 std::atomic<int64_t> g_live{0};
 std::atomic<int64_t> g_peak{0};
 std::atomic<int64_t> g_budget{0};
+std::mutex g_hint_mutex;  // the hint is read only when an allocation is refused
+std::string g_hint = kDefaultBudgetHint;
+
+std::string budget_hint() {
+  std::lock_guard lock(g_hint_mutex);
+  return g_hint;
+}
 
 void record_peak(int64_t live) {
   int64_t peak = g_peak.load(std::memory_order_relaxed);
@@ -42,10 +51,9 @@ class AccountingAllocator final : public c10::Allocator {
     if (budget > 0 && live > budget) {
       g_live.fetch_sub(n, std::memory_order_relaxed);
       throw BudgetExceeded(fmt::format(
-          "memory budget exceeded: allocating {} with {} in use would pass memory.budget = {}; hint: raise "
-          "memory.budget, lower train.micro_batch or set memory.recompute = \"full\"",
+          "memory budget exceeded: allocating {} with {} in use would pass memory.budget = {}; hint: {}",
           format_bytes(static_cast<double>(n)), format_bytes(static_cast<double>(live - n)),
-          format_bytes(static_cast<double>(budget))));
+          format_bytes(static_cast<double>(budget)), budget_hint()));
     }
     record_peak(live);
     void* raw = nullptr;
@@ -75,5 +83,10 @@ int64_t peak_bytes() { return g_peak.load(std::memory_order_relaxed); }
 void reset_peak() { g_peak.store(live_bytes(), std::memory_order_relaxed); }
 void set_budget(int64_t bytes) { g_budget.store(bytes, std::memory_order_relaxed); }
 int64_t budget() { return g_budget.load(std::memory_order_relaxed); }
+
+void set_budget_hint(std::string hint) {
+  std::lock_guard lock(g_hint_mutex);
+  g_hint = std::move(hint);
+}
 
 }  // namespace loom::memory

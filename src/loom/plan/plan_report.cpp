@@ -48,6 +48,15 @@ std::string stage_words(const RunPlan& plan, const MemoryEstimate& need) {
 
 }  // namespace
 
+std::string budget_hint(const RunPlan& plan) {
+  if (plan.config.memory.policy != PolicyMode::Auto)
+    return fmt::format("raise memory.budget, {}", plan.kind->memory_hint());
+  return fmt::format("memory.policy = \"auto\" fitted each stage's estimate into {:.0f}% of memory.budget "
+                     "(`loom config --print` shows it); raise memory.budget, lower train.micro_batch, or use more "
+                     "pipeline stages (parallel.pp)",
+                     kPlannedBudgetShare * 100);
+}
+
 // The estimate against memory.budget, or without one against this machine's memory shared by its
 // ranks: an impossible model is refused before anything is allocated.
 void check_memory(const RunPlan& plan, int local_ranks, double in_use) {
@@ -56,9 +65,10 @@ void check_memory(const RunPlan& plan, int local_ranks, double in_use) {
   const std::string_view hint = plan.kind->memory_hint();
   if (budget > 0) {
     LOOM_CHECK_INPUT(need.total() + in_use <= static_cast<double>(budget),
-                     "memory.budget = {} is too small: {}{}{}; hint: raise memory.budget, {}",
-                     format_bytes(static_cast<double>(budget)), memory_text(plan, need), stage_words(plan, need),
-                     in_use > 0 ? fmt::format(" besides {} already in use", format_bytes(in_use)) : "", hint);
+                     "memory.budget = {} is too small: {}{}{}; hint: {}", format_bytes(static_cast<double>(budget)),
+                     memory_text(plan, need), stage_words(plan, need),
+                     in_use > 0 ? fmt::format(" besides {} already in use", format_bytes(in_use)) : "",
+                     budget_hint(plan));
     return;
   }
   const double machine = static_cast<double>(memory::host_memory_bytes());

@@ -42,6 +42,16 @@ std::unique_ptr<data::Batches> open_valid(const models::ModelKind& kind, const C
   }
 }
 
+// The run's memory.budget and the hint its refusals name (plan::budget_hint), set and ended together.
+void begin_budget(int64_t bytes, const plan::RunPlan& plan) {
+  memory::set_budget(bytes);
+  memory::set_budget_hint(plan::budget_hint(plan));
+}
+void end_budget() {
+  memory::set_budget(0);
+  memory::set_budget_hint(memory::kDefaultBudgetHint);
+}
+
 int default_threads(const dist::Communicator& world) {
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   return world.size() > 1 ? std::max(1, cores / world.local_ranks()) : cores;
@@ -69,15 +79,15 @@ Trainer::Trainer(Config config, dist::Communicator& world, const std::string& re
   mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
   model_ = build_model(mesh_->tp(), sp_options());
   const int64_t budget = config_.budget_bytes();
-  if (budget > 0) memory::set_budget(budget);
+  if (budget > 0) begin_budget(budget, plan_);
   try {
     allocate();
     if (resume_) restore();
   } catch (const memory::OutOfMemory& e) {
-    memory::set_budget(0);
+    end_budget();
     throw Error(fmt::format("{} while setting up the run; {}", e.what(), plan::memory_text(plan_, estimate())));
   } catch (...) {
-    memory::set_budget(0);  // no destructor runs for a constructor that throws
+    end_budget();  // no destructor runs for a constructor that throws
     throw;
   }
   comm_stats_.clear();  // set-up traffic (communicator splits) is not a step's
@@ -171,7 +181,7 @@ Trainer::~Trainer() {
   checkpointer_.reset();  // an async save's writer may still be reading the state: it finishes first
   optimizer_.reset();  // it holds the parameters' addresses
   model_.chain.clear();
-  memory::set_budget(0);  // the budget belongs to this run, not to whatever the process does next
+  end_budget();  // the budget belongs to this run, not to whatever the process does next
 }
 
 dist::Communicator& Trainer::replicas() { return mesh_->sp().size() > 1 ? mesh_->dp_sp() : mesh_->dp(); }
@@ -351,6 +361,13 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
 }
 
 
+// This machine's GEMM peak in the type the products run in, measured outside memory.budget
+// (NOTE [Measurements outside the budget]).
+double Trainer::gemm_peak() const {
+  const memory::BudgetLifted lifted;
+  return plan::measure_gemm_peak(activations_, 0.2);
+}
+
 // MFU of this rank: its own micro-batches' FLOPs against its cores' GEMM peak.
 double Trainer::flops_per_step() const {
   const nn::Cost cost = model_.cost(config_.train.micro_batch, local_seq(), dtype_ == at::kDouble ? 8 : 4);
@@ -378,7 +395,7 @@ std::vector<StepRecord> Trainer::run_steps(const TrainOptions& options) {
                                   "train; hint: a later step, or no --stop-after",
                                   options.stop_after, start_step_, resume_dir_),
                       2);
-  const double peak_flops = options.peak_flops > 0 ? options.peak_flops : plan::measure_gemm_peak(activations_, 0.2);  // the type the products run in
+  const double peak_flops = options.peak_flops > 0 ? options.peak_flops : gemm_peak();
   const double flops = flops_per_step();
   const optim::LrSchedule schedule{t.lr, t.min_lr_ratio, t.warmup, t.steps};
   memory::reset_peak();  // the GEMM probe above is not part of the run
