@@ -1,6 +1,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 #include <map>
 
@@ -8,6 +9,7 @@
 #include "config_options.h"
 #include "loom/core/error.h"
 #include "loom/plan/run_plan.h"
+#include "loom/train/auto_layout.h"
 #include "loom/train/trainer.h"
 
 namespace loom::cli {
@@ -46,13 +48,22 @@ Action add_config(CLI::App& app) {
                                      "product of the config's degrees)");
   return [cmd, config, print, json, ranks](dist::Runtime&) {
     if (!*cmd) return;
-    const Config effective = config->load();
+    Config effective = config->load();
     const auto& p = effective.parallel;
     const int64_t layout = p.dp * p.tp * p.pp * p.sp;
     LOOM_CHECK_INPUT(*ranks >= 0, "--ranks {} must be positive", *ranks);
     const int world = *ranks > 0 ? *ranks : static_cast<int>(layout);  // validate() keeps it within an int
+    // parallel.auto: what `loom train` runs is the chosen layout, so that is what is checked and
+    // printed (planned here without measuring; train::preview_layout says on what).
+    train::AutoLayout chosen;
+    if (effective.parallel.auto_layout) {
+      chosen = train::preview_layout(effective, world,
+                                     train::local_cluster_cache(std::getenv("XDG_CACHE_HOME"), std::getenv("HOME")));
+      effective = chosen.config;
+    }
     const plan::RunPlan plan = train::Trainer::check(effective, world, world);
     for (const std::string& warning : config_warnings(effective)) std::cerr << "loom: warning: " << warning << '\n';
+    (*json || *print ? std::cerr : std::cout) << chosen.report;  // stdout stays JSON or TOML
     if (*json) {
       std::cout << plan.to_json().dump(2) << '\n';
     } else if (*print) {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <exception>
 #include <filesystem>
+#include <string_view>
 #include <utility>
 
 #include "loom/core/error.h"
@@ -108,11 +109,35 @@ void measure(const Config& config, dist::Communicator& world, LocalCluster& loca
 
 // Rank 0: the fastest layout of `config` on the cluster, as the TOML every rank trains; `report`
 // gets its two lines.
-std::string plan_on_rank0(const Config& config, const LocalCluster& local, int ranks, std::string& report) {
+std::string plan_on_rank0(const Config& config, const LocalCluster& local, int ranks, std::string& report,
+                          std::string_view verb = "chose") {
   const plan::PlanResult result = plan::plan_layouts(config, local.cluster, ranks, {.top = 1});
   const plan::StepPrediction& best = result.best.front();
-  report = fmt::format("loom: parallel.auto: {}\nloom: parallel.auto chose {}\n", local.note, describe_layout(best));
+  report = fmt::format("loom: parallel.auto: {}\nloom: parallel.auto {} {}\n", local.note, verb, describe_layout(best));
   return to_toml(plan::apply_layout(config, best.plan.config));
+}
+
+// What a preview plans on without measuring: the cache when it was measured for `ranks` ranks (any,
+// for one rank); else this machine as the cache (or the shipped local cluster) describes it, with
+// `ranks` devices sharing its memory, as a measurement for `ranks` would have it.
+LocalCluster preview_cluster(const std::string& path, int ranks) {
+  LocalCluster local;
+  std::error_code error;
+  const bool cached = std::filesystem::exists(path, error);
+  local.cluster = cached ? read_cache(path) : plan::read_cluster("local");
+  if (cached && (ranks == 1 || local.cluster.devices_per_node == ranks)) {
+    local.note = fmt::format("planning on the local cluster cached in {} ({})", path, local.cluster.source);
+    return local;
+  }
+  const auto measured_for = static_cast<double>(local.cluster.devices_per_node);
+  local.cluster.memory_bytes = local.cluster.memory_bytes * measured_for / ranks;
+  local.cluster.devices_per_node = ranks;
+  local.cluster.max_nodes = 1;
+  local.note = fmt::format("no cluster measured for {} rank{} is cached in {}: planning on {} ({}) for {} rank{} "
+                           "(`loom train` measures this machine first, and may choose another layout)",
+                           ranks, ranks == 1 ? "" : "s", path, cached ? "the cached cluster" : "the shipped local cluster",
+                           local.cluster.source, ranks, ranks == 1 ? "" : "s");
+  return local;
 }
 
 }  // namespace
@@ -146,6 +171,12 @@ AutoLayout choose_layout(const Config& config, dist::Communicator& world, const 
   return out;
 }
 
+AutoLayout preview_layout(const Config& config, int ranks, const std::string& cache_path) {
+  const LocalCluster local = preview_cluster(cache_path, ranks);
+  AutoLayout out;
+  out.config = parse_config(plan_on_rank0(config, local, ranks, out.report, "would choose"), "parallel.auto's layout");
+  return out;
+}
 
 std::string describe_layout(const plan::StepPrediction& p) {
   const Config& c = p.plan.config;
