@@ -41,6 +41,43 @@ TEST(AccountingAllocator, BudgetTurnsAnOverBudgetAllocationIntoAClearError) {
   EXPECT_EQ(live_bytes() - base, 1 << 19) << "a refused allocation must not count";
 }
 
+// The hint a refusal names is the run's (plan::budget_hint; issue 33: under memory.policy = "auto"
+// it must not send the user to memory.recompute), and the default once the run has ended.
+TEST(AccountingAllocator, RefusalNamesTheHintSetForTheBudget) {
+  install_accounting_allocator();
+  set_budget(live_bytes() + (1 << 10));
+  set_budget_hint("memory.policy = \"auto\" fitted each stage");
+  try {
+    const at::Tensor too_big = at::empty({1 << 18}, at::kFloat);
+    ADD_FAILURE() << "expected BudgetExceeded";
+  } catch (const BudgetExceeded& e) {
+    EXPECT_THAT(e.what(), HasSubstr("hint: memory.policy = \"auto\" fitted each stage"));
+  }
+  set_budget_hint(kDefaultBudgetHint);
+  set_budget(0);
+}
+
+// NOTE [Measurements outside the budget]: lifted for a scope, restored on leaving it, also by an
+// exception.
+TEST(AccountingAllocator, BudgetLiftedForAScopeOnly) {
+  install_accounting_allocator();
+  const int64_t budget = live_bytes() + (1 << 10);
+  set_budget(budget);
+  {
+    const BudgetLifted lifted;
+    EXPECT_EQ(memory::budget(), 0);
+    const at::Tensor probe = at::empty({1 << 18}, at::kFloat);  // 1 MiB: no budget now
+  }
+  EXPECT_EQ(memory::budget(), budget);
+  try {
+    const BudgetLifted lifted;
+    throw Error("leaving by an exception");
+  } catch (const Error&) {
+  }
+  EXPECT_EQ(memory::budget(), budget);
+  set_budget(0);
+}
+
 TEST(Swapper, MovesTensorsOutOfTheBudgetAndBackBitForBit) {
   install_accounting_allocator();
   auto tier = make_host_tier();

@@ -298,6 +298,47 @@ TEST(MemoryModel, PredictedPeakIsTheStashTimesTheBytes) {
   }
 }
 
+// NOTE [Stage boundaries in the replay], by hand: 1F1B on 2 ranks, 2 micro-batches, one layer of
+// 1 MB per rank, 0.1 MB between the stages. Rank 0 runs F0 F1 BW0 BW1 (unit-like costs: F1 ends at
+// 2 ms, BW0 starts at 4 ms): after F1 it holds both micro-batches' state and both outputs (an
+// output counts until rank 0's own backward of it, by which time the next stage has taken it); at
+// BW0 the first output is gone and its gradient has come. 2.2 MB either way.
+TEST(MemoryModel, BoundaryMessagesAreHeldUntilTaken) {
+  const MemoryModel m{.layers = uniform_layers(2),
+                      .schedule = schedule::make_schedule("1f1b", 2, 2),
+                      .boundary_bytes = 0.1 * kMB};
+  const Prediction p = predict(m, {0, 1, 2}, std::vector<MemoryPolicy>(2, MemoryPolicy::Keep));
+  ASSERT_EQ(p.stages.size(), 2u);
+  EXPECT_NEAR(p.stages[0].activation_bytes, 2 * kMB, 1e-6);
+  EXPECT_NEAR(p.stages[0].boundary_bytes, 0.2 * kMB, 1e-6);
+  EXPECT_NEAR(p.stages[0].total(), 2.2 * kMB, 1e-6);
+  EXPECT_NEAR(p.stages[1].activation_bytes, kMB, 1e-6);
+  // Rank 1 receives no gradient, and rank 0 takes each input gradient as it is sent.
+  EXPECT_NEAR(p.stages[1].boundary_bytes, 0, 1e-6);
+  // Without boundary bytes the replay is what it was.
+  MemoryModel none = m;
+  none.boundary_bytes = 0;
+  EXPECT_EQ(predict(none, {0, 1, 2}, std::vector<MemoryPolicy>(2, MemoryPolicy::Keep)).stages[0].boundary_bytes, 0);
+}
+
+// NOTE [Backward moments], by hand: one rank, two kept layers of 1 MB, layer 0's backward needing
+// 3 MB of temporaries and layer 1's 0.5 MB. A BW runs layer 1 first (0.5 MB beside the whole
+// state), then layer 0 once layer 1's 1 MB is freed: 2 MB beyond the state. A split B frees nothing
+// before its W: 3 MB.
+TEST(MemoryModel, BackwardMomentsFreeAsTheFusedBackwardGoes) {
+  std::vector<LayerCosts> layers = uniform_layers(2);
+  layers[0].workspace_bytes = 3 * kMB, layers[1].workspace_bytes = 0.5 * kMB;
+  const std::vector<MemoryPolicy> keep(2, MemoryPolicy::Keep);
+  const MemoryModel fused{.layers = layers, .schedule = schedule::make_schedule("1f1b", 1, 2)};
+  EXPECT_NEAR(predict(fused, {0, 2}, keep).stages[0].transient_bytes, 2 * kMB, 1e-6);
+  const MemoryModel split{.layers = layers, .schedule = schedule::make_schedule("zb-h1", 1, 2)};
+  EXPECT_NEAR(predict(split, {0, 2}, keep).stages[0].transient_bytes, 3 * kMB, 1e-6);
+  // The chunk's last layer runs first: its temporaries stand beside everything.
+  std::swap(layers[0].workspace_bytes, layers[1].workspace_bytes);
+  const MemoryModel last{.layers = layers, .schedule = schedule::make_schedule("1f1b", 1, 2)};
+  EXPECT_NEAR(predict(last, {0, 2}, keep).stages[0].transient_bytes, 3 * kMB, 1e-6);
+}
+
 TEST(MemoryModel, RecomputeAddsItsForwardPerMicroBatch) {
   // One stage: recomputing layer i lengthens the step by its forward once per micro-batch.
   for (const char* kind : {"gpipe", "1f1b"}) {

@@ -14,6 +14,7 @@
 
 #include "loom/core/config.h"
 #include "loom/plan/planner.h"
+#include "loom/plan/run_plan.h"
 
 namespace loom::plan {
 namespace {
@@ -140,6 +141,18 @@ TEST(Simulator, ActivationsAreTheValidatorsStashTimesTheKeptBytes) {
       EXPECT_NEAR(p.plan.stages[r].memory.activations, expected, near(expected)) << kind << " rank " << r;
     }
   }
+}
+
+// Issue 33: the hint of a memory error names memory.policy when the plan chose the policies, and
+// never memory.recompute, which "auto" refuses beside it; a manual plan keeps the model kind's.
+TEST(Simulator, BudgetHintNamesTheMemoryPolicyItChose) {
+  Config c = gpt(1, 2);
+  c.memory.budget = "1GiB";
+  EXPECT_NE(budget_hint(make_plan(c, 2)).find("memory.recompute"), std::string::npos);
+  c.memory.policy = PolicyMode::Auto;
+  const std::string hint = budget_hint(make_plan(c, 2));
+  EXPECT_NE(hint.find("memory.policy = \"auto\""), std::string::npos) << hint;
+  EXPECT_EQ(hint.find("memory.recompute"), std::string::npos) << hint;
 }
 
 TEST(Planner, BestIsTheFastestFittingAndItsSimulation) {

@@ -38,6 +38,8 @@ class AttentionBlock final : public PreNormBlock {
   at::Tensor split_heads(const at::Tensor& h);
   // The attention's output [B, heads, T, hd] -> proj's input [B, T, d_model / tp].
   at::Tensor merge_heads(const at::Tensor& out) const;
+  // nn::Cost::workspace_bytes: the backward's temporaries beyond the saved state.
+  double backward_workspace(int64_t batch, int64_t seq, int64_t dtype_bytes) const;
 
   std::unique_ptr<parallel::AttentionCore> core_;  // this layout's attention (NOTE [Attention cores])
   int64_t local_heads_;  // n_heads / tp

@@ -20,12 +20,37 @@ struct StageBytes {
   double inputs = 0;      // inputs of the layers that recompute
   double recomputed = 0;  // their saved state once rebuilt (at an R)
   double swapped = 0;     // saved state of the layers that swap
-  double transient = 0;   // the busiest layer's moment beyond the replay
+  // The busiest layer's moment beyond the replay (NOTE [Backward moments]): in a BW, and in a
+  // split B, which frees nothing before its W.
+  double transient = 0, transient_split = 0;
+  int64_t layers = 0;
   // Each swapping layer: the share of the forward's time when its state is complete (its copy
   // out may start), and its bytes.
   std::vector<std::pair<double, double>> swaps;
 };
 
+
+// NOTE [Backward moments]: a layer's backward needs its temporaries (nn::Cost::workspace_bytes;
+// a recomputing layer its rebuilt state too, recompute_moment) on top of what the micro-batch
+// holds when it starts. In a BW the layers run last to first and each frees its state (a
+// recomputing one its input) once its weight gradient is taken, so layer l's moment stands beside
+// the micro-batch's state less what the layers after it freed; the first layer to run (the
+// chunk's last) has nothing freed yet: a stage of kept attention blocks measured 13 x [rows,
+// d_model] beyond the replay (issue 33), where the model had counted none. A split B frees
+// nothing before its W, and each layer keeps its output gradient for its weight gradient
+// (boundary_bytes each, held from the B to the W).
+void backward_moments(const MemoryModel& m, const std::vector<int64_t>& cuts, const std::vector<MemoryPolicy>& policy,
+                      int64_t v, StageBytes& out) {
+  double freed = 0;
+  for (int64_t i = cuts[v + 1]; i-- > cuts[v];) {
+    const LayerCosts& l = m.layers[i];
+    const MemoryPolicy p = policy[i];
+    const double moment = p == MemoryPolicy::Recompute ? recompute_moment(l) : l.workspace_bytes;
+    out.transient = std::max(out.transient, moment - freed);
+    out.transient_split = std::max(out.transient_split, moment);
+    freed += p == MemoryPolicy::Recompute ? l.input_bytes : l.saved_bytes;
+  }
+}
 
 StageBytes stage_bytes(const MemoryModel& m, const std::vector<int64_t>& cuts, const std::vector<MemoryPolicy>& policy,
                        int64_t v) {
@@ -39,8 +64,9 @@ StageBytes stage_bytes(const MemoryModel& m, const std::vector<int64_t>& cuts, c
     if (p == MemoryPolicy::Keep) out.kept += l.saved_bytes;
     if (p == MemoryPolicy::Swap) out.swapped += l.saved_bytes, out.swaps.emplace_back(forward > 0 ? done / forward : 1, l.saved_bytes);
     if (p == MemoryPolicy::Recompute) out.inputs += l.input_bytes, out.recomputed += l.saved_bytes;
-    out.transient = std::max(out.transient, p == MemoryPolicy::Recompute ? recompute_moment(l) : l.workspace_bytes);
   }
+  out.layers = cuts[v + 1] - cuts[v];
+  backward_moments(m, cuts, policy, v, out);
   return out;
 }
 
@@ -71,11 +97,19 @@ struct Replay {
 
   std::vector<std::pair<double, double>> events;  // (time, bytes added or freed)
   std::vector<std::pair<double, double>> host;    // the same for the host tier
+  std::vector<std::pair<double, double>> messages;  // and for the stage boundaries' buffers
   double engine_free = 0;
   std::vector<Slot> slots;  // by micro-batch x chunks + chunk
   double last_out_end = 0;  // the latest copy out's end: the next forward waits for it
 
   void add(double t, double bytes) { events.emplace_back(t, bytes); }
+  // A message's buffer, from when it is sent (or received) until it is taken (or freed)
+  // (NOTE [Stage boundaries in the replay]).
+  void message(double from, double to, double bytes) {
+    if (bytes <= 0) return;
+    messages.emplace_back(from, bytes);
+    messages.emplace_back(std::max(from, to), -bytes);
+  }
   // The copy back of slot `key`, queued at `t`; the engine runs jobs in order.
   void fetch(size_t key, double t, double bytes, double bw) {
     Slot& s = slots[key];
@@ -131,18 +165,59 @@ struct Replay {
 
 bool is_backward(Op op) { return op == Op::B || op == Op::BW; }
 
+// When each (micro-batch, virtual stage)'s forward and backward (B or BW) started, on whichever
+// rank: when the messages to them were received (the executor receives just before each).
+struct ActionStarts {
+  std::map<std::pair<int64_t, int64_t>, double> forward, backward;
+};
+
+ActionStarts action_starts(const schedule::Schedule& s, const schedule::Simulation& sim) {
+  ActionStarts out;
+  for (int64_t r = 0; r < s.stages; ++r)
+    for (const schedule::TimedAction& t : sim.ranks[r]) {
+      const std::pair<int64_t, int64_t> key{t.action.mb, s.virtual_stage(r, t.action.chunk)};
+      if (t.action.op == Op::F) out.forward[key] = t.start;
+      if (is_backward(t.action.op)) out.backward[key] = t.start;
+    }
+  return out;
+}
+
+// NOTE [Stage boundaries in the replay]: the messages of one action of virtual stage `v` (the
+// output sent on, the input gradient sent back, the output gradient received), and a split B's
+// output gradients kept for its W (NOTE [Backward moments]). `since`: per (micro-batch, virtual
+// stage), when the output gradient arrived and when the B ended.
+struct Since {
+  std::map<std::pair<int64_t, int64_t>, double> gradient, split;
+};
+
+void boundary_messages(const MemoryModel& m, const ActionStarts& starts, const schedule::TimedAction& t, int64_t v,
+                       const StageBytes& b, Since& since, Replay& rp) {
+  const int64_t last = m.schedule.virtual_stages() - 1, mb = t.action.mb;
+  const std::pair<int64_t, int64_t> key{mb, v};
+  const Op op = t.action.op;
+  const double bytes = m.boundary_bytes;
+  if (op == Op::F && v < last) rp.message(t.end, starts.backward.at(key), bytes);  // taken by then at the latest
+  if (is_backward(op) && v > 0) rp.message(t.end, starts.backward.at({mb, v - 1}), bytes);
+  if (op == Op::B) since.split[key] = t.end;
+  if (op == Op::W) rp.message(since.split.at(key), t.end, static_cast<double>(b.layers) * bytes);
+  if (v == last) return;
+  if (is_backward(op)) since.gradient[key] = t.start;
+  if (op == Op::W || op == Op::BW) rp.message(since.gradient.at(key), t.end, bytes);
+}
+
 struct RankReplay {
   StagePrediction memory;
   std::map<int64_t, double> forward_wait, backward_wait;  // per virtual stage: the longest
 };
 
-RankReplay replay_rank(const MemoryModel& m, const schedule::Simulation& sim, int64_t r,
+RankReplay replay_rank(const MemoryModel& m, const schedule::Simulation& sim, const ActionStarts& starts, int64_t r,
                        const std::vector<StageBytes>& bytes) {
   const auto& list = sim.ranks[r];
   const schedule::Schedule& s = m.schedule;
   Replay rp(static_cast<size_t>(s.microbatches * s.chunks));
   RankReplay out;
   auto key_of = [&](const schedule::TimedAction& t) { return static_cast<size_t>(t.action.mb * s.chunks + t.action.chunk); };
+  Since since;  // NOTE [Stage boundaries in the replay]
   auto swapped = [&](const schedule::TimedAction& t) { return bytes[s.virtual_stage(r, t.action.chunk)].swapped; };
   // The executor queues the copy back of the next backward's micro-batch before and after each action.
   auto prefetch_next = [&](size_t i, double t) {
@@ -163,11 +238,15 @@ RankReplay replay_rank(const MemoryModel& m, const schedule::Simulation& sim, in
     }
     if (t.action.op == Op::R || t.action.op == Op::B) rp.rebuild(key, t.end, b);
     if (is_backward(t.action.op)) out.backward_wait[v] = std::max(out.backward_wait[v], rp.backward(key, t.start, b, bw));
+    boundary_messages(m, starts, t, v, b, since, rp);
     if (t.action.op == Op::W || t.action.op == Op::BW) rp.add(t.end, -rp.slots[key].held);
     prefetch_next(i, t.end);
-    out.memory.transient_bytes = std::max(out.memory.transient_bytes, b.transient);
+    if (t.action.op == Op::B) out.memory.transient_bytes = std::max(out.memory.transient_bytes, b.transient_split);
+    if (t.action.op == Op::BW) out.memory.transient_bytes = std::max(out.memory.transient_bytes, b.transient);
   }
   out.memory.activation_bytes = Replay::peak(rp.events);
+  rp.messages.insert(rp.messages.end(), rp.events.begin(), rp.events.end());
+  out.memory.boundary_bytes = Replay::peak(std::move(rp.messages)) - out.memory.activation_bytes;
   out.memory.host_bytes = Replay::peak(rp.host);
   return out;
 }
@@ -189,8 +268,9 @@ Prediction predict(const MemoryModel& m, const std::vector<int64_t>& cuts, const
     out.step_s = sim.makespan;
     out.stages.clear();
     std::vector<double> forward(out.swap_wait_forward_s.size(), 0.0), backward(forward);
+    const ActionStarts starts = action_starts(s, sim);
     for (int64_t r = 0; r < s.stages; ++r) {
-      RankReplay rr = replay_rank(m, sim, r, bytes);
+      RankReplay rr = replay_rank(m, sim, starts, r, bytes);
       out.stages.push_back(rr.memory);
       for (const auto& [v, t] : rr.forward_wait) forward[v] = std::max(t, 0.0);
       for (const auto& [v, t] : rr.backward_wait) backward[v] = t;

@@ -16,7 +16,18 @@
 // what its layers keep (saved state, a recomputing layer's input, a swapped layer's state until
 // its copy out ends); the copy back adds the swapped state again; R adds the recomputed state;
 // the last backward action (W or BW) frees the micro-batch. The peak of that replay is the
-// stage's activation memory: the simulated stash, not micro-batches x bytes.
+// stage's activation memory: the simulated stash, not micro-batches x bytes. The messages
+// between stages are in it too (NOTE [Stage boundaries in the replay]).
+//
+// NOTE [Stage boundaries in the replay]: what the executor holds at a stage boundary, which no
+// layer's saved state contains (issue 33). A forward's output (the last layer's, a new tensor)
+// stays from the forward's end until the next stage has received it: the send is asynchronous
+// and its buffer is the message's until the receiver takes it, just before its own forward of that
+// micro-batch (the simulated start of that action; it cannot be later than this stage's backward of
+// the micro-batch, which needs it). An input gradient sent back likewise, until the previous stage's
+// backward of the micro-batch starts. A received output gradient (dy) is allocated when the
+// backward starts and stays in the first layer's state, so it is held with the micro-batch until
+// its last backward action. Each is MemoryModel::boundary_bytes.
 //
 // The policy per rank is greedy: while the rank does not fit, take the change (keep -> swap,
 // keep or swap -> recompute) with the least added time per byte it frees. Stage cuts
@@ -55,13 +66,17 @@ struct MemoryModel {
   double budget = 0;                    // bytes per rank; 0 = none
   double copy_bytes_per_s = 5e9;        // the swap tier, each way
   double p2p_s = 0;                     // a dependency between ranks: the boundary's send
+  // An activation, or its gradient, between virtual stages (NOTE [Stage boundaries in the
+  // replay]); 0 counts none.
+  double boundary_bytes = 0;
 };
 
 struct StagePrediction {
   double activation_bytes = 0;  // the replay's peak
+  double boundary_bytes = 0;    // the stage boundaries' messages: the replay's peak with them, beyond activation_bytes
   double transient_bytes = 0;   // the busiest layer's moment beyond it
   double host_bytes = 0;        // the swap tier's peak
-  double total() const { return activation_bytes + transient_bytes; }
+  double total() const { return activation_bytes + boundary_bytes + transient_bytes; }
 };
 
 struct Prediction {

@@ -22,6 +22,8 @@ std::string memory_text(const RunPlan& plan, const MemoryEstimate& need) {
       format_bytes(need.total()), format_bytes(need.weights), kind.weight_keys(c.model),
       format_bytes(need.activations), need.stashed, need.stashed == 1 ? "" : "es", c.train.micro_batch,
       kind.activation_keys(c.model));
+  if (need.boundary > 0)
+    text += fmt::format(", {} for messages between pipeline stages", format_bytes(need.boundary));
   if (need.sparse > 0) text += fmt::format(", {} for sparse table rows", format_bytes(need.sparse));
   if (need.transient > 0)
     text += fmt::format(", {} for the busiest layer's temporaries", format_bytes(need.transient));
@@ -128,10 +130,11 @@ std::string RunPlan::describe() const {
     const MemoryEstimate& m = stage.memory;
     text += fmt::format(
         "# stage {}: {} layers ({} .. {}), {} recomputed, {} swapped; predicted peak per rank {}: "
-        "weights+grads+moments {}, activations {} ({} micro-batch{} in flight), sparse rows {}, transient {}{}{}\n",
+        "weights+grads+moments {}, activations {} ({} micro-batch{} in flight), sparse rows {}, transient {}{}{}{}\n",
         s, stage.layers.size(), chain[stage.layers.front()].name, chain[stage.layers.back()].name, recomputed, swapped,
         format_bytes(m.total()), format_bytes(m.weights), format_bytes(m.activations), m.stashed,
         m.stashed == 1 ? "" : "es", format_bytes(m.sparse), format_bytes(m.transient),
+        m.boundary > 0 ? fmt::format(", stage-boundary messages {}", format_bytes(m.boundary)) : "",
         m.checkpoint > 0 ? fmt::format(", async checkpoint copy {}", format_bytes(m.checkpoint)) : "",
         m.host > 0 ? fmt::format("; swap tier (host) {}", format_bytes(m.host)) : "");
     text += policy_lines(*this, stage);
@@ -155,7 +158,7 @@ nlohmann::json RunPlan::to_json() const {
     const MemoryEstimate& m = stage.memory;
     stages_json.push_back({{"virtual_stages", stage.virtual_stages}, {"layers", layers},
                            {"memory", {{"weights", m.weights}, {"activations", m.activations}, {"sparse", m.sparse},
-                                       {"transient", m.transient}, {"checkpoint", m.checkpoint}, {"host", m.host},
+                                       {"transient", m.transient}, {"boundary", m.boundary}, {"checkpoint", m.checkpoint}, {"host", m.host},
                                        {"stashed_microbatches", m.stashed}, {"total", m.total()}}},
                            {"comm_bytes_per_step", stage.comm_bytes}});
   }

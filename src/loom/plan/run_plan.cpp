@@ -159,7 +159,8 @@ MemoryModel memory_model(const RunPlan& plan) {
   MemoryModel m{.schedule = plan.schedule,
                 .budget = kPlannedBudgetShare * static_cast<double>(plan.config.budget_bytes()),
                 .copy_bytes_per_s = plan.copy_bytes_per_s,
-                .p2p_s = plan.p2p_s};
+                .p2p_s = plan.p2p_s,
+                .boundary_bytes = input_bytes(plan)};
   const double input = input_bytes(plan);
   for (size_t i = 0; i < plan.chain.size(); ++i) {
     const LayerPlan& l = plan.chain[i];
@@ -261,9 +262,10 @@ void refuse_unfit(const RunPlan& plan) {
   std::string needs;
   for (size_t s = 0; s < plan.stages.size(); ++s) {
     const MemoryEstimate& m = plan.stages[s].memory;
-    needs += fmt::format("{}stage {} needs {} ({} weights+grads+moments, {} activations, {} transient)",
+    needs += fmt::format("{}stage {} needs {} ({} weights+grads+moments, {} activations, {} transient{})",
                          s == 0 ? "" : "; ", s, format_bytes(m.total()), format_bytes(m.weights + m.sparse),
-                         format_bytes(m.activations), format_bytes(m.transient));
+                         format_bytes(m.activations), format_bytes(m.transient),
+                         m.boundary > 0 ? fmt::format(", {} stage-boundary messages", format_bytes(m.boundary)) : "");
   }
   throw InputError(fmt::format(
       "memory.budget = {} is too small for any memory policy (stages are fitted into {:.0f}% of it, {}): at least, "
@@ -342,6 +344,7 @@ RunPlan make_plan(const Config& config, int world_size, const Cluster* cluster, 
     const StagePrediction& predicted = decision.prediction.stages[static_cast<size_t>(rank)];
     stage.memory = fixed_memory(plan, stage.layers);
     stage.memory.activations = predicted.activation_bytes;
+    stage.memory.boundary = predicted.boundary_bytes;
     stage.memory.transient = predicted.transient_bytes;
     stage.memory.host = predicted.host_bytes;
     stage.memory.stashed = stashed[static_cast<size_t>(rank)];
