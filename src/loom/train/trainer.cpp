@@ -43,9 +43,9 @@ std::unique_ptr<data::Batches> open_valid(const models::ModelKind& kind, const C
 }
 
 // The run's memory.budget and the hint its refusals name (plan::budget_hint), set and ended together.
-void begin_budget(int64_t bytes, const plan::RunPlan& plan) {
+void begin_budget(int64_t bytes, const plan::RunPlan& run_plan) {
   memory::set_budget(bytes);
-  memory::set_budget_hint(plan::budget_hint(plan));
+  memory::set_budget_hint(plan::budget_hint(run_plan));
 }
 void end_budget() {
   memory::set_budget(0);
