@@ -136,12 +136,28 @@ TEST(MemoryModel, StageThatFitsKeepsEverything) {
 
 // One stage, GPipe over 4 micro-batches: every forward, then every backward, so all 4 are held at
 // once and recomputing a layer frees 4 x (saved - input) for two saved states of transient (the
-// rebuilt layer's state and its backward's gradients of it). The copy engine is so slow that a swap frees nothing: only recompute helps.
+// rebuilt layer's state and its backward's gradients of it), less what the layers after it have
+// freed by then in the BW (NOTE [Backward moments]). The copy engine is so slow that a swap frees
+// nothing: only recompute helps.
 MemoryModel single_stage(std::vector<LayerCosts> layers) {
   return {.layers = std::move(layers),
           .schedule = schedule::make_schedule("gpipe", 1, 4),
           .budget = 0,
           .copy_bytes_per_s = 1.0};
+}
+
+// single_stage's need with the first k layers of `order` recomputed: 4 x what each layer holds,
+// and the busiest recomputed layer's two saved states less what the layers after it freed.
+double single_stage_need(const std::vector<LayerCosts>& layers, const std::vector<size_t>& order, int k) {
+  std::vector<bool> recomputed(layers.size(), false);
+  for (int j = 0; j < k; ++j) recomputed[order[static_cast<size_t>(j)]] = true;
+  double held = 0, transient = 0, freed = 0;
+  for (size_t i = layers.size(); i-- > 0;) {
+    const double holds = recomputed[i] ? layers[i].input_bytes : layers[i].saved_bytes;
+    if (recomputed[i]) transient = std::max(transient, 2 * layers[i].saved_bytes - freed);
+    held += holds, freed += holds;
+  }
+  return 4 * held + transient;
 }
 
 TEST(MemoryModel, TightBudgetRecomputesCheapestForwardFirst) {
@@ -152,10 +168,10 @@ TEST(MemoryModel, TightBudgetRecomputesCheapestForwardFirst) {
   MemoryModel m = single_stage(layers);
   ASSERT_EQ(schedule::simulate(m.schedule).peak_stashed, std::vector<int64_t>{4});
   const std::vector<int64_t> cuts{0, 4};
-  const double saved = kMB, input = 0.05 * kMB;
-  // k layers recomputed need 4 x ((4 - k) saved + k input) + 2 saved (the rebuilt layer's transient).
-  auto need = [&](int k) { return 4 * ((4 - k) * saved + k * input) + (k > 0 ? 2 * saved : 0); };
   const std::vector<size_t> order{1, 3, 2, 0};
+  // k layers recomputed need 4 x ((4 - k) saved + k input) + the rebuilt layer's transient: none
+  // for layer 1 alone (layers 3 and 2 freed 2 MB before it rebuilds 2 MB), 2 MB from k = 2 on.
+  auto need = [&](int k) { return single_stage_need(layers, order, k); };
   for (int k = 1; k <= 4; ++k) {
     m.budget = (need(k) + need(k - 1)) / 2;  // between the thresholds of k - 1 and k changes
     const PolicyChoice choice = choose_policies(m, cuts);
@@ -178,12 +194,9 @@ TEST(MemoryModel, TightBudgetRecomputesLargestSavedBytesFirst) {
   MemoryModel m = single_stage(layers);
   const std::vector<int64_t> cuts{0, 4};
   const std::vector<size_t> order{1, 3, 2, 0};
-  // The first k of `order` recomputed: 4 x (what the others keep + the inputs) + 2 x 4 MB of transient.
-  auto need = [&](int k) {
-    double held = 0;
-    for (int j = 0; j < 4; ++j) held += j < k ? layers[order[j]].input_bytes : layers[order[j]].saved_bytes;
-    return 4 * held + (k > 0 ? 2 * 4 * kMB : 0);
-  };
+  // The first k of `order` recomputed: 4 x (what the others keep + the inputs) + the busiest
+  // rebuilt layer's two saved states less what the layers after it freed (3, 6, 7.9, 7.9 MB).
+  auto need = [&](int k) { return single_stage_need(layers, order, k); };
   for (int k = 1; k <= 4; ++k) {
     // Between the thresholds: exactly k changes (the last may be any layer that frees enough).
     m.budget = (need(k) + need(k - 1)) / 2;

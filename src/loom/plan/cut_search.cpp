@@ -28,13 +28,24 @@ struct SliceLayer {
   double held_keep, held_swap, held_recompute;  // bytes the layer holds under each choice
   double extra_swap, extra_recompute;           // seconds each adds per micro-batch
   double temporary_recompute;                   // its rebuilt state and temporaries
+  double workspace, saved, input;               // one micro-batch's (NOTE [Backward moments])
 };
+
+// Whether any rank's backward is split into B and W (NOTE [Backward moments]: nothing is freed
+// before the W).
+bool splits_backward(const schedule::Schedule& s) {
+  for (const auto& rank : s.ranks)
+    for (const schedule::Action& a : rank)
+      if (a.op == schedule::Op::B) return true;
+  return false;
+}
 
 SliceCheck check_slice(const MemoryModel& m, int64_t stashed, int64_t j, int64_t i, double budget) {
   const auto held = static_cast<double>(stashed);
-  double fixed = 0, step = 0, workspace = 0;
+  const bool split = splits_backward(m.schedule);
+  double fixed = 0, step = 0;
   for (int64_t l = j; l < i; ++l) {
-    fixed += m.layers[l].fixed_bytes, workspace = std::max(workspace, m.layers[l].workspace_bytes);
+    fixed += m.layers[l].fixed_bytes;
     step += m.layers[l].forward_s + m.layers[l].backward_input_s + m.layers[l].backward_weight_s;
   }
   const double window = (held - 1) * step;  // actions between a micro-batch's forward and backward
@@ -43,15 +54,17 @@ SliceCheck check_slice(const MemoryModel& m, int64_t stashed, int64_t j, int64_t
     const LayerCosts& c = m.layers[l];
     layers.push_back({c.saved_bytes * held, c.saved_bytes * std::min(held, 2.0), c.input_bytes * held,
                       std::max(0.0, 2 * c.saved_bytes / m.copy_bytes_per_s - window), c.forward_s,
-                      recompute_moment(c)});
+                      recompute_moment(c), c.workspace_bytes, c.saved_bytes, c.input_bytes});
   }
   std::vector<int> choice(layers.size(), 0);  // 0 keep, 1 swap, 2 recompute
+  // The replay's backward moments: last layer first, each beside what the later ones left.
   auto need = [&] {
-    double bytes = fixed, temporary = workspace;
-    for (size_t l = 0; l < layers.size(); ++l) {
+    double bytes = fixed, temporary = 0, freed = 0;
+    for (size_t l = layers.size(); l-- > 0;) {
       const SliceLayer& s = layers[l];
       bytes += choice[l] == 0 ? s.held_keep : choice[l] == 1 ? s.held_swap : s.held_recompute;
-      if (choice[l] == 2) temporary = std::max(temporary, s.temporary_recompute);
+      temporary = std::max(temporary, (choice[l] == 2 ? s.temporary_recompute : s.workspace) - (split ? 0 : freed));
+      freed += choice[l] == 2 ? s.input : s.saved;
     }
     return bytes + temporary;
   };
