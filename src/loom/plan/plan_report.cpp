@@ -51,8 +51,10 @@ std::string stage_words(const RunPlan& plan, const MemoryEstimate& need) {
 }  // namespace
 
 std::string budget_hint(const RunPlan& plan) {
-  if (plan.config.memory.policy != PolicyMode::Auto)
-    return fmt::format("raise memory.budget, {}", plan.kind->memory_hint());
+  const MemoryConfig& m = plan.config.memory;
+  if (m.policy != PolicyMode::Auto && m.recompute == Recompute::Full)  // the kind's hint would suggest it again
+    return "raise memory.budget, lower train.micro_batch, or use more pipeline stages (parallel.pp)";
+  if (m.policy != PolicyMode::Auto) return fmt::format("raise memory.budget, {}", plan.kind->memory_hint());
   return fmt::format("memory.policy = \"auto\" fitted each stage's estimate into {:.0f}% of memory.budget "
                      "(`loom config --print` shows it); raise memory.budget, lower train.micro_batch, or use more "
                      "pipeline stages (parallel.pp)",

@@ -144,7 +144,8 @@ std::string memory_text(const RunPlan& plan, const MemoryEstimate& need);
 // The remedies a memory error names after "hint: " (check_memory's, and the accounting
 // allocator's once the trainer has set it): under memory.policy = "auto" the plan chose the
 // policies, so the hint names memory.policy and the keys that size what it fitted, never
-// memory.recompute (which "auto" refuses beside it); otherwise the model kind's own.
+// memory.recompute (which "auto" refuses beside it); under memory.recompute = "full" neither does
+// it suggest that again (docs/benchmarks.md's refusal did); otherwise the model kind's own.
 std::string budget_hint(const RunPlan& plan);
 
 }  // namespace loom::plan
