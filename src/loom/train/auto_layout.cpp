@@ -117,9 +117,11 @@ std::string plan_on_rank0(const Config& config, const LocalCluster& local, int r
   return to_toml(plan::apply_layout(config, best.plan.config));
 }
 
-// What a preview plans on without measuring: the cache when it was measured for `ranks` ranks (any,
-// for one rank); else this machine as the cache (or the shipped local cluster) describes it, with
-// `ranks` devices sharing its memory, as a measurement for `ranks` would have it.
+// What a preview plans on without measuring: what find_local_cluster would take where it takes a
+// cluster (the cache measured for `ranks` ranks, any for one rank; the shipped one for one rank
+// without a cache); where it would measure, this machine as the cache (or the shipped local
+// cluster) describes it, with `ranks` devices sharing its memory, as a measurement for `ranks`
+// would have it.
 LocalCluster preview_cluster(const std::string& path, int ranks) {
   LocalCluster local;
   std::error_code error;
@@ -129,8 +131,13 @@ LocalCluster preview_cluster(const std::string& path, int ranks) {
     local.note = fmt::format("planning on the local cluster cached in {} ({})", path, local.cluster.source);
     return local;
   }
+  if (ranks == 1) {
+    local.note = fmt::format("no cached cluster in {}: planning on the shipped local cluster ({})", path,
+                             local.cluster.source);
+    return local;
+  }
   const auto measured_for = static_cast<double>(local.cluster.devices_per_node);
-  local.cluster.memory_bytes = local.cluster.memory_bytes * measured_for / ranks;
+  local.cluster.memory_bytes = local.cluster.memory_bytes * measured_for / static_cast<double>(ranks);
   local.cluster.devices_per_node = ranks;
   local.cluster.max_nodes = 1;
   local.note = fmt::format("no cluster measured for {} rank{} is cached in {}: planning on {} ({}) for {} rank{} "
