@@ -145,6 +145,9 @@ TEST_P(AutoPlanBudget, MeasuredPeakNeverPassesTheBudget) {
     EXPECT_LE(measured[s], budget) << bc.name << " stage " << s << ": estimate " << estimate << " B";
     EXPECT_LE(static_cast<double>(measured[s]), estimate / plan::kPlannedBudgetShare)
         << bc.name << " stage " << s << ": the estimate misses more than the plan's margin";
+    // Nor so far above that the plan recomputes for nothing (issue 33's runs: 0.89 to 1.05).
+    EXPECT_GE(static_cast<double>(measured[s]), 0.75 * estimate)
+        << bc.name << " stage " << s << ": estimate " << estimate << " B, measured " << measured[s] << " B";
   }
 }
 
