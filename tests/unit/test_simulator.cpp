@@ -159,11 +159,36 @@ TEST(Planner, BestIsTheFastestFittingAndItsSimulation) {
   const Cluster cluster = ideal_cluster(1e10);
   const PlanResult r = plan_layouts(gpt(1, 1), cluster, 4, {.top = 5});
   ASSERT_FALSE(r.best.empty());
-  for (size_t i = 1; i < r.best.size(); ++i) EXPECT_LE(r.best[i - 1].step_s, r.best[i].step_s);
+  for (size_t i = 1; i < r.best.size(); ++i)  // ties (NOTE [Ties in the ranking]) may go either way
+    EXPECT_LE(r.best[i - 1].step_s, r.best[i].step_s * (1 + kTieShare));
   const StepPrediction again = simulate_step(r.best.front().plan.config, cluster, 4);
   EXPECT_DOUBLE_EQ(again.step_s, r.best.front().step_s);
   const auto& q = r.best.front().plan.config.parallel;
   EXPECT_EQ(q.dp * q.tp * q.pp * q.sp, 4);
+}
+
+// NOTE [Ties in the ranking] on hand-made predictions: three within kTieShare of the fastest are
+// a tie, listed smaller peak first and, at equal peaks, by name; one just beyond it keeps its place
+// after them although it needs the least memory of all.
+TEST(Planner, TiesAreListedSmallerPeakFirst) {
+  auto prediction = [](int64_t dp, int64_t zero, double step_s, double peak_bytes) {
+    StepPrediction p;
+    p.plan.config.parallel.dp = dp, p.plan.config.parallel.zero = zero;
+    p.step_s = step_s, p.peak_bytes_by_stage = {peak_bytes};
+    return p;
+  };
+  std::vector<StepPrediction> ranked{prediction(4, 0, 2.0, 1e9), prediction(2, 0, 1.0, 3e9),
+                                     prediction(3, 0, 1.0 + 2 * kTieShare, 1e8),
+                                     prediction(2, 1, 1.0 + kTieShare / 2, 2e9), prediction(1, 0, 1.0, 3e9)};
+  rank_predictions(ranked);
+  std::vector<std::pair<int64_t, int64_t>> got;  // (dp, zero) in ranked order
+  for (const StepPrediction& p : ranked) got.emplace_back(p.plan.config.parallel.dp, p.plan.config.parallel.zero);
+  const std::vector<std::pair<int64_t, int64_t>> want{{2, 1}, {1, 0}, {2, 0}, {3, 0}, {4, 0}};
+  EXPECT_EQ(got, want);
+  rank_predictions(ranked);  // ranking a ranking changes nothing
+  got.clear();
+  for (const StepPrediction& p : ranked) got.emplace_back(p.plan.config.parallel.dp, p.plan.config.parallel.zero);
+  EXPECT_EQ(got, want);
 }
 
 // Narayanan et al. 2021 (arXiv 2104.04473), Table 1: each row's achieved TFLOP/s per GPU by their

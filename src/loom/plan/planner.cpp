@@ -64,6 +64,26 @@ double weight_bound(const Config& c, double params) {
   return local * (2 * master + copy) + local * 2 * master / static_cast<double>(c.parallel.zero == 1 ? c.parallel.dp : 1);
 }
 
+double peak_of(const StepPrediction& p) {
+  return p.peak_bytes_by_stage.empty() ? 0 : *std::max_element(p.peak_bytes_by_stage.begin(), p.peak_bytes_by_stage.end());
+}
+
+// Strictly faster, an exact tie broken toward less memory, then by name: a strict weak order.
+bool faster(const StepPrediction& a, const StepPrediction& b) {
+  return std::tuple{a.step_s, peak_of(a), layout_name(a)} < std::tuple{b.step_s, peak_of(b), layout_name(b)};
+}
+
+bool leaner(const StepPrediction& a, const StepPrediction& b) {
+  return std::tuple{peak_of(a), layout_name(a)} < std::tuple{peak_of(b), layout_name(b)};
+}
+
+// The ranking's (rank_predictions orders ties by memory, so the slowest need not be the last).
+double slowest_step(const std::vector<StepPrediction>& ranked) {
+  double slowest = 0;
+  for (const StepPrediction& p : ranked) slowest = std::max(slowest, p.step_s);
+  return slowest;
+}
+
 // The search's state: the config, the cluster, and the timed chains already built.
 class Search {
  public:
@@ -230,7 +250,7 @@ void Search::simulate(std::vector<Candidate> candidates, PlanResult& result) {
   for (size_t i = 0; i < candidates.size(); ++i) {
     auto& best = result.best;
     if (static_cast<int64_t>(best.size()) == options_.top &&
-        candidates[i].bound_s >= (1 + kEstimateMargin) * best.back().step_s) {
+        candidates[i].bound_s >= (1 + kEstimateMargin) * slowest_step(best)) {
       result.bounded += static_cast<int64_t>(candidates.size() - i);
       return;
     }
@@ -255,14 +275,37 @@ void Search::simulate(std::vector<Candidate> candidates, PlanResult& result) {
       continue;
     }
     if (candidates[i].memory == MemoryMode::Keep) kept_fits.insert(candidates[i].layout);
-    const auto at = std::upper_bound(best.begin(), best.end(), p.step_s,
-                                     [](double s, const StepPrediction& q) { return s < q.step_s; });
-    best.insert(at, std::move(p));
-    if (static_cast<int64_t>(best.size()) > options_.top) best.pop_back();
+    best.push_back(std::move(p));
+    if (static_cast<int64_t>(best.size()) > options_.top)  // the slowest goes (NOTE [Ties in the ranking])
+      best.erase(std::max_element(best.begin(), best.end(), faster));
+    rank_predictions(best);
   }
 }
 
 }  // namespace
+
+std::string layout_name(const StepPrediction& p) {
+  const Config& c = p.plan.config;
+  const auto& q = c.parallel;
+  std::string layout = fmt::format("dp{} tp{} pp{} sp{} mb{} {}", q.dp, q.tp, q.pp, q.sp, c.train.micro_batch, q.schedule);
+  if (q.chunks > 1) layout += fmt::format("x{}", q.chunks);
+  if (q.sp > 1) layout += fmt::format(" {}", q.sp_mode.name());
+  if (q.zero == 1) layout += " zero1";
+  if (q.tp_sequence) layout += " tp-seq";
+  layout += c.memory.policy == PolicyMode::Auto ? " mem-auto"
+            : c.memory.recompute == Recompute::Full ? " recompute" : "";
+  return layout;
+}
+
+void rank_predictions(std::vector<StepPrediction>& predictions) {
+  std::sort(predictions.begin(), predictions.end(), faster);
+  for (auto group = predictions.begin(); group != predictions.end();) {  // NOTE [Ties in the ranking]
+    const double limit = group->step_s * (1 + kTieShare);
+    const auto end = std::find_if(group, predictions.end(), [&](const StepPrediction& p) { return p.step_s > limit; });
+    std::sort(group, end, leaner);
+    group = end;
+  }
+}
 
 PlanResult plan_layouts(const Config& config, const Cluster& cluster, int64_t gpus, const SearchOptions& options) {
   check_gpus(cluster, gpus);
@@ -298,22 +341,12 @@ std::string describe(const PlanResult& r) {
                      "peak per stage");
   for (size_t i = 0; i < r.best.size(); ++i) {
     const StepPrediction& p = r.best[i];
-    const Config& c = p.plan.config;
-    const auto& q = c.parallel;
-    std::string layout = fmt::format("dp{} tp{} pp{} sp{} mb{} {}", q.dp, q.tp, q.pp, q.sp, c.train.micro_batch, q.schedule);
-    if (q.chunks > 1) layout += fmt::format("x{}", q.chunks);
-    if (q.sp > 1) layout += fmt::format(" {}", q.sp_mode.name());
-    if (q.zero == 1) layout += " zero1";
-    if (q.tp_sequence) layout += " tp-seq";
-    layout += c.memory.policy == PolicyMode::Auto ? " mem-auto"
-              : c.memory.recompute == Recompute::Full ? " recompute" : "";
     std::string peaks;
-    const double most = *std::max_element(p.peak_bytes_by_stage.begin(), p.peak_bytes_by_stage.end());
     if (p.peak_bytes_by_stage.size() <= 4)
       for (double b : p.peak_bytes_by_stage) peaks += (peaks.empty() ? "" : " ") + format_bytes(b);
-    else peaks = fmt::format("max {} over {} stages", format_bytes(most), p.peak_bytes_by_stage.size());
-    out += fmt::format("{:>3} {:<58} {:>10.4g} {:>12.6g} {:>5.1f}% {}\n", i + 1, layout, p.step_s, p.tokens_per_s,
-                       100 * p.mfu, peaks);
+    else peaks = fmt::format("max {} over {} stages", format_bytes(peak_of(p)), p.peak_bytes_by_stage.size());
+    out += fmt::format("{:>3} {:<58} {:>10.4g} {:>12.6g} {:>5.1f}% {}\n", i + 1, layout_name(p), p.step_s,
+                       p.tokens_per_s, 100 * p.mfu, peaks);
   }
   return out;
 }

@@ -16,7 +16,8 @@
 //              recomputing (or "auto") candidate whose keep-everything twin fitted (it cannot be
 //              faster)
 //   simulate   the rest; a layout that does not fit is dropped
-// The result is the top K, fastest first; the best as a config fragment `loom train -c` accepts.
+// The result is the top K, fastest first (ties toward less memory: NOTE [Ties in the ranking]); the
+// best as a config fragment `loom train -c` accepts.
 #include <cstdint>
 #include <set>
 #include <string>
@@ -42,6 +43,21 @@ struct PlanResult {
   double least_need_bytes = 0;
   std::string first_refusal;  // the first candidate's refusal, for the error when all were
 };
+
+// NOTE [Ties in the ranking]: two predicted steps within kTieShare of each other are a tie: the
+// cost model's error is far larger (docs/planner.md, "How close the predictions are"), so neither
+// is known to be faster, and the one that needs less memory leaves more room for what the memory
+// estimate leaves out. The ranking is fastest first; a group of ties (every
+// step within kTieShare of the group's fastest) is ordered by its largest stage's peak bytes, the
+// smaller first, then by layout_name, so equal inputs always give the same order. The top K are
+// the K fastest (an exact tie at the K-th place keeps the smaller peak).
+inline constexpr double kTieShare = 0.005;
+
+// "dp2 tp1 pp1 sp1 mb4 1f1b zero1 recompute": the layout a prediction is for, as the table names it.
+std::string layout_name(const StepPrediction& prediction);
+
+// Orders `predictions` as NOTE [Ties in the ranking] says.
+void rank_predictions(std::vector<StepPrediction>& predictions);
 
 // InputError when no layout fits the cluster (naming the smallest memory a layout needed and the
 // device's), or for a bad `keep` name.
