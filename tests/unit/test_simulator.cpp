@@ -13,6 +13,7 @@
 #include <regex>
 
 #include "loom/core/config.h"
+#include "loom/plan/mfu.h"
 #include "loom/plan/planner.h"
 #include "loom/plan/run_plan.h"
 
@@ -153,6 +154,27 @@ TEST(Simulator, BudgetHintNamesTheMemoryPolicyItChose) {
   const std::string hint = budget_hint(make_plan(c, 2));
   EXPECT_NE(hint.find("memory.policy = \"auto\""), std::string::npos) << hint;
   EXPECT_EQ(hint.find("memory.recompute"), std::string::npos) << hint;
+}
+
+// NOTE [MFU]: the whole job's model FLOPs (every rank's micro-batches, recomputed forwards not
+// counted) over step x peak x ranks; the prediction's MFU is that ratio with the cluster's peak.
+TEST(Simulator, MfuIsModelFlopsOverStepTimesPeakTimesRanks) {
+  EXPECT_DOUBLE_EQ(model_flops_utilisation(6e12, 2.0, 1e12, 4), 0.75);
+  EXPECT_EQ(model_flops_utilisation(6e12, 0.0, 1e12, 4), 0);
+  const Cluster cluster = ideal_cluster(1e10);
+  Config c = gpt(2, 2);
+  c.memory.recompute = Recompute::Full;
+  const StepPrediction p = simulate_step(c, cluster, 4);
+  double flops = 0;  // by hand: each pipeline rank's layers, its 4 micro-batches, on its 2 replicas
+  for (const StagePlan& stage : p.plan.stages)
+    for (int64_t i : stage.layers) {
+      const nn::Cost& cost = p.plan.chain[i].cost;
+      flops += 2 * 4 * (cost.forward_flops + cost.backward_input_flops + cost.backward_weight_flops);
+    }
+  EXPECT_NEAR(step_model_flops(p.plan), flops, near(flops));
+  EXPECT_NEAR(p.mfu, flops / (p.step_s * 1e12 * 4), near(p.mfu));
+  EXPECT_NEAR(p.model_flops_per_device, flops / 4 / p.step_s, near(p.model_flops_per_device));
+  EXPECT_GT(p.hardware_flops_per_device, p.model_flops_per_device);  // recompute: the hardware's, not the model's
 }
 
 TEST(Planner, BestIsTheFastestFittingAndItsSimulation) {

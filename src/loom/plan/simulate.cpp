@@ -9,6 +9,7 @@
 #include "loom/core/error.h"
 #include "loom/core/units.h"
 #include "loom/models/registry.h"
+#include "loom/plan/mfu.h"
 
 namespace loom::plan {
 namespace {
@@ -117,17 +118,14 @@ double sparse_exchange_s(const RunPlan& plan, const Cluster& cluster) {
   return 2 * cluster.collective_seconds(CommOp::AllToAll, replicas, bytes, spans);
 }
 
-// FLOPs of one step on pipeline rank `rank`: every micro-batch through its layers, and (counted
-// apart) the forwards its recomputing layers run again.
-std::pair<double, double> rank_flops(const RunPlan& plan, int64_t rank) {
+// FLOPs of one step on pipeline rank `rank` beyond the model's (NOTE [MFU]): the forwards its
+// recomputing layers run again, for every micro-batch.
+double recomputed_flops(const RunPlan& plan, int64_t rank) {
   const auto mbs = static_cast<double>(plan.schedule.microbatches);
-  double model = 0, recomputed = 0;
-  for (int64_t i : plan.stages[rank].layers) {
-    const nn::Cost& cost = plan.chain[i].cost;
-    model += mbs * (cost.forward_flops + cost.backward_input_flops + cost.backward_weight_flops);
-    if (plan.chain[i].policy == nn::MemoryPolicy::Recompute) recomputed += mbs * cost.forward_flops;
-  }
-  return {model, recomputed};
+  double recomputed = 0;
+  for (int64_t i : plan.stages[rank].layers)
+    if (plan.chain[i].policy == nn::MemoryPolicy::Recompute) recomputed += mbs * plan.chain[i].cost.forward_flops;
+  return recomputed;
 }
 
 std::vector<std::pair<std::string, std::string>> sources(const RunPlan& plan, const Cluster& cluster) {
@@ -164,13 +162,13 @@ StepPrediction simulate_step(const Config& config, const Cluster& cluster, int64
   plan.cluster = nullptr;  // the cluster is the caller's: do not keep its address
   out.device_bytes = static_cast<double>(c.budget_bytes());
   const double sparse = sparse_exchange_s(plan, cluster);
-  double model_flops = 0, hardware_flops = 0;
+  const double model_flops = step_model_flops(plan) / static_cast<double>(gpus);  // per device
+  double hardware_flops = model_flops;
   for (int64_t r = 0; r < c.parallel.pp; ++r) {
     const RankTail tail = finish_rank(plan, cluster, r, out.after_pipeline);
     out.step_s = std::max(out.step_s, tail.end + sparse);
     out.optimizer_s = std::max(out.optimizer_s, tail.optimizer);
-    const auto [model, recomputed] = rank_flops(plan, r);
-    model_flops += model / static_cast<double>(c.parallel.pp), hardware_flops += (model + recomputed) / static_cast<double>(c.parallel.pp);
+    hardware_flops += recomputed_flops(plan, r) / static_cast<double>(c.parallel.pp);
     out.peak_bytes_by_stage.push_back(plan.stages[r].memory.total());
     out.fits = out.fits && plan.stages[r].memory.total() <= out.device_bytes;
   }
@@ -181,7 +179,7 @@ StepPrediction simulate_step(const Config& config, const Cluster& cluster, int64
   out.tokens_per_s = static_cast<double>(c.train.global_batch * items.per_sample) / out.step_s;
   out.model_flops_per_device = model_flops / out.step_s;
   out.hardware_flops_per_device = hardware_flops / out.step_s;
-  out.mfu = out.model_flops_per_device / cluster.peak(c.model.dtype);
+  out.mfu = model_flops_utilisation(step_model_flops(plan), out.step_s, cluster.peak(c.model.dtype), gpus);
   out.sources = sources(plan, cluster);
   return out;
 }

@@ -47,7 +47,7 @@ struct StepPrediction {
   double tokens_per_s = 0;       // the model kind's items per second (tokens or samples)
   double model_flops_per_device = 0;     // FLOP/s: forward + backward, recompute not counted
   double hardware_flops_per_device = 0;  // FLOP/s: recomputed forwards counted too
-  double mfu = 0;                        // model FLOP/s over the device's peak for model.dtype
+  double mfu = 0;                        // NOTE [MFU] against the cluster's peak for model.dtype
   double bubble_fraction = 0;            // the pipeline's idle share
   std::vector<double> peak_bytes_by_stage;
   double device_bytes = 0;  // the budget each stage must fit (memory.budget, else the device's)

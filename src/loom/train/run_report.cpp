@@ -7,6 +7,8 @@
 #include <ostream>
 #include <utility>
 
+#include "loom/plan/mfu.h"
+
 namespace loom::train {
 
 RunReport::RunReport(const ReportOptions& options, bool rank0, int world_size)
@@ -45,7 +47,7 @@ nlohmann::json tables_json(const std::vector<replicas::TableChoice>& choices) {
 void RunReport::step(StepRecord& r, double flops_per_step, double peak_flops) {
   const double seconds = r.step_ms / 1e3;
   r.tokens_per_s = static_cast<double>(options_.samples_per_step * options_.unit.per_sample) / seconds;
-  r.mfu = flops_per_step / seconds / peak_flops;
+  r.mfu = plan::model_flops_utilisation(flops_per_step, seconds, peak_flops, options_.ranks);
   nlohmann::json line = {{"step", r.step}, {"loss", r.loss}, {"lr", r.lr}, {"grad_norm", r.grad_norm},
                   {fmt::format("{}_per_s", options_.unit.items), r.tokens_per_s}, {"step_ms", r.step_ms},
                   {"mfu", r.mfu}, {"sparse_partitions", r.sparse_partitions},

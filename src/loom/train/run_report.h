@@ -46,6 +46,7 @@ struct ReportOptions {
   int64_t samples_per_step = 0;      // train.global_batch
   int64_t resumed_step = 0;          // a resumed run's first step - 1: its metrics file continues
   models::Throughput unit;
+  int64_t ranks = 1;                 // the world's: NOTE [MFU]'s ranks
 };
 
 class RunReport {
@@ -55,7 +56,8 @@ class RunReport {
   ~RunReport();
 
   void header(const std::string& lines);
-  // Fills the record's throughput (from its step_ms), writes it, and prints it when due.
+  // Fills the record's throughput and MFU (from its step_ms; NOTE [MFU]: `flops_per_step` is the
+  // whole job's model FLOPs, `peak_flops` one rank's), writes it, and prints it when due.
   void step(StepRecord& record, double flops_per_step, double peak_flops);
   trace::TraceFile* trace_file() { return trace_.get(); }
   void close();

@@ -21,6 +21,7 @@
 #include "loom/pipeline/partition.h"
 #include "loom/plan/run_plan.h"
 #include "loom/plan/gemm_peak.h"
+#include "loom/plan/mfu.h"
 #include "loom/train/step_measures.h"
 
 namespace loom::train {
@@ -368,12 +369,8 @@ double Trainer::gemm_peak() const {
   return plan::measure_gemm_peak(activations_, 0.2);
 }
 
-// MFU of this rank: its own micro-batches' FLOPs against its cores' GEMM peak.
-double Trainer::flops_per_step() const {
-  const nn::Cost cost = model_.cost(config_.train.micro_batch, local_seq(), dtype_ == at::kDouble ? 8 : 4);
-  const int64_t local = config_.microbatch_count() / mesh_->dp().size();
-  return static_cast<double>(local) * (cost.forward_flops + cost.backward_input_flops + cost.backward_weight_flops);
-}
+// The whole job's model FLOPs of one step, as the simulator counts them (NOTE [MFU]).
+double Trainer::flops_per_step() const { return plan::step_model_flops(plan_); }
 
 std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
   const auto& t = config_.train;
@@ -403,7 +400,7 @@ std::vector<StepRecord> Trainer::run_steps(const TrainOptions& options) {
   RunReport report({.metrics_path = options.metrics_path, .trace_path = options.trace_path,
                     .console = options.progress, .steps = t.steps, .last_step = last, .log_every = t.log_every,
                     .samples_per_step = t.global_batch, .resumed_step = start_step_,
-                    .unit = kind_->throughput(config_.model)},
+                    .unit = kind_->throughput(config_.model), .ranks = mesh_->world().size()},
                    mesh_->rank() == 0, mesh_->world().size());
   const dist::PeerLossAction finalise(options.interrupts, [&report] { report.finalise_now(); });
   if (!options.trace_path.empty()) {

@@ -137,7 +137,7 @@ class Trainer {
   double summed_loss(double local);
   std::string header() const;       // the run's first console lines (train/run_header.cpp); collective
   int64_t model_param_count() const;  // the whole model's parameters; collective over the world
-  double flops_per_step() const;    // this rank's model FLOPs in one step
+  double flops_per_step() const;    // the whole job's model FLOPs in one step (NOTE [MFU])
   double gemm_peak() const;         // for MFU, when TrainOptions::peak_flops is not given
   StepRecord guarded_step(int64_t step, double lr);
   void check_finite(int64_t step, double loss, double norm) const;
