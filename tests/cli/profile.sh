@@ -10,7 +10,8 @@
 #              all_to_all, send_recv) with alpha > 0 and beta > 0; parallel.tp = 2 measured by both
 #              ranks together gives the tp chain's layers; --cluster-out beside --out writes this
 #              machine as a cluster (NOTE [Cluster cost model]) that `loom simulate` reads, with
-#              2 devices on 1 node, positive peaks, efficiencies in (0, 1] and the send_recv as links
+#              2 devices on 1 node, positive peaks, efficiencies in (0, 1], the send_recv as links and
+#              [measured] (2 ranks, 1 thread: train.threads, a time, the loom version)
 #   bad_input  --out or --cluster-out over the config or the data file, --out and --cluster-out on
 #              one file, a config error, tp = 2 on one rank, --cluster-out on one rank, --repeats 0,
 #              --out in a missing directory: exit 2, one `loom: error:` line, nothing written, the
@@ -82,6 +83,8 @@ send_recv = [m for m in c["collective"] if m["op"] == "send_recv"]
 assert len(send_recv) == 1, c["collective"]
 assert links["intra_node"] == links["inter_node"], links
 assert abs(links["intra_node"]["latency"] / send_recv[0]["alpha_s"] - 1) < 1e-5, (links, send_recv)
+m = c["measured"]  # NOTE [Cached cluster]: when and how
+assert m["ranks"] == 2 and m["threads"] == 1 and m["unix_time"] > 1.7e9 and m["loom"] and m["peak_spread"] >= 0, m
 assert abs(links["intra_node"]["bandwidth"] * send_recv[0]["beta_s_per_byte"] - 1) < 1e-5, (links, send_recv)
 assert links["host"] > 0, links
 assert sorted(m["op"] for m in c["collective"]) == ["all_gather", "all_reduce", "all_to_all", "reduce_scatter",

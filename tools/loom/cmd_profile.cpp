@@ -42,16 +42,20 @@ std::string cluster_table(const plan::Cluster& c) {
   std::string peaks;
   for (const auto& [dtype, flops] : c.peak_flops)
     peaks += fmt::format("{}{} {:.1f}", peaks.empty() ? "" : ", ", name_of(dtype), flops / 1e9);
-  return fmt::format("cluster {}: {} devices; peak GFLOP/s {}; gemm_max {:.3f}, gemm_half_dim {:.1f}, attention "
-                     "{:.3f}; memory {:.2f} GB/s; link {:.2f} GB/s, {:.1f} us\n",
-                     c.name, c.devices_per_node, peaks, c.gemm_max, c.gemm_half_dim, c.attention_efficiency,
-                     c.memory_bytes_per_s / 1e9, c.intra_node.bytes_per_s / 1e9, c.intra_node.latency_s * 1e6);
+  const plan::Measurement how = c.measured.value_or(plan::Measurement{});
+  return fmt::format("cluster {}: {} devices; peak GFLOP/s {} (float32's repeats spread {:.0f}%, {} threads per "
+                     "device); gemm_max {:.3f}, gemm_half_dim {:.1f}, attention {:.3f}; memory {:.2f} GB/s; link "
+                     "{:.2f} GB/s, {:.1f} us\n",
+                     c.name, c.devices_per_node, peaks, 100 * how.peak_spread, how.threads, c.gemm_max,
+                     c.gemm_half_dim, c.attention_efficiency, c.memory_bytes_per_s / 1e9,
+                     c.intra_node.bytes_per_s / 1e9, c.intra_node.latency_s * 1e6);
 }
 
 // The comment --cluster-out's file opens with: what the numbers are and how to measure them again.
 constexpr const char* kClusterHeader =
     "# This machine, written by `loom profile --cluster-out` (docs/profile.md, NOTE [Cluster cost model]):\n"
-    "# one device is one rank running one intra-op thread; every number is measured, none assumed.\n"
+    "# one device is one rank running one intra-op thread (train.threads where set); every number is\n"
+    "# measured, none assumed ([measured] says when and how).\n"
     "# Measure again: mpiexec -n 2 loom profile -c configs/gpt-small.toml --cluster-out clusters/local.toml\n";
 
 // `loom profile`'s files: checked against the inputs and each other, and opened as temporaries,
@@ -103,6 +107,7 @@ Action add_profile(CLI::App& app) {
     std::exception_ptr failure;
     try {  // every rank checks; all agree before anyone measures (dist/input_agreement.h)
       loaded = config->load();
+      options->cluster_threads = loaded.train.threads > 0 ? loaded.train.threads : 1;  // a device's threads
       train::check_profile_input(loaded, world.size(), *options);
       if (world.rank() == 0) files->check(config->inputs(loaded));
       if (cluster) train::check_cluster_input(world.size(), world.local_ranks());

@@ -101,6 +101,7 @@ Action add_train(CLI::App& app) {
     train::Trainer trainer(std::move(loaded), runtime.world(), *resume);
     if (runtime.world().rank() == 0) {  // after every check: a refused run prints only its error
       std::cout << chosen.report << std::flush;
+      for (const std::string& warning : chosen.warnings) std::cerr << "loom: warning: " << warning << '\n';
       for (const std::string& warning : config_warnings(trainer.config())) std::cerr << "loom: warning: " << warning << '\n';
       if (trainer.config().model.dtype == DType::BFloat16 && !plan::native_bfloat16())
         std::cerr << "loom: warning: " << plan::bfloat16_speed_warning() << '\n';

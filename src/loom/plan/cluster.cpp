@@ -174,6 +174,17 @@ std::vector<MeasuredCollective> read_collectives(const toml::table& root, const 
   return out;
 }
 
+Measurement read_measurement(const toml::table& t, const std::string& where) {
+  Reader r(t, where, "measured.");
+  Measurement m{.unix_time = static_cast<int64_t>(r.non_negative("unix_time", 0)),
+                .ranks = r.count("ranks", 1),
+                .threads = r.count("threads", 1),
+                .loom_version = r.text("loom", ""),
+                .peak_spread = r.non_negative("peak_spread", 0)};
+  r.done();
+  return m;
+}
+
 }  // namespace
 
 Cluster cluster_from_toml(const std::string& text, const std::string& where) {
@@ -215,6 +226,8 @@ Cluster cluster_from_toml(const std::string& text, const std::string& where) {
   eff.done();
   top.known("collective");
   c.collectives = read_collectives(root, where);
+  if (root.contains("measured")) c.measured = read_measurement(top.table("measured"), where);
+  top.known("measured");
   top.done();
   return c;
 }
@@ -256,6 +269,9 @@ std::string to_toml(const Cluster& c) {
       c.name, c.source, c.devices_per_node, c.max_nodes, c.memory_bytes, c.memory_bytes_per_s, peaks,
       c.intra_node.bytes_per_s, c.intra_node.latency_s, c.inter_node.bytes_per_s, c.inter_node.latency_s,
       c.host_bytes_per_s, c.gemm_max, c.gemm_half_dim, c.attention_efficiency, c.memory_efficiency);
+  if (const std::optional<Measurement>& m = c.measured)
+    out += fmt::format("\n[measured]\nunix_time = {}\nranks = {}\nthreads = {}\nloom = \"{}\"\npeak_spread = {:.6g}\n",
+                       m->unix_time, m->ranks, m->threads, m->loom_version, m->peak_spread);
   for (const MeasuredCollective& m : c.collectives)
     out += fmt::format("\n[[collective]]\nop = \"{}\"\nranks = {}\nalpha_s = {:.6g}\nbeta_s_per_byte = {:.6g}\n",
                        name_of(m.op), m.ranks, m.alpha_s, m.beta_s_per_byte);

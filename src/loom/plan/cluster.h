@@ -19,6 +19,7 @@
 // the compute overlap it: the longer of the two).
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -41,6 +42,17 @@ struct MeasuredCollective {
   bool operator==(const MeasuredCollective&) const = default;
 };
 
+// How a measured cluster was measured ([measured]; `loom profile --cluster-out` and parallel.auto's
+// cache write it, NOTE [Cached cluster]; a spec sheet's file has none).
+struct Measurement {
+  int64_t unix_time = 0;     // when: seconds since 1970-01-01 UTC
+  int64_t ranks = 1;         // the job's ranks, measuring at once
+  int64_t threads = 1;       // intra-op threads each rank measured with
+  std::string loom_version;  // the loom that measured (key `loom`)
+  double peak_spread = 0;    // the float32 peak's repeats: (largest - smallest) / median
+  bool operator==(const Measurement&) const = default;
+};
+
 struct Cluster {
   std::string name;
   std::string source;  // where the numbers come from
@@ -55,6 +67,7 @@ struct Cluster {
   double attention_efficiency = 1;
   double memory_efficiency = 1;
   std::vector<MeasuredCollective> collectives;
+  std::optional<Measurement> measured;
   bool operator==(const Cluster&) const = default;
 
   // InputError naming the dtype when the device has no peak for it.

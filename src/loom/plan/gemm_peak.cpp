@@ -6,6 +6,7 @@
 #include <string>
 
 #include "loom/core/cpu_flags.h"
+#include "loom/core/stats.h"
 
 namespace loom::plan {
 
@@ -51,6 +52,20 @@ double measure_gemm_peak(at::ScalarType dtype, double min_seconds_per_size, cons
   double peak = 0;
   for (int64_t n : sizes) peak = std::max(peak, measure_gemm(n, dtype, min_seconds_per_size).flops_per_s);
   return peak;
+}
+
+PeakMeasurement summarise_peaks(const std::vector<double>& peaks) {
+  const double middle = median(peaks);  // checks there is one
+  const auto [low, high] = std::minmax_element(peaks.begin(), peaks.end());
+  return {.flops_per_s = middle, .spread = middle > 0 ? (*high - *low) / middle : 0};
+}
+
+PeakMeasurement measure_gemm_peak_repeated(at::ScalarType dtype, double min_seconds_per_size, int64_t repeats,
+                                           const std::vector<int64_t>& sizes) {
+  std::vector<double> peaks;
+  for (int64_t r = 0; r < std::max<int64_t>(1, repeats); ++r)
+    peaks.push_back(measure_gemm_peak(dtype, min_seconds_per_size, sizes));
+  return summarise_peaks(peaks);
 }
 
 namespace {

@@ -24,6 +24,17 @@ double measure_gemm_rate(int64_t m, int64_t k, int64_t n, at::ScalarType dtype, 
 double measure_gemm_peak(at::ScalarType dtype, double min_seconds_per_size,
                          const std::vector<int64_t>& sizes = {512, 1024});
 
+// The peak measured several times, as a cluster file records it (NOTE [Cached cluster]).
+struct PeakMeasurement {
+  double flops_per_s = 0;  // the median of the repeats
+  double spread = 0;       // (largest - smallest) / median: how far a busy host moved them
+};
+// The median and spread of repeated peaks (at least one).
+PeakMeasurement summarise_peaks(const std::vector<double>& peaks);
+// measure_gemm_peak `repeats` times, summarised.
+PeakMeasurement measure_gemm_peak_repeated(at::ScalarType dtype, double min_seconds_per_size, int64_t repeats,
+                                           const std::vector<int64_t>& sizes);
+
 // Whether /proc/cpuinfo's text names an instruction set that multiplies bfloat16 natively
 // (avx512_bf16 or amx_bf16); without one, libtorch emulates bfloat16 products in float32, slower
 // than float32 itself.

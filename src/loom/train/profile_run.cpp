@@ -25,6 +25,7 @@
 #include "loom/nn/precision.h"
 #include "loom/parallel/sequence_parallel.h"
 #include "loom/plan/gemm_peak.h"
+#include "loom/version.h"
 
 namespace loom::train {
 namespace {
@@ -59,13 +60,6 @@ void wait_quietly(dist::Communicator& comm) {
   at::Tensor token = at::zeros({1}, at::kFloat);
   const dist::WorkPtr work = comm.all_reduce_async(token, dist::ReduceOp::Sum);
   while (!work->test()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
-}
-
-// As a run of this config would use on this machine (the trainer's default).
-int profile_threads(const Config& c, const dist::Communicator& world) {
-  if (c.train.threads > 0) return static_cast<int>(c.train.threads);
-  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  return world.size() > 1 ? std::max(1, cores / world.local_ranks()) : cores;
 }
 
 // ---- layers ----
@@ -262,26 +256,36 @@ constexpr int64_t kAddBytes = int64_t{256} << 20;
 // The attention measured: a GPT-sized head at a sequence the workloads train at.
 constexpr int64_t kAttnBatch = 2, kAttnHeads = 8, kAttnSeq = 512, kAttnHeadDim = 64;
 
-// Runs the scope with one intra-op thread (one device = one rank = one thread) and restores the
+// The peak is measured this many times, each for a share of kGemmSeconds per size: the median is
+// the file's, the spread tells a busy host (NOTE [Cached cluster]).
+constexpr int64_t kPeakRepeats = 3;
+
+// Runs the scope with a device's intra-op threads (ProfileOptions::cluster_threads) and restores the
 // profile's count after, also when a measurement throws.
-class OneThread {
+class DeviceThreads {
  public:
-  OneThread() : threads_(at::get_num_threads()) { at::set_num_threads(1); }
-  ~OneThread() { at::set_num_threads(threads_); }
-  OneThread(const OneThread&) = delete;
-  OneThread& operator=(const OneThread&) = delete;
+  explicit DeviceThreads(int64_t threads) : threads_(at::get_num_threads()) {
+    at::set_num_threads(static_cast<int>(threads));
+  }
+  ~DeviceThreads() { at::set_num_threads(threads_); }
+  DeviceThreads(const DeviceThreads&) = delete;
+  DeviceThreads& operator=(const DeviceThreads&) = delete;
 
  private:
   int threads_;
 };
 
 // Per dtype the device multiplies fast: bfloat16 only where native (emulated it is slower than
-// float32, and a plan should not count on it).
-std::map<DType, double> measure_peaks() {
+// float32, and a plan should not count on it). `spread`: the float32 peak's.
+std::map<DType, double> measure_peaks(double& spread) {
   std::map<DType, double> peaks;
-  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16})
-    if (dtype != DType::BFloat16 || plan::native_bfloat16())
-      peaks[dtype] = plan::measure_gemm_peak(nn::activation_type(dtype), kGemmSeconds, {1024, 2048});
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16}) {
+    if (dtype == DType::BFloat16 && !plan::native_bfloat16()) continue;
+    const plan::PeakMeasurement peak = plan::measure_gemm_peak_repeated(
+        nn::activation_type(dtype), kGemmSeconds / kPeakRepeats, kPeakRepeats, {1024, 2048});
+    peaks[dtype] = peak.flops_per_s;
+    if (dtype == DType::Float32) spread = peak.spread;
+  }
   return peaks;
 }
 
@@ -320,9 +324,11 @@ double measure_memory_bandwidth(int64_t repeats) {
 }
 
 // What one device computes and moves: peaks, the GEMM curve, attention, memory.
-void measure_compute(const Config& config, plan::Cluster& c, int64_t repeats) {
-  const OneThread one_thread;
-  c.peak_flops = measure_peaks();
+void measure_compute(const Config& config, plan::Cluster& c, const ProfileOptions& options) {
+  const int64_t repeats = options.repeats;
+  const DeviceThreads device(options.cluster_threads);
+  c.measured = plan::Measurement{.threads = options.cluster_threads};
+  c.peak_flops = measure_peaks(c.measured->peak_spread);
   const double peak = c.peak_flops.at(DType::Float32);
   const GemmCurve curve = measure_gemm_curve(peak);
   c.gemm_max = curve.gemm_max, c.gemm_half_dim = curve.gemm_half_dim;
@@ -340,8 +346,12 @@ std::string host_name() {
 // The devices, links and collectives from the job and `machine`'s copies and collectives.
 void describe_machine(const dist::Communicator& world, const plan::Profile& machine, plan::Cluster& c) {
   c.name = "local";
-  c.source = fmt::format("measured by `loom profile --cluster-out` on {}: {} ranks, one thread each", host_name(),
-                         world.size());
+  c.source = fmt::format("measured by `loom profile --cluster-out` on {}: {} ranks, {} thread{} each", host_name(),
+                         world.size(), c.measured->threads, c.measured->threads == 1 ? "" : "s");
+  c.measured->unix_time = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
+  c.measured->ranks = world.size();
+  c.measured->loom_version = loom::version();
   c.devices_per_node = world.size();
   c.max_nodes = 1;
   c.memory_bytes = static_cast<double>(memory::host_memory_bytes()) / static_cast<double>(world.size());
@@ -357,6 +367,12 @@ void describe_machine(const dist::Communicator& world, const plan::Profile& mach
 
 }  // namespace
 
+int run_threads(const Config& config, const dist::Communicator& world) {
+  if (config.train.threads > 0) return static_cast<int>(config.train.threads);
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return world.size() > 1 ? std::max(1, cores / world.local_ranks()) : cores;
+}
+
 void check_profile_input(const Config& config, int world_size, const ProfileOptions& options) {
   LOOM_CHECK_INPUT(options.repeats >= 1 && options.repeats <= 1000,
                    "[profile] --repeats {} must be between 1 and 1000 (timed runs of each measurement)", options.repeats);
@@ -370,7 +386,7 @@ void check_profile_input(const Config& config, int world_size, const ProfileOpti
 
 plan::Profile measure_profile(const Config& config, dist::Communicator& world, const ProfileOptions& options) {
   check_profile_input(config, world.size(), options);
-  at::set_num_threads(profile_threads(config, world));
+  at::set_num_threads(run_threads(config, world));
   plan::Profile profile{.identity = plan::profile_identity(config), .threads = at::get_num_threads()};
   if (options.layers) profile.layers = measure_chain(config, world, options.repeats);
   if (world.rank() == 0) measure_copy(profile, options.repeats);
@@ -395,7 +411,7 @@ plan::Cluster measure_cluster(const Config& config, dist::Communicator& world, c
   check_cluster_input(world.size(), world.local_ranks());
   plan::Cluster cluster;
   wait_quietly(world);  // every rank starts at once: each device computes while the others do
-  measure_compute(config, cluster, options.repeats);
+  measure_compute(config, cluster, options);
   wait_quietly(world);  // none leaves (to spin in MPI) while another still measures
   if (world.rank() != 0) return {};
   describe_machine(world, machine, cluster);

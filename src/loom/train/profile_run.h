@@ -16,7 +16,14 @@ namespace loom::train {
 struct ProfileOptions {
   int64_t repeats = 5;  // timed runs of each measurement after one warm-up; the file holds medians
   bool layers = true;   // false: measure_profile leaves the chain out (--cluster-out alone needs none)
+  // Intra-op threads a device (one rank) measures measure_cluster's compute with: 1 for `loom
+  // profile --cluster-out` (train.threads where set), the run's for parallel.auto's cache.
+  int64_t cluster_threads = 1;
 };
+
+// The intra-op threads a run of `config` uses on each rank here: train.threads, else this host's
+// cores / its ranks (the trainer's default; all the cores for one rank).
+int run_threads(const Config& config, const dist::Communicator& world);
 
 // What measure_profile needs of the job: tp x sp ranks measure the chain together (the first
 // ones of the world), so the world must have as many. InputError naming the keys otherwise.
@@ -36,13 +43,15 @@ void check_cluster_input(int world_size, int local_ranks);
 plan::Profile measure_profile(const Config& config, dist::Communicator& world, const ProfileOptions& options = {});
 
 // `loom profile --cluster-out` (NOTE [Cluster cost model] in plan/cluster.h): this machine as the
-// cluster "local", complete on world rank 0. A device is one rank running one intra-op thread.
+// cluster "local", complete on world rank 0. A device is one rank running options.cluster_threads
+// intra-op threads (one for the shipped clusters/local.toml).
 //   device       per_node = the job's ranks (all on this host), max_nodes = 1; memory_bytes = this
 //                machine's memory / per_node
-//   compute      every rank measures at once with one thread (a run's ranks share the caches and
+//   compute      every rank measures at once with its threads (a run's ranks share the caches and
 //                the memory bus, so a device alone would look faster than it is); rank 0's numbers:
-//                peak_flops per dtype = measure_gemm_peak of large square GEMMs (bfloat16 only where
-//                native); the GEMM curve fitted (fit_gemm_curve) to [2048 x d] x [d x d] for
+//                peak_flops per dtype = the median of 3 measure_gemm_peak of large square GEMMs
+//                (bfloat16 only where native; [measured] records the float32 repeats' spread, the
+//                time, ranks, threads and loom version); the GEMM curve fitted (fit_gemm_curve) to [2048 x d] x [d x d] for
 //                d = 32 .. 1024 in float32; attention = the tiled causal kernel's forward + backward
 //                (B 2, H 8, T 512, hd 64, model.attn_tile) at 3 x its forward FLOPs over the float32
 //                peak; memory_bandwidth = a 256 MiB float32 add's 3 x 256 MiB per second
