@@ -201,6 +201,23 @@ TEST_F(ProfileFile, RefusesAnotherChain) {
   EXPECT_THAT(input_error([&] { read_profile(path_, c, chain_names(c)); }), HasSubstr("cannot be read"));
 }
 
+// A run's plan records the threads its memory.profile was measured with; another count than the
+// run's is warned of, naming both (the times are another speed's).
+TEST_F(ProfileFile, AnotherThreadCountThanTheRunsIsWarnedOf) {
+  Config c = tiny_config();
+  write(to_json(sample_profile(c)));  // measured with 3 threads
+  c.memory.profile = path_;
+  EXPECT_EQ(make_plan(c, 1).profile_threads, 3);
+  EXPECT_EQ(make_plan(tiny_config(), 1).profile_threads, 0);
+  EXPECT_EQ(profile_threads_warning(path_, 3, 3), "");
+  EXPECT_EQ(profile_threads_warning("", 0, 2), "");
+  EXPECT_THAT(profile_threads_warning(path_, 3, 1),
+              HasSubstr("memory.profile " + path_ + " was measured with 3 threads per rank, but this run uses 1: "));
+  EXPECT_THAT(profile_threads_warning(path_, 3, 1),
+              HasSubstr("hint: measure it again with the run's threads, `loom profile -c CONFIG --set "
+                        "train.threads=1 --out " + path_ + "`"));
+}
+
 TEST(ProfileFit, RecoversALineAndClampsANegativeIntercept) {
   const std::vector<double> bytes{4096, 16384, 65536, 262144, 1048576};
   std::vector<double> seconds;

@@ -11,6 +11,8 @@
 #include "loom/ckpt/checkpoint_dir.h"
 #include "loom/core/error.h"
 #include "loom/plan/gemm_peak.h"
+#include "loom/plan/profile.h"
+#include "loom/train/profile_run.h"
 #include "loom/dist/input_agreement.h"
 #include "loom/train/auto_layout.h"
 #include "loom/train/trainer.h"
@@ -102,6 +104,10 @@ Action add_train(CLI::App& app) {
     if (runtime.world().rank() == 0) {  // after every check: a refused run prints only its error
       std::cout << chosen.report << std::flush;
       for (const std::string& warning : chosen.warnings) std::cerr << "loom: warning: " << warning << '\n';
+      const std::string threads = plan::profile_threads_warning(trainer.config().memory.profile,
+                                                                trainer.plan().profile_threads,
+                                                                train::run_threads(trainer.config(), runtime.world()));
+      if (!threads.empty()) std::cerr << "loom: warning: " << threads << '\n';
       for (const std::string& warning : config_warnings(trainer.config())) std::cerr << "loom: warning: " << warning << '\n';
       if (trainer.config().model.dtype == DType::BFloat16 && !plan::native_bfloat16())
         std::cerr << "loom: warning: " << plan::bfloat16_speed_warning() << '\n';

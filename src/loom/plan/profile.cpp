@@ -163,6 +163,14 @@ Profile profile_from_json(const std::string& text, const std::string& where) {
   }
 }
 
+std::string profile_threads_warning(const std::string& path, int64_t profile_threads, int64_t run_threads) {
+  if (profile_threads == 0 || profile_threads == run_threads) return "";
+  return fmt::format("memory.profile {} was measured with {} threads per rank, but this run uses {}: its layer times, "
+                     "and the stage cuts and memory policies chosen with them, are another speed's; hint: measure it "
+                     "again with the run's threads, `loom profile -c CONFIG --set train.threads={} --out {}`",
+                     path, profile_threads, run_threads, run_threads, path);
+}
+
 Profile read_profile(const std::string& path, const Config& config, const std::vector<std::string>& layer_names) {
   std::ifstream in(path);
   LOOM_CHECK_INPUT(in.good(), "profile {} cannot be read (it does not exist or is not readable); {}", path, kHint);

@@ -60,6 +60,12 @@ nlohmann::json to_json(const Profile& profile);
 // Parses and checks: format, version (newer than kProfileVersion refused), fields, positive
 // times and bandwidths. `where` names the file in errors. InputError otherwise.
 Profile profile_from_json(const std::string& text, const std::string& where);
+// One warning line's text when memory.profile `path` was measured with other intra-op threads per
+// rank than the run uses (its layer times, and the cuts and policies chosen with them, are another
+// speed's), naming both counts and how to measure again; "" when they agree or there is no profile
+// (profile_threads 0).
+std::string profile_threads_warning(const std::string& path, int64_t profile_threads, int64_t run_threads);
+
 // Reads `path` and checks it belongs to `config` (identity, then the chain's layer count and
 // names against `layer_names`). InputError naming the key and both values otherwise.
 Profile read_profile(const std::string& path, const Config& config, const std::vector<std::string>& layer_names);

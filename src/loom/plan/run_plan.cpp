@@ -61,8 +61,10 @@ std::vector<LayerPlan> describe_chain(const models::ModelKind& kind, const Confi
 }
 
 // Each layer's seconds: measured (memory.profile, checked against this config and chain) or its
-// FLOPs at the nominal rate. Returns the swap tier's bandwidth to assume.
-double time_chain(const Config& c, std::vector<LayerPlan>& chain, const Cluster* cluster) {
+// FLOPs at the nominal rate. Returns the swap tier's bandwidth to assume; `profile_threads` (where
+// given) gets the threads the profile was measured with.
+double time_chain(const Config& c, std::vector<LayerPlan>& chain, const Cluster* cluster,
+                  int64_t* profile_threads = nullptr) {
   if (cluster != nullptr && c.memory.profile.empty()) {  // a profile's measured times win over the model
     const dist::MeshShape mesh = dist::mesh_shape(c.parallel);
     for (LayerPlan& l : chain) {
@@ -82,6 +84,7 @@ double time_chain(const Config& c, std::vector<LayerPlan>& chain, const Cluster*
   std::vector<std::string> names;
   for (const LayerPlan& l : chain) names.push_back(l.name);
   const Profile profile = read_profile(c.memory.profile, c, names);
+  if (profile_threads != nullptr) *profile_threads = profile.threads;
   for (size_t i = 0; i < chain.size(); ++i) {
     chain[i].forward_s = profile.layers[i].forward_s;
     chain[i].backward_input_s = profile.layers[i].backward_input_s;
@@ -313,7 +316,7 @@ RunPlan make_plan(const Config& config, int world_size, const Cluster* cluster, 
   // Stages against the chain first: a huge parallel.pp must be refused, not simulated.
   pipeline::check_stage_count(static_cast<int64_t>(plan.chain.size()), p.pp * p.chunks);
   plan.profiled = !config.memory.profile.empty();
-  plan.copy_bytes_per_s = time_chain(config, plan.chain, cluster);
+  plan.copy_bytes_per_s = time_chain(config, plan.chain, cluster, &plan.profile_threads);
   if (cluster != nullptr && p.pp > 1)
     plan.p2p_s = cluster->collective_seconds(CommOp::SendRecv, 2, input_bytes(plan),
                                              group_spans_nodes(plan.mesh, "pp", cluster->devices_per_node) &&

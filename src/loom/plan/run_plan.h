@@ -91,6 +91,7 @@ struct RunPlan {
   double copy_bytes_per_s = 0;                   // the swap tier's bandwidth the plan assumed
   double p2p_s = 0;                              // a stage boundary's send (on a cluster)
   bool profiled = false;                         // times from memory.profile (else analytic)
+  int64_t profile_threads = 0;                   // the intra-op threads memory.profile was measured with (0: none)
   const Cluster* cluster = nullptr;              // times from this cluster's cost model (NOTE [Step simulator])
 
   dist::MeshCoords coords(int rank) const { return dist::mesh_coords(mesh, rank); }
