@@ -75,7 +75,8 @@ plan::Cluster read_cache(const std::string& path) {
 // measure), else the cache opened to be measured into; one rank without a cache cannot measure
 // (measure_cluster times links between ranks) and plans on the shipped local cluster.
 LocalCluster find_local_cluster(const std::string& path, const CacheRun& run) {
-  LocalCluster local{.path = path};
+  LocalCluster local;
+  local.path = path;
   std::error_code error;
   const bool cached = std::filesystem::exists(path, error);
   if (cached) {
