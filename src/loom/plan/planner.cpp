@@ -65,7 +65,8 @@ double weight_bound(const Config& c, double params) {
 }
 
 double peak_of(const StepPrediction& p) {
-  return p.peak_bytes_by_stage.empty() ? 0 : *std::max_element(p.peak_bytes_by_stage.begin(), p.peak_bytes_by_stage.end());
+  const auto& peaks = p.peak_bytes_by_stage;
+  return peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
 }
 
 // Strictly faster, an exact tie broken toward less memory, then by name: a strict weak order.
@@ -287,7 +288,8 @@ void Search::simulate(std::vector<Candidate> candidates, PlanResult& result) {
 std::string layout_name(const StepPrediction& p) {
   const Config& c = p.plan.config;
   const auto& q = c.parallel;
-  std::string layout = fmt::format("dp{} tp{} pp{} sp{} mb{} {}", q.dp, q.tp, q.pp, q.sp, c.train.micro_batch, q.schedule);
+  std::string layout =
+      fmt::format("dp{} tp{} pp{} sp{} mb{} {}", q.dp, q.tp, q.pp, q.sp, c.train.micro_batch, q.schedule);
   if (q.chunks > 1) layout += fmt::format("x{}", q.chunks);
   if (q.sp > 1) layout += fmt::format(" {}", q.sp_mode.name());
   if (q.zero == 1) layout += " zero1";

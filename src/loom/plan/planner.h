@@ -47,10 +47,10 @@ struct PlanResult {
 // NOTE [Ties in the ranking]: two predicted steps within kTieShare of each other are a tie: the
 // cost model's error is far larger (docs/planner.md, "How close the predictions are"), so neither
 // is known to be faster, and the one that needs less memory leaves more room for what the memory
-// estimate leaves out. The ranking is fastest first; a group of ties (every
-// step within kTieShare of the group's fastest) is ordered by its largest stage's peak bytes, the
-// smaller first, then by layout_name, so equal inputs always give the same order. The top K are
-// the K fastest (an exact tie at the K-th place keeps the smaller peak).
+// estimate leaves out. The ranking is fastest first; a group of ties (every step within kTieShare
+// of the group's fastest) is ordered by its largest stage's peak bytes, the smaller first, then by
+// layout_name, so equal inputs always give the same order. The top K are the K fastest (an exact
+// tie at the K-th place keeps the smaller peak).
 inline constexpr double kTieShare = 0.005;
 
 // "dp2 tp1 pp1 sp1 mb4 1f1b zero1 recompute": the layout a prediction is for, as the table names it.

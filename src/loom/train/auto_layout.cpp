@@ -138,7 +138,8 @@ std::string plan_on_rank0(const Config& config, const LocalCluster& local, int r
   }
   const plan::PlanResult result = plan::plan_layouts(config, local.cluster, ranks, {.top = 1});
   const plan::StepPrediction& best = result.best.front();
-  out.report = fmt::format("loom: parallel.auto: {}\nloom: parallel.auto {} {}\n", local.note, verb, describe_layout(best));
+  out.report =
+      fmt::format("loom: parallel.auto: {}\nloom: parallel.auto {} {}\n", local.note, verb, describe_layout(best));
   return to_toml(plan::apply_layout(config, best.plan.config));
 }
 

@@ -51,10 +51,11 @@ plan::Profile measure_profile(const Config& config, dist::Communicator& world, c
 //                the memory bus, so a device alone would look faster than it is); rank 0's numbers:
 //                peak_flops per dtype = the median of 3 measure_gemm_peak of large square GEMMs
 //                (bfloat16 only where native; [measured] records the float32 repeats' spread, the
-//                time, ranks, threads and loom version); the GEMM curve fitted (fit_gemm_curve) to [2048 x d] x [d x d] for
-//                d = 32 .. 1024 in float32; attention = the tiled causal kernel's forward + backward
-//                (B 2, H 8, T 512, hd 64, model.attn_tile) at 3 x its forward FLOPs over the float32
-//                peak; memory_bandwidth = a 256 MiB float32 add's 3 x 256 MiB per second
+//                time, ranks, threads and loom version); the GEMM curve fitted (fit_gemm_curve)
+//                to [2048 x d] x [d x d] for d = 32 .. 1024 in float32; attention = the tiled
+//                causal kernel's forward + backward (B 2, H 8, T 512, hd 64, model.attn_tile) at
+//                3 x its forward FLOPs over the float32 peak; memory_bandwidth = a 256 MiB float32
+//                add's 3 x 256 MiB per second
 //   links        from `machine` (measure_profile's on this world; its layers are not read):
 //                intra_node = inter_node = its send_recv (1 / beta, alpha); host = the slower of its
 //                two copies; every collective it measured as a [[collective]] entry
