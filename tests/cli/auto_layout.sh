@@ -8,6 +8,8 @@
 #   2 ranks, cached     the line says it planned on the cache; the file is left as it was; a model
 #                       no layout fits, then a malformed cache: rank 0 refuses, both ranks end, exit 2,
 #                       one `loom: error:` line
+#   2 ranks, old cache  measured at 0 s after 1970 (NOTE [Cached cluster]): a warning saying it is
+#                       stale, the machine measured again, and the new cache records this hour
 #   1 rank, no cache    one rank cannot measure links: it plans on the shipped clusters/local.toml,
 #                       says so, writes no cache and trains
 # The layout chosen is not checked: it is the planner's to choose (and the tests' of `loom plan`).
@@ -55,6 +57,18 @@ grep -q "^loom: parallel.auto: planning on the local cluster cached in $cache " 
 ! grep -q "measured this machine" out.txt || fail "the second run measured again"
 chose 2
 [ "$(md5sum <"$cache")" = "$sum" ] || fail "the second run changed $cache"
+
+sed -i 's/^unix_time = .*/unix_time = 0/' "$cache"
+on2 || fail "the 2-rank run on an old cache exited $?"
+grep -qF "loom: warning: parallel.auto's cached cluster $cache is stale (measured " err.txt ||
+  fail "no warning that the old cache is stale"
+grep -q "^loom: parallel.auto: measured this machine again for 2 ranks x " out.txt ||
+  fail "the old cache was not measured again"
+chose 2
+python3 - "$cache" <<'EOF' || fail "the cache measured again does not record when"
+import sys, time, tomllib
+assert tomllib.load(open(sys.argv[1], "rb"))["measured"]["unix_time"] > time.time() - 3600
+EOF
 
 # refused2 PATTERN SET...: rank 0 refuses (nothing fits; a malformed cache): both ranks end, exit 2,
 # one `loom: error:` line, no layout chosen.
