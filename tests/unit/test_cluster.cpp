@@ -42,7 +42,9 @@ Cluster full_cluster() {
           .attention_efficiency = 0.5,
           .memory_efficiency = 0.8,
           .collectives = {{.op = CommOp::AllReduce, .ranks = 2, .alpha_s = 4e-6, .beta_s_per_byte = 2.5e-10},
-                          {.op = CommOp::SendRecv, .ranks = 2, .alpha_s = 3e-6, .beta_s_per_byte = 1e-10}}};
+                          {.op = CommOp::SendRecv, .ranks = 2, .alpha_s = 3e-6, .beta_s_per_byte = 1e-10}},
+          .measured = Measurement{.unix_time = 1796300000, .ranks = 2, .threads = 3, .loom_version = "0.2.0",
+                                  .peak_spread = 0.0625}};
 }
 
 // A valid file with `from` replaced by `to` (which must occur once).
@@ -63,6 +65,15 @@ TEST(Cluster, ReadsBackWhatItWrites) {
   EXPECT_EQ(cluster_from_toml(to_toml(c), "written"), c);
   // Comment lines above it (--cluster-out's header) change nothing.
   EXPECT_EQ(cluster_from_toml("# a header\n# of two lines\n" + to_toml(c), "with header"), c);
+}
+
+// [measured] (NOTE [Cached cluster]): optional, its counts whole and at least 1, its keys known.
+TEST(Cluster, MeasuredIsOptionalAndChecked) {
+  Cluster c = full_cluster();
+  c.measured.reset();
+  EXPECT_EQ(cluster_from_toml(to_toml(c), "written"), c);
+  EXPECT_THAT(refusal(edited("threads = 3", "threads = 0")), HasSubstr("measured.threads = 0 must be a whole number"));
+  EXPECT_THAT(refusal(edited("peak_spread = ", "spread = ")), HasSubstr("unknown key measured.spread"));
 }
 
 TEST(Cluster, ShippedFilesParse) {
