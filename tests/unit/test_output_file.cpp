@@ -101,7 +101,9 @@ TEST_F(OutputFileTest, ALiveFileIsReadableAsItIsWrittenAndResumesItsKeptLines) {
   const std::string p = path("m.jsonl");
   write(p, "old\n");
   {
-    LiveFile live = LiveFile::start(p);
+    LiveFile live = LiveFile::open(p);
+    EXPECT_EQ(read(p), "old\n");  // opened: nothing changed yet
+    live.start();
     EXPECT_EQ(read(p), "");  // a fresh run starts the file afresh
     live.append("1\n");
     EXPECT_EQ(read(p), "1\n");  // no buffer between the writer and a reader
@@ -113,17 +115,20 @@ TEST_F(OutputFileTest, ALiveFileIsReadableAsItIsWrittenAndResumesItsKeptLines) {
   EXPECT_FALSE(fs::exists(OutputFile::temporary_for(p)));
   write(p, "1\n2\n3\n4\n{\"cut");
   {
-    LiveFile live = LiveFile::resume(p, [](std::string_view line) { return line <= "2"; });
+    LiveFile live = LiveFile::open(p);
+    live.resume([](std::string_view line) { return line <= "2"; });
     EXPECT_EQ(read(p), "1\n2\n");
     live.append("3'\n");
   }
   EXPECT_EQ(read(p), "1\n2\n3'\n");
   fs::remove(p);
   write(OutputFile::temporary_for(p), "1\n2\n");  // left by a loom that wrote through a temporary
-  { LiveFile live = LiveFile::resume(p, [](std::string_view) { return true; }); }
+  { LiveFile::open(p).resume([](std::string_view) { return true; }); }
   EXPECT_EQ(read(p), "1\n2\n");
   EXPECT_FALSE(fs::exists(OutputFile::temporary_for(p)));
-  EXPECT_THROW(LiveFile::start(path("missing/m.jsonl")), InputError);
+  EXPECT_THROW(LiveFile::open(path("missing/m.jsonl")), InputError);
+  { LiveFile unused = LiveFile::open(path("new.jsonl")); }  // opened for a run that never began
+  EXPECT_FALSE(fs::exists(path("new.jsonl")));
 }
 
 }  // namespace

@@ -217,9 +217,12 @@ TEST_F(SvgMetricsFiles, ReadsLossValidationAndThroughput) {
 }
 
 TEST_F(SvgMetricsFiles, RefusesWhatIsNotAMetricsFile) {
-  const std::string bad = write("bad.jsonl", "{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":2}\n{\"step\":3,\"lo");
+  const std::string bad = write("bad.jsonl", "{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":2}\n{\"step\":3,\"lo\n");
   EXPECT_NE(input_error([&] { trace::read_metrics(bad, "x"); }).find(bad + " line 3: not a JSON object"),
             std::string::npos);
+  // A last line without its newline is a record being written (NOTE [Live output files]): skipped.
+  const std::string live = write("live.jsonl", "{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":2}\n{\"step\":3,\"lo");
+  EXPECT_EQ(trace::read_metrics(live, "x").loss.size(), 2u);
   const std::string array = write("array.jsonl", "[1, 2]\n");
   EXPECT_NE(input_error([&] { trace::read_metrics(array, "x"); }).find("line 1: not a JSON object"), std::string::npos);
   const std::string no_step = write("nostep.jsonl", "{\"loss\":2}\n");

@@ -408,7 +408,10 @@ TEST(TokenizerVocab, AutoTakesTheSidecarsAndAMismatchIsRefused) {
   std::filesystem::copy_file(dir.path("other.bin.tokenizer.model"), dir.path("d.bin.tokenizer.model"));
   EXPECT_THAT(input_error([&] { resolved(d, ModelConfig::kVocabAuto); }),
               HasSubstr("it is not the model these ids were made with"));
-  // No sidecar to read "auto" from.
+  // A missing data file is named first; an existing one without a sidecar has no "auto" to read.
+  EXPECT_THAT(input_error([&] { resolved("tokens:" + dir.path("none.bin"), ModelConfig::kVocabAuto); }),
+              HasSubstr("data.source: the data file '" + dir.path("none.bin") + "' does not exist"));
+  std::filesystem::copy_file(dir.path("d.bin"), dir.path("none.bin"));
   EXPECT_THAT(input_error([&] { resolved("tokens:" + dir.path("none.bin"), ModelConfig::kVocabAuto); }),
               HasSubstr("model.vocab = \"auto\" reads the vocabulary from the sidecar '" + dir.path("none.bin.json")));
 }

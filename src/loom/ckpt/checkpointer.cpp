@@ -24,6 +24,13 @@ namespace loom::ckpt {
 namespace fs = std::filesystem;
 namespace {
 
+// The run a checkpoint's state names (NOTE [A checkpoint folder belongs to one run]); "" when none.
+std::string run_id_of(const nlohmann::json& state) {
+  if (!state.is_object() || !state.contains("run") || !state["run"].is_object()) return "";
+  const nlohmann::json& run = state["run"];
+  return run.contains("id") && run["id"].is_string() ? run["id"].get<std::string>() : "";
+}
+
 using Clock = std::chrono::steady_clock;
 
 // A box's key in its tensor file: NAME@OFFSETS.
@@ -244,8 +251,7 @@ void Checkpointer::commit() {
     try {
       const std::string path = (fs::path(p->partial) / "manifest.json").string();
       write_synced(path, manifest_text(build_manifest(p->meta, p->plan, reports)));
-      const nlohmann::json run = p->meta.state.value("run", nlohmann::json::object());
-      commit_partial(options_.dir, p->meta.step, options_.keep, run.value("id", std::string()));
+      commit_partial(options_.dir, p->meta.step, options_.keep, run_id_of(p->meta.state));
     } catch (const std::exception& e) {
       failure = e.what();
     }

@@ -55,6 +55,8 @@ struct LiveFile::State {
   std::string path;
   std::mutex mutex;
   int fd = -1;
+  bool created = false;  // by open(): removed again unless begun
+  bool begun = false;
 };
 
 LiveFile::LiveFile() = default;
@@ -77,25 +79,33 @@ LiveFile& LiveFile::operator=(LiveFile&& other) noexcept {
   return *this;
 }
 
-LiveFile LiveFile::start(const std::string& path) {
+LiveFile LiveFile::open(const std::string& path) {
   auto state = std::make_unique<State>();
   state->path = path;
-  state->fd = open_for_append(path, O_TRUNC);
+  state->created = ::access(path.c_str(), F_OK) != 0;
+  state->fd = open_for_append(path, 0);
   return LiveFile(std::move(state));
 }
 
-LiveFile LiveFile::resume(const std::string& path, const std::function<bool(std::string_view)>& keep) {
+void LiveFile::start() {
+  LOOM_CHECK(state_ && state_->fd >= 0, "a live file starts once opened");
+  LOOM_CHECK(::ftruncate(state_->fd, 0) == 0, "cannot write '{}': {}", state_->path, std::strerror(errno));
+  state_->begun = true;
+}
+
+void LiveFile::resume(const std::function<bool(std::string_view)>& keep) {
+  LOOM_CHECK(state_ && state_->fd >= 0, "a live file resumes once opened");
+  const std::string& path = state_->path;
   const std::string legacy = OutputFile::temporary_for(path);
-  const bool from_legacy = ::access(path.c_str(), F_OK) != 0 && ::access(legacy.c_str(), F_OK) == 0;
+  const bool from_legacy = state_->created && ::access(legacy.c_str(), F_OK) == 0;
   const std::string kept = kept_lines(from_legacy ? legacy : path, keep);
   OutputFile rewritten(path);  // the kept records replace the file in one rename
   rewritten.write(kept);
   rewritten.commit();
   if (from_legacy) ::unlink(legacy.c_str());
-  auto state = std::make_unique<State>();
-  state->path = path;
-  state->fd = open_for_append(path, 0);
-  return LiveFile(std::move(state));
+  ::close(state_->fd);  // it named the file the rename replaced
+  state_->fd = open_for_append(path, 0);
+  state_->begun = true;
 }
 
 bool LiveFile::is_open() const {
@@ -120,10 +130,11 @@ void LiveFile::close(std::string_view tail) {
   if (!state_) return;
   const std::lock_guard lock(state_->mutex);
   if (state_->fd < 0) return;
-  const bool written = write_all(state_->fd, tail);
+  const bool written = state_->begun ? write_all(state_->fd, tail) : true;
   const int saved = errno;
   const bool closed = ::close(state_->fd) == 0;
   state_->fd = -1;
+  if (!state_->begun && state_->created) ::unlink(state_->path.c_str());  // opened for a run that never began
   LOOM_CHECK(written && closed, "writing '{}' failed: {}", state_->path, std::strerror(written ? errno : saved));
 }
 

@@ -27,12 +27,16 @@ class LiveFile {
   LiveFile(LiveFile&&) noexcept;
   LiveFile& operator=(LiveFile&&) noexcept;
 
-  // `path` written from its start (what was there is replaced); InputError when it cannot be.
-  static LiveFile start(const std::string& path);
+  // Opens `path` for writing, changing nothing yet: InputError when it cannot be. Several outputs
+  // are all opened before any begins, so a run refused at one of them leaves the others as they
+  // were (one this call created is removed again unless begun).
+  static LiveFile open(const std::string& path);
+  // `path` written from its start (what was there is replaced).
+  void start();
   // `path` continued: its lines for which `keep` is true stay, in order, the rest (and a last line
   // without its newline) go; then appends follow them. A file missing under `path` but left as
   // its hidden temporary by an earlier loom (`.NAME.loom-partial`) is continued from that.
-  static LiveFile resume(const std::string& path, const std::function<bool(std::string_view line)>& keep);
+  void resume(const std::function<bool(std::string_view line)>& keep);
 
   bool is_open() const;
   const std::string& path() const;

@@ -24,7 +24,10 @@ std::string trace_head(int ranks) {
   return head;
 }
 
-TraceFile::TraceFile(const std::string& path, int ranks) : out_(LiveFile::start(path)) { out_.append(trace_head(ranks)); }
+TraceFile::TraceFile(LiveFile file, int ranks) : out_(std::move(file)) {
+  out_.start();
+  out_.append(trace_head(ranks));
+}
 
 void TraceFile::append(std::string_view events) {
   if (events.empty()) return;

@@ -36,7 +36,7 @@ inline constexpr std::string_view kTraceEnd = "\n]\n";
 // Rank 0's trace file: the head, then the events as they arrive.
 class TraceFile {
  public:
-  TraceFile(const std::string& path, int ranks);
+  TraceFile(LiveFile file, int ranks);  // `file` LiveFile::open'ed: started here
   void append(std::string_view events);  // events as ChromeTrace::take_events returns them
   void close() { out_.close(kTraceEnd); }  // the closing bracket; thread-safe, idempotent
 

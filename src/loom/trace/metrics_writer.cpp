@@ -14,10 +14,12 @@ bool before_resume(std::string_view line, int64_t resumed_step) {
 
 }  // namespace
 
-MetricsWriter::MetricsWriter(const std::string& path, int64_t resumed_step) {
-  if (path.empty()) return;
-  out_ = resumed_step > 0 ? LiveFile::resume(path, [&](std::string_view line) { return before_resume(line, resumed_step); })
-                          : LiveFile::start(path);
+MetricsWriter::MetricsWriter(LiveFile file, int64_t resumed_step) : out_(std::move(file)) {
+  if (!out_.is_open()) return;
+  if (resumed_step > 0)
+    out_.resume([&](std::string_view line) { return before_resume(line, resumed_step); });
+  else
+    out_.start();
 }
 
 void MetricsWriter::write(const nlohmann::json& record) { out_.append(record.dump() + '\n'); }

@@ -14,10 +14,10 @@ namespace loom::trace {
 class MetricsWriter {
  public:
   MetricsWriter() = default;  // disabled
-  // `path` ("" = disabled) from its start, or, for a run resumed after step `resumed_step` (> 0),
-  // continued: its records of steps up to `resumed_step` stay (the run's history before the
-  // checkpoint), later ones give way to the records the resumed run writes for those steps.
-  MetricsWriter(const std::string& path, int64_t resumed_step);
+  // `file` (LiveFile::open'ed; a closed one: disabled) from its start, or, for a run resumed after
+  // step `resumed_step` (> 0), continued: its records of steps up to `resumed_step` stay (the run's
+  // history before the checkpoint), later ones give way to the records the resumed run writes.
+  MetricsWriter(LiveFile file, int64_t resumed_step);
   void write(const nlohmann::json& record);
   void close();  // later writes are dropped
   void finalise_now() { out_.close(); }  // thread-safe (NOTE [Live output files])

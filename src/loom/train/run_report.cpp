@@ -13,11 +13,17 @@ namespace loom::train {
 
 RunReport::RunReport(const ReportOptions& options, bool rank0, int world_size)
     : options_(options),
-      metrics_(rank0 ? options.metrics_path : "", options.resumed_step),
       progress_(rank0 ? options.console : nullptr, options.resumed_step, options.last_step, options.steps,
                 options.unit.rate.data()) {
-  if (!rank0) options_.console = nullptr;
-  if (rank0 && !options.trace_path.empty()) trace_ = std::make_unique<trace::TraceFile>(options.trace_path, world_size);
+  if (!rank0) {
+    options_.console = nullptr;
+    return;
+  }
+  // Both files opened before either changes: one that cannot be opened leaves the other as it was.
+  const auto open = [](const std::string& path) { return path.empty() ? LiveFile() : LiveFile::open(path); };
+  LiveFile metrics = open(options.metrics_path), trace = open(options.trace_path);
+  metrics_ = trace::MetricsWriter(std::move(metrics), options.resumed_step);
+  if (trace.is_open()) trace_ = std::make_unique<trace::TraceFile>(std::move(trace), world_size);
 }
 
 RunReport::~RunReport() {
