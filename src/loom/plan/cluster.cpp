@@ -176,7 +176,10 @@ std::vector<MeasuredCollective> read_collectives(const toml::table& root, const 
 
 Measurement read_measurement(const toml::table& t, const std::string& where) {
   Reader r(t, where, "measured.");
-  Measurement m{.unix_time = static_cast<int64_t>(r.non_negative("unix_time", 0)),
+  const double unix_time = r.non_negative("unix_time", 0);  // cast below only when it fits (UB otherwise)
+  LOOM_CHECK_INPUT(unix_time < 4e18, "{}: measured.unix_time = {} is not a time in seconds since 1970", where,
+                   unix_time);
+  Measurement m{.unix_time = static_cast<int64_t>(unix_time),
                 .ranks = r.count("ranks", 1),
                 .threads = r.count("threads", 1),
                 .loom_version = r.text("loom", ""),
