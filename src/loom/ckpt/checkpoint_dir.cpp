@@ -17,6 +17,7 @@
 #include <nlohmann/json.hpp>
 #include <fmt/ranges.h>
 
+#include "loom/ckpt/manifest.h"
 #include "loom/core/error.h"
 #include "loom/core/output_file.h"
 
@@ -120,11 +121,7 @@ std::optional<std::string> run_of(const std::string& checkpoint) {
   std::ifstream in((fs::path(checkpoint) / "manifest.json").string());
   const nlohmann::json m = nlohmann::json::parse(in, nullptr, false);
   if (!m.is_object()) return std::nullopt;
-  const nlohmann::json* state = m.contains("state") ? &m["state"] : nullptr;
-  if (state == nullptr || !state->is_object() || !state->contains("run")) return "";
-  const nlohmann::json& run = (*state)["run"];
-  if (!run.is_object() || !run.contains("id") || !run["id"].is_string()) return std::nullopt;
-  return run["id"].get<std::string>();
+  return run_id_of(m.contains("state") ? m["state"] : nlohmann::json());
 }
 
 std::string new_run_id() {
@@ -193,12 +190,6 @@ std::string checkpoint_of(const std::string& dir) {
 
 namespace {
 
-fs::path resolved(const std::string& path) {
-  std::error_code ec;
-  const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
-  return ec ? fs::path(path).lexically_normal() : p;
-}
-
 bool is_at_or_under(const fs::path& path, const fs::path& dir) {
   return std::mismatch(dir.begin(), dir.end(), path.begin(), path.end()).first == dir.end();  // or is it
 }
@@ -221,8 +212,8 @@ std::optional<fs::path> checkpoint_folder_above(const fs::path& path) {
 
 void check_outside_checkpoints(const std::vector<PathUse>& outputs, const std::string& checkpoint_dir) {
   for (const PathUse& out : outputs) {
-    const fs::path path = resolved(out.path);
-    LOOM_CHECK_INPUT(checkpoint_dir.empty() || !is_at_or_under(path, resolved(checkpoint_dir)),
+    const fs::path path = fs::path(canonical_name(out.path));
+    LOOM_CHECK_INPUT(checkpoint_dir.empty() || !is_at_or_under(path, fs::path(canonical_name(checkpoint_dir))),
                      "{} '{}' is in checkpoint.dir = \"{}\", whose contents loom manages (step directories, "
                      "`latest`); hint: write it outside that directory", out.role, out.path, checkpoint_dir);
     const std::optional<fs::path> folder = checkpoint_folder_above(path);

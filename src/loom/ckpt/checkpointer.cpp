@@ -24,13 +24,6 @@ namespace loom::ckpt {
 namespace fs = std::filesystem;
 namespace {
 
-// The run a checkpoint's state names (NOTE [A checkpoint folder belongs to one run]); "" when none.
-std::string run_id_of(const nlohmann::json& state) {
-  if (!state.is_object() || !state.contains("run") || !state["run"].is_object()) return "";
-  const nlohmann::json& run = state["run"];
-  return run.contains("id") && run["id"].is_string() ? run["id"].get<std::string>() : "";
-}
-
 using Clock = std::chrono::steady_clock;
 
 // A box's key in its tensor file: NAME@OFFSETS.
@@ -251,7 +244,7 @@ void Checkpointer::commit() {
     try {
       const std::string path = (fs::path(p->partial) / "manifest.json").string();
       write_synced(path, manifest_text(build_manifest(p->meta, p->plan, reports)));
-      commit_partial(options_.dir, p->meta.step, options_.keep, run_id_of(p->meta.state));
+      commit_partial(options_.dir, p->meta.step, options_.keep, run_id_of(p->meta.state).value_or(""));
     } catch (const std::exception& e) {
       failure = e.what();
     }

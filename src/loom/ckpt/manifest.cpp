@@ -36,6 +36,13 @@ const StoredTensor* Manifest::find(const std::string& name) const {
   return nullptr;
 }
 
+std::optional<std::string> run_id_of(const nlohmann::json& state) {
+  if (!state.is_object() || !state.contains("run")) return "";
+  const nlohmann::json& run = state["run"];
+  if (!run.is_object() || !run.contains("id") || !run["id"].is_string()) return std::nullopt;
+  return run["id"].get<std::string>();
+}
+
 std::string manifest_text(const Manifest& m) {
   nlohmann::json tensors = nlohmann::json::array(), files = nlohmann::json::array();
   for (const StoredTensor& t : m.tensors) {

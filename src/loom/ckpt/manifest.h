@@ -3,6 +3,7 @@
 // tensor lies (docs/checkpoint.md describes the format; kFormatVersion is its version).
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -46,6 +47,9 @@ struct Manifest {
 };
 
 std::string manifest_text(const Manifest& manifest);
+// The run a manifest's state names (NOTE [A checkpoint folder belongs to one run]): "" when it names
+// none (a checkpoint older than run identities), none when its "run" is malformed.
+std::optional<std::string> run_id_of(const nlohmann::json& state);
 // Parses and checks a manifest (the format, its version, every box inside its tensor's shape);
 // InputError naming `path` otherwise.
 Manifest parse_manifest(const std::string& text, const std::string& path);

@@ -23,13 +23,6 @@ std::string directory_of(const std::string& path) {
   return dir.empty() ? "." : dir.string();
 }
 
-// The canonical form of a path that may not exist yet: its existing prefix resolved.
-std::string canonical_name(const std::string& path) {
-  std::error_code ec;
-  const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
-  return ec ? path : p.string();
-}
-
 void check_one_output(const PathUse& out) {
   LOOM_CHECK_INPUT(!out.path.empty() && out.path.back() != '/',
                    "{} '{}' names a directory; hint: give a file name", out.role, out.path);
@@ -51,6 +44,12 @@ void check_one_output(const PathUse& out) {
 }
 
 }  // namespace
+
+std::string canonical_name(const std::string& path) {
+  std::error_code ec;
+  const fs::path p = fs::weakly_canonical(fs::absolute(path, ec), ec);
+  return ec ? path : p.string();
+}
 
 bool same_file(const std::string& a, const std::string& b) {
   struct stat sa {}, sb {};

@@ -31,6 +31,10 @@ void check_output_paths(const std::vector<PathUse>& inputs, const std::vector<Pa
 // Throws InputError when the file system holding `out.path` has fewer than `bytes` free.
 void check_free_space(const PathUse& out, int64_t bytes);
 
+// The canonical form of a path that may not exist yet: its existing prefix resolved (the path as
+// given when that fails).
+std::string canonical_name(const std::string& path);
+
 // True when `a` and `b` name the same file (or would, for paths that do not exist yet).
 bool same_file(const std::string& a, const std::string& b);
 

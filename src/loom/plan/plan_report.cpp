@@ -114,6 +114,15 @@ std::string memory_words(const RunPlan& plan) {
 
 }  // namespace
 
+PolicyCounts policy_counts(const RunPlan& plan, const StagePlan& stage) {
+  PolicyCounts counts;
+  for (int64_t i : stage.layers) {
+    counts.recomputed += plan.chain[i].policy == nn::MemoryPolicy::Recompute;
+    counts.swapped += plan.chain[i].policy == nn::MemoryPolicy::Swap;
+  }
+  return counts;
+}
+
 std::string RunPlan::describe() const {
   const auto& p = config.parallel;
   std::string text = fmt::format(
@@ -124,11 +133,7 @@ std::string RunPlan::describe() const {
   text += memory_words(*this);
   for (size_t s = 0; s < stages.size(); ++s) {
     const StagePlan& stage = stages[s];
-    int64_t recomputed = 0, swapped = 0;
-    for (int64_t i : stage.layers) {
-      recomputed += chain[i].policy == nn::MemoryPolicy::Recompute;
-      swapped += chain[i].policy == nn::MemoryPolicy::Swap;
-    }
+    const auto [recomputed, swapped] = policy_counts(*this, stage);
     const MemoryEstimate& m = stage.memory;
     text += fmt::format(
         "# stage {}: {} layers ({} .. {}), {} recomputed, {} swapped; predicted peak per rank {}: "

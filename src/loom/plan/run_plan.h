@@ -139,6 +139,12 @@ PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, 
 // without a budget against this machine's memory shared by `local_ranks`. InputError otherwise.
 void check_memory(const RunPlan& plan, int local_ranks, double in_use);
 
+// How many of a stage's layers the plan recomputes and swaps (the rest keep their activations).
+struct PolicyCounts {
+  int64_t recomputed = 0, swapped = 0;
+};
+PolicyCounts policy_counts(const RunPlan& plan, const StagePlan& stage);
+
 // The estimate's parts and the keys that size them, for messages.
 std::string memory_text(const RunPlan& plan, const MemoryEstimate& need);
 

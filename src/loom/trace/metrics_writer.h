@@ -19,8 +19,7 @@ class MetricsWriter {
   // history before the checkpoint), later ones give way to the records the resumed run writes.
   MetricsWriter(LiveFile file, int64_t resumed_step);
   void write(const nlohmann::json& record);
-  void close();  // later writes are dropped
-  void finalise_now() { out_.close(); }  // thread-safe (NOTE [Live output files])
+  void close();  // later writes are dropped; thread-safe (NOTE [Live output files])
   bool enabled() const { return out_.is_open(); }
 
  private:

@@ -32,11 +32,7 @@ std::string policy_words(const plan::RunPlan& plan) {
   for (const plan::LayerPlan& layer : plan.chain) all_kept = all_kept && layer.policy == nn::MemoryPolicy::Keep;
   if (all_kept && plan.config.memory.policy == PolicyMode::Manual) return "";
   for (size_t s = 0; s < plan.stages.size(); ++s) {
-    int64_t recomputed = 0, swapped = 0;
-    for (int64_t i : plan.stages[s].layers) {
-      recomputed += plan.chain[i].policy == nn::MemoryPolicy::Recompute;
-      swapped += plan.chain[i].policy == nn::MemoryPolicy::Swap;
-    }
+    const auto [recomputed, swapped] = plan::policy_counts(plan, plan.stages[s]);
     stages += fmt::format("{}{}: {} recomputed, {} swapped of {} layers", s == 0 ? "" : "; ",
                           plan.stages.size() == 1 ? "all stages" : fmt::format("stage {}", s), recomputed, swapped,
                           plan.stages[s].layers.size());

@@ -78,7 +78,7 @@ void RunReport::close() {
 }
 
 void RunReport::finalise_now() {
-  metrics_.finalise_now();
+  metrics_.close();
   if (trace_) trace_->close();
 }
 
