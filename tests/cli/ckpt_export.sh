@@ -20,9 +20,12 @@ model=(-c "$src/configs/gpt-tiny.toml" --peak-flops 1e10 --set data.source="toke
 grep -q '^checkpoint .*step 3, format version 1' "$dir/inspect.txt"
 grep -q 'blocks.1.mlp.up.weight F32 \[128, 32\]' "$dir/inspect.txt"
 grep -q 'checksums ok' "$dir/inspect.txt"
-"$loom" ckpt verify "$dir/ck/step-0000003" | grep -q 'every checksum ok'
-"$loom" ckpt verify "$dir/ck" | grep -q 'step-0000003 (step 3).*every checksum ok'  # checkpoint.dir: its latest
-"$loom" ckpt export "$dir/ck/step-0000003" --out "$dir/w.safetensors" | grep -q 'wrote 29 tensors'
+said=$("$loom" ckpt verify "$dir/ck/step-0000003")
+grep -q 'every checksum ok' <<<"$said"
+said=$("$loom" ckpt verify "$dir/ck")
+grep -q 'step-0000003 (step 3).*every checksum ok' <<<"$said"  # checkpoint.dir: its latest
+said=$("$loom" ckpt export "$dir/ck/step-0000003" --out "$dir/w.safetensors")
+grep -q 'wrote 29 tensors' <<<"$said"
 cp "$dir/m.jsonl" "$dir/first.jsonl"
 "$loom" train "${model[@]}" --resume auto --stop-after 4 --metrics "$dir/m.jsonl"
 # The resumed run continues the metrics file: the first run's 3 steps, then step 4.

@@ -84,7 +84,7 @@ done
 made schedule --kind zb-h1 --stages 3 --microbatches 5 --csv s.csv --svg s.svg
 made schedule --from s.csv --stages 3 --microbatches 5 --svg from.svg
 check_svg from.svg
-ls -a | grep -q 'loom-partial' && fail "a temporary was left behind"
+[[ "$(ls -a)" == *loom-partial* ]] && fail "a temporary was left behind"
 
 # refused PATTERN OUT ARGS...: the bad-input contract, and OUT not written ("" when OUT is an
 # input or a directory: the checks after the call say what must hold).
@@ -115,5 +115,5 @@ sum=$(md5sum <s.csv)
 refused "--svg 's.csv' is the same file as --from 's.csv'" "" schedule --from s.csv --stages 3 --microbatches 5 \
   --svg s.csv
 [ "$(md5sum <s.csv)" = "$sum" ] || fail "schedule --svg onto its --from changed it"
-ls -a | grep -q 'loom-partial' && fail "a refused run left a temporary behind"
+[[ "$(ls -a)" == *loom-partial* ]] && fail "a refused run left a temporary behind"
 echo "plot: all ok"

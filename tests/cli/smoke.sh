@@ -7,18 +7,23 @@ set -euo pipefail
 loom=$1 src=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
-"$loom" --version | grep -q '^loom [0-9]'
+said=$("$loom" --version)
+grep -q '^loom [0-9]' <<<"$said"
 # `loom help` and `loom help COMMAND` are --help; every option's default is shown.
-"$loom" help | grep -q '^  train '
-"$loom" help generate | grep -qE -- '--max-tokens INT=64 '
-"$loom" help train | grep -q -- '--metrics'
+said=$("$loom" help)
+grep -q '^  train ' <<<"$said"
+said=$("$loom" help generate)
+grep -qE -- '--max-tokens INT=64 ' <<<"$said"
+said=$("$loom" help train)
+grep -q -- '--metrics' <<<"$said"
 bogus=$("$loom" train --bogus 2>&1) && exit 1
 grep -q 'hint: loom train --help$' <<<"$bogus"
 "$loom" config --print -c "$src/configs/gpt-tiny.toml" --set train.steps=7 >"$dir/printed.toml"
 "$loom" config --print -c "$dir/printed.toml" | diff - "$dir/printed.toml"
 grep -q '^steps = 7$' "$dir/printed.toml"
 for i in $(seq 40); do cat "$src/README.md"; done >"$dir/text.txt"
-"$loom" data prepare --text "$dir/text.txt" --out "$dir/tokens.bin" | grep -q 'wrote'
+said=$("$loom" data prepare --text "$dir/text.txt" --out "$dir/tokens.bin")
+grep -q 'wrote' <<<"$said"
 "$loom" train -c "$src/configs/gpt-tiny.toml" --peak-flops 1e10 \
   --set data.source="tokens:$dir/tokens.bin" --set model.vocab=256 --set model.d_model=32 \
   --set model.n_layers=1 --set model.seq_len=32 --set train.steps=3 --set train.threads=1 \
@@ -33,7 +38,8 @@ grep -q '^loom: done: 3 steps, .* final loss' "$dir/out.txt"
 # A DLRM on a clicks file written from its synthetic clicks.
 dlrm=(-c "$src/configs/dlrm-sparse.toml" --set parallel.dp=1 --set model.table_rows=1000 --set model.d_model=8
       --set "model.bottom_mlp=[16]" --set "model.top_mlp=[16]")
-"$loom" data clicks "${dlrm[@]}" --samples 600 --out "$dir/clicks.bin" | grep -q 'wrote 600 samples'
+said=$("$loom" data clicks "${dlrm[@]}" --samples 600 --out "$dir/clicks.bin")
+grep -q 'wrote 600 samples' <<<"$said"
 [ "$(stat -c %s "$dir/clicks.bin")" -eq $((600 * 8 * (1 + 13 + 8))) ]
 "$loom" train "${dlrm[@]}" --peak-flops 1e10 --set data.source="clicks:$dir/clicks.bin" --set train.steps=2 \
   --set train.global_batch=256 --set train.micro_batch=128 --set train.threads=1 >"$dir/dlrm.txt"

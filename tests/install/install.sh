@@ -18,8 +18,11 @@ for f in lib/libloom.so lib/libloom_sentencepiece.so bin/loom include/loom/loom.
          lib/cmake/loom/loomConfigVersion.cmake share/loom/clusters/local.toml; do
   [ -e "$prefix/$f" ] || fail "$f is not installed"
 done
-"$prefix/bin/loom" --version | grep -qx "loom $(sed -n 's/.*kVersion = "\(.*\)";/\1/p' "$src/src/loom/version.h")" ||
-  fail "the installed loom reports another version"
+# (No `cmd | grep -q` under pipefail in these scripts: grep -q leaves at its first match, and a
+# writer still writing then dies of SIGPIPE and fails the pipeline. Outputs are captured first.)
+version=$("$prefix/bin/loom" --version)
+[ "$version" = "loom $(sed -n 's/.*kVersion = "\(.*\)";/\1/p' "$src/src/loom/version.h")" ] ||
+  fail "the installed loom reports another version: $version"
 
 # The installed CLI finds what it ships relative to itself, not in the source tree: a cluster file
 # only the prefix has, and the SentencePiece module in lib/.
@@ -56,7 +59,9 @@ if grep -rq -- "$src" "$work/example/build/CMakeFiles/custom_model.dir/flags.mak
   fail "the example's build refers to loom's source tree"
 fi
 app=$work/example/build/custom_model
-ldd "$app" | grep -q "libloom.so.* => $prefix/lib/libloom.so" || { ldd "$app"; fail "the example does not run on the installed libloom.so"; }
+ldd "$app" >"$work/ldd.log"
+grep -q "libloom.so.* => $prefix/lib/libloom.so" "$work/ldd.log" ||
+  { cat "$work/ldd.log"; fail "the example does not run on the installed libloom.so"; }
 
 cd "$work/example"
 "$app" gradcheck | tee "$work/gradcheck.log"
