@@ -9,6 +9,8 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 said=$("$loom" --version)
 grep -q '^loom [0-9]' <<<"$said"
+grep -qE '^libtorch 2\.[0-9]+\.[0-9]+ \(BLAS [a-z]+, ' <<<"$said"
+grep -qE '^built in: CUDA (no|[0-9.]+), NCCL no, MPI yes$' <<<"$said"
 # `loom help` and `loom help COMMAND` are --help; every option's default is shown.
 said=$("$loom" help)
 grep -q '^  train ' <<<"$said"

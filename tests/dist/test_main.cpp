@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "loom/core/blas_kernel.h"
 #include "loom/dist/runtime.h"
 #include "world.h"
 
@@ -33,7 +32,6 @@ class FailurePrinter : public testing::EmptyTestEventListener {
 loom::dist::Communicator& loom::test::world() { return g_runtime->world(); }
 
 int main(int argc, char** argv) {
-  loom::select_blas_kernel(argv);  // NOTE [BLAS kernel]: before anything loads or starts MPI
   testing::InitGoogleTest(&argc, argv);
   at::set_num_threads(1);
   loom::dist::Runtime runtime(/*timeout_s=*/60);

@@ -21,8 +21,9 @@ done
 # (No `cmd | grep -q` under pipefail in these scripts: grep -q leaves at its first match, and a
 # writer still writing then dies of SIGPIPE and fails the pipeline. Outputs are captured first.)
 version=$("$prefix/bin/loom" --version)
-[ "$version" = "loom $(sed -n 's/.*kVersion = "\(.*\)";/\1/p' "$src/src/loom/version.h")" ] ||
+[ "$(head -1 <<<"$version")" = "loom $(sed -n 's/.*kVersion = "\(.*\)";/\1/p' "$src/src/loom/version.h")" ] ||
   fail "the installed loom reports another version: $version"
+grep -q '^libtorch 2\.' <<<"$version" || fail "the installed loom does not name its libtorch 2: $version"
 
 # The installed CLI finds what it ships relative to itself, not in the source tree: a cluster file
 # only the prefix has, and the SentencePiece module in lib/.

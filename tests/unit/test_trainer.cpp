@@ -1,6 +1,7 @@
 // Single-process training end to end: the loss falls, runs are bit-reproducible, and the way a
 // global batch is split into micro-batches or whether activations are recomputed does not change
 // the model (float64, relative 1e-9).
+#include <fmt/ranges.h>
 #include <gmock/gmock.h>
 
 #include <filesystem>

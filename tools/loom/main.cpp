@@ -9,8 +9,7 @@
 
 #include "commands.h"
 #include "loom/api/program.h"
-#include "loom/core/blas_kernel.h"
-#include "loom/version.h"
+#include "loom/core/build_info.h"
 
 namespace {
 
@@ -35,9 +34,8 @@ std::string help_hint(const CLI::App& app) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  loom::select_blas_kernel(argv);  // NOTE [BLAS kernel]: may execute loom again, before MPI starts
   CLI::App app{"loom: train large neural networks across many processes", "loom"};
-  app.set_version_flag("--version", std::string("loom ") + loom::kVersion);
+  app.set_version_flag("--version", [] { return loom::version_text(loom::build_info()); });
   app.option_defaults()->always_capture_default();  // every --help shows each option's default
   app.footer("loom help COMMAND, or loom COMMAND --help: a command's options");
   app.require_subcommand(1);

@@ -1,6 +1,7 @@
 #include "loom/ckpt/box.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 

@@ -1,5 +1,6 @@
 #include "loom/ckpt/checkpointer.h"
 
+#include <fmt/ranges.h>
 #include <sys/resource.h>
 #include <unistd.h>
 

@@ -1,5 +1,6 @@
 #include "loom/ckpt/inspect.h"
 
+#include <fmt/ranges.h>
 #include <filesystem>
 #include <map>
 #include <memory>

@@ -1,5 +1,6 @@
 #include "loom/core/config.h"
 
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
 #include <algorithm>

@@ -1,5 +1,6 @@
 // Cross-key validation of a Config: everything that can be known wrong before a rank allocates;
 // and the warnings for settings that are legal but most likely not meant.
+#include <fmt/ranges.h>
 #include <algorithm>
 #include <array>
 #include <cmath>

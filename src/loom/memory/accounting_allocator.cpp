@@ -44,7 +44,7 @@ void free_block(void* data) {
 
 class AccountingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(size_t bytes) const override {
+  c10::DataPtr allocate(size_t bytes) override {
     const auto n = static_cast<int64_t>(bytes);
     const int64_t budget = g_budget.load(std::memory_order_relaxed);
     const int64_t live = g_live.fetch_add(n, std::memory_order_relaxed) + n;
@@ -67,6 +67,8 @@ class AccountingAllocator final : public c10::Allocator {
     return {data, data, &free_block, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &free_block; }
+  // Blocks are plain host memory: a clone's copy is a memcpy.
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
 };
 
 AccountingAllocator g_allocator;

@@ -1,5 +1,6 @@
 #include "loom/nn/gradient_check.h"
 
+#include <c10/core/GradMode.h>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -68,7 +69,7 @@ GradientCheck check_gradients(Layer& layer, const at::Tensor& x, const MicroBatc
   layer.backward_weight(saved);
   check.released = saved.empty();
 
-  const at::AutoGradMode grad_mode(true);
+  const c10::AutoGradMode grad_mode(true);
   at::Tensor x_ref = x.detach().clone();
   const bool floating = x.is_floating_point();
   if (floating) x_ref.requires_grad_(true);

@@ -1,5 +1,6 @@
 // The trainer's checkpoints (NOTE [Checkpoints], NOTE [Resuming]): what a checkpoint says about
 // the run besides its tensors, which config keys a resumed run may change, saving and restoring.
+#include <fmt/ranges.h>
 #include <chrono>
 #include <filesystem>
 

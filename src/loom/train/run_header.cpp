@@ -1,11 +1,13 @@
 // The run's first console lines (rank 0 prints them, RunReport::header): the model, the whole
-// layout, the memory policy's choices, the data, validation and what a resume continues.
+// layout, what loom is built on (core/build_info.h), the memory policy's choices, the data,
+// validation and what a resume continues.
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
 
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "loom/core/build_info.h"
 #include "loom/core/units.h"
 #include "loom/dist/gather_text.h"
 #include "loom/train/trainer.h"
@@ -70,6 +72,7 @@ std::string Trainer::header() const {
       config_.model.dtype.name(), counted(mesh_->world().size(), "rank", "ranks"), p.dp, p.tp, p.pp, p.sp,
       p.zero ? ", ZeRO-1" : "", p.pp > 1 ? fmt::format(", schedule {}", plan_.schedule.kind) : "", counted(at::get_num_threads(), "thread", "threads"),
       data_->describe());
+  text += fmt::format("loom: {}\n", build_line(build_info()));
   text += policy_words(plan_);
   if (sparse_) text += fmt::format("loom: {}\n", sparse_->describe());
   if (valid_ != nullptr && config_.train.eval_every > 0) {

@@ -1,0 +1,15 @@
+// loom built without CUDA (LOOM_CUDA=off, or auto where libtorch has no CUDA or nvcc is missing).
+#include "loom/core/error.h"
+#include "loom/cuda/devices.h"
+
+namespace loom::cuda {
+
+namespace {
+constexpr const char* kNone = "loom was built without CUDA (LOOM_CUDA=" LOOM_CUDA_SETTING ")";
+}
+
+Devices devices() { return {.count = 0, .why_none = kNone}; }
+
+std::vector<float> scaled_on_device(const std::vector<float>&, float) { throw Error(kNone); }
+
+}  // namespace loom::cuda
