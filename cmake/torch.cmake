@@ -48,4 +48,8 @@ endif()
 # 0.4 s and 370 MB of resident memory per process that no CPU rank uses (docs/design.md, "libtorch").
 # Code that needs libtorch's CUDA links torch_cuda_library in a library of its own.
 set(LOOM_TORCH_LIBRARIES torch_cpu_library)
+# Installed programs and libloom.so find that libtorch where it was linked (a .venv/ or a LibTorch
+# folder is no system library directory): its folder is in their RPATH.
+set(LOOM_TORCH_LIBRARY_DIR "${TORCH_INSTALL_PREFIX}/lib")
+list(APPEND CMAKE_INSTALL_RPATH "${LOOM_TORCH_LIBRARY_DIR}")
 message(STATUS "loom: libtorch ${Torch_VERSION} from ${Torch_DIR}")

@@ -120,9 +120,10 @@ at::Tensor rows(const at::Tensor& t) { return t.reshape({-1, t.size(-2), t.size(
 }  // namespace
 
 AttentionForward causal_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                          int64_t tile, int64_t q_offset) {
+                                          int64_t tile, int64_t q_offset, AttentionOut out_type) {
   const at::Tensor q3 = rows(q), k3 = rows(k), v3 = rows(v);
-  at::Tensor out = at::empty(q.sizes(), q.options());
+  const auto out_options = out_type == AttentionOut::Wide ? q.options().dtype(wide_type(q.scalar_type())) : q.options();
+  at::Tensor out = at::empty(q.sizes(), out_options);
   at::Tensor lse = at::empty({q.size(0), q.size(1), q.size(2)}, q.options().dtype(wide_type(q.scalar_type())));
   at::Tensor out3 = rows(out), lse2 = lse.view({-1, q.size(2)});
   for_each_chunk(q3.size(0), [&](int64_t b, int64_t e) {

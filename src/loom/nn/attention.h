@@ -11,9 +11,14 @@
 namespace loom::nn {
 
 struct AttentionForward {
-  at::Tensor out;  // [B, H, Tq, hd], in q's type
+  at::Tensor out;  // [B, H, Tq, hd], in q's type (or its wide type: AttentionOut::Wide)
   at::Tensor lse;  // [B, H, Tq]: log-sum-exp of each query's scaled scores, in wide_type(q's type)
 };
+
+// The type of AttentionForward::out: q's, for a finished result; or wide_type(q's type), for a
+// partial result over some of the keys that is merged with others before it is rounded once (the
+// ring merges its blocks so: a bfloat16 partial rounded per block would add one rounding per block).
+enum class AttentionOut { InputType, Wide };
 
 struct AttentionGrads {
   at::Tensor packed;  // [3, B, H, T, hd] when Tq == Tk (dq, dk, dv are its slices), else undefined
@@ -21,7 +26,8 @@ struct AttentionGrads {
 };
 
 AttentionForward causal_attention_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
-                                          int64_t tile, int64_t q_offset = 0);
+                                          int64_t tile, int64_t q_offset = 0,
+                                          AttentionOut out_type = AttentionOut::InputType);
 
 // `out` may be any view with the logical shape [B, H, Tq, hd].
 AttentionGrads causal_attention_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,

@@ -21,9 +21,10 @@ int64_t groups_of(const at::Tensor& q, const at::Tensor& k) {
 
 // The tiled kernel on k and v expanded to the query heads (a no-op without grouping).
 nn::AttentionForward grouped_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t tile,
-                                     int64_t q_offset) {
+                                     int64_t q_offset, nn::AttentionOut out_type = nn::AttentionOut::InputType) {
   const int64_t g = groups_of(q, k);
-  return nn::causal_attention_forward(q, nn::expand_kv_heads(k, g), nn::expand_kv_heads(v, g), tile, q_offset);
+  return nn::causal_attention_forward(q, nn::expand_kv_heads(k, g), nn::expand_kv_heads(v, g), tile, q_offset,
+                                      out_type);
 }
 
 // Its backward; dk and dv summed back onto the kv heads.
@@ -195,9 +196,11 @@ at::Tensor RingCore::forward(const at::Tensor& q, const at::Tensor& k, const at:
       exchange = rotate(sp_, block, next, kRingForwardTag);
     }
     for_visible_chunks(r, (r - step + n) % n, n, tc, [&](int64_t qc, int64_t kc, int64_t offset) {
-      auto part = grouped_forward(q_chunks[qc], chunk_of(block[0], kc, tc), chunk_of(block[1], kc, tc), tile_, offset);
-      if (!out[qc].defined()) {  // merged in the wide type (NOTE [Mixed precision])
-        out[qc] = nn::widen(part.out), lse[qc] = part.lse;
+      // Partials in the wide type, merged there and rounded once (NOTE [Mixed precision]).
+      auto part = grouped_forward(q_chunks[qc], chunk_of(block[0], kc, tc), chunk_of(block[1], kc, tc), tile_, offset,
+                                  nn::AttentionOut::Wide);
+      if (!out[qc].defined()) {
+        out[qc] = part.out, lse[qc] = part.lse;
         return;
       }
       // Online softmax across blocks: weight both parts by their share of the merged sum.
