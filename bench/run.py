@@ -113,7 +113,20 @@ def parse_layout(layout):
     return degrees, options
 
 
-def run_loom(path, steps, threads, peak, degrees, options=()):
+def run_measured(args, env=None):
+    """Runs args to the end; returns (stdout, its peak resident bytes: ru_maxrss of that child alone)."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, text=True, env=env)
+    out = proc.stdout.read()
+    _, status, usage = os.wait4(proc.pid, 0)
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    if proc.returncode:
+        raise subprocess.CalledProcessError(proc.returncode, args)
+    return out, usage.ru_maxrss * 1024
+
+
+def run_loom(path, steps, threads, peak, degrees, options=(), loom=None, rss=None):
+    """loom's metrics records of one run (`loom` another binary than this build's; `rss` a list that
+    gets the run's peak resident bytes, one rank's, where it runs in one process)."""
     ranks = degrees.get("dp", 1) * degrees.get("tp", 1) * degrees.get("pp", 1)
     with tempfile.TemporaryDirectory() as tmp:
         metrics = os.path.join(tmp, "metrics.jsonl")
@@ -121,8 +134,10 @@ def run_loom(path, steps, threads, peak, degrees, options=()):
         sets = [f"parallel.{axis}={degree}" for axis, degree in degrees.items()] + list(options)
         sets += [f"train.steps={steps + WARMUP}", f"train.threads={max(1, threads // ranks)}"]
         peak_args = ["--peak-flops", str(peak)] if peak else []  # None: loom measures its own
-        subprocess.run(launch + [LOOM, "train", "-c", path, "--quiet", "--metrics", metrics] + peak_args
-                       + [a for s in sets for a in ("--set", s)], check=True)
+        _, peak_rss = run_measured(launch + [loom or LOOM, "train", "-c", path, "--quiet", "--metrics", metrics]
+                                   + peak_args + [a for s in sets for a in ("--set", s)])
+        if rss is not None and ranks == 1:
+            rss.append(peak_rss)
         with open(metrics) as f:
             return [json.loads(line) for line in f]
 
@@ -133,9 +148,11 @@ def free_port():
         return s.getsockname()[1]
 
 
-def run_peer(cfg, steps, threads, dp):
+def run_peer(cfg, steps, threads, dp, extra=()):
+    """torch_reference.py's JSON line for cfg, in this interpreter (bench/run.sh starts run.py in the
+    PyTorch whose libtorch loom links); extra: more of its flags (--compile, --attention explicit)."""
     m, t = cfg["model"], cfg["train"]
-    args = ["/usr/bin/python3", os.path.join(ROOT, "bench", "torch_reference.py"),
+    args = [sys.executable, os.path.join(ROOT, "bench", "torch_reference.py"),
             "--vocab", m["vocab"], "--d-model", m["d_model"], "--layers", m["n_layers"],
             "--heads", m["n_heads"], "--seq", m["seq_len"], "--ffn-mult", m["ffn_mult"],
             "--micro-batch", t["micro_batch"], "--micro-batches", t["global_batch"] // t["micro_batch"],
@@ -144,10 +161,10 @@ def run_peer(cfg, steps, threads, dp):
     if m["kind"] == "llama":  # PyTorch's Llama of the same shapes
         args += ["--model", "llama", "--kv-heads", m["n_kv_heads"] or m["n_heads"], "--multiple-of", m["ffn_multiple_of"],
                  "--rope-theta", m["rope_theta"]] + (["--tie-embeddings"] if m["tie_embeddings"] else [])
-    args = [str(a) for a in args]
+    args = [str(a) for a in list(args) + list(extra)]
     if dp == 1:
-        out = subprocess.run(args, check=True, capture_output=True, text=True)
-        return json.loads(out.stdout.strip().splitlines()[-1])
+        out, rss = run_measured(args)
+        return {**json.loads(out.strip().splitlines()[-1]), "peak_rss_bytes": rss}
     env = dict(os.environ, WORLD_SIZE=str(dp), MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     procs = [subprocess.Popen(args, env=dict(env, RANK=str(r)), stdout=subprocess.PIPE, text=True)
              for r in range(dp)]
@@ -338,19 +355,12 @@ def sparse(workload, steps, rounds, threads, peak):
         print(json.dumps(out), flush=True)
 
 
-def host():
-    """The CPU model and the kernel OpenBLAS picked for it (a core it does not know falls back to a slow
-    generic one, e.g. 'Prescott'; OPENBLAS_CORETYPE overrides it): figures from different hosts differ."""
-    import ctypes
+def host(loom=None):
+    """The CPU model and what the loom binary is built on (`loom --version`: its libtorch and that
+    libtorch's BLAS): figures from different hosts or builds differ."""
     cpu = next((line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name")), None)
-    try:
-        openblas = ctypes.CDLL("libopenblas.so.0")
-        openblas.openblas_get_corename.restype = ctypes.c_char_p
-        core = openblas.openblas_get_corename().decode()
-    except (OSError, AttributeError):
-        core = None
-    return {"cpu": cpu, "cores": os.cpu_count(), "openblas_core": core,
-            "OPENBLAS_CORETYPE": os.environ.get("OPENBLAS_CORETYPE")}
+    version = subprocess.run([loom or LOOM, "--version"], capture_output=True, text=True).stdout.strip()
+    return {"cpu": cpu, "cores": os.cpu_count(), "loom": version.splitlines()}
 
 
 # Goals of the bf16 rows (issue 14): (config, dp) -> {ratio name: at least}.
@@ -427,6 +437,73 @@ def bf16(workload, steps, rounds, threads, peak):
             "steps": steps * rounds, "host": host(), **runs, "ratios": ratios,
             "goals": {k: {"at_least": v, "reached": None if ratios[k] is None else ratios[k] >= v}
                       for k, v in goals.items()}}
+
+
+# The table of issue 34 (docs/benchmarks.md, "PyTorch 2"): (row, config, dp, dtype, loom --set options).
+# The long row trains gpt-long at 8192 tokens with a position table of that length, the peer's.
+TORCH2_ROWS = [("gpt-tiny", "gpt-tiny", 1, "float32", []), ("gpt-tiny@dp2", "gpt-tiny", 2, "float32", []),
+               ("gpt-small", "gpt-small", 1, "float32", []), ("gpt-small-bf16", "gpt-small", 1, "bfloat16", []),
+               ("llama-small-bf16", "llama-small", 1, "bfloat16", []),
+               ("gpt-long-8k", "gpt-long", 1, "float32", ["model.seq_len=8192", "model.max_positions=8192"])]
+
+
+def torch2(steps, rounds, threads, only=None):
+    """`torch2` (or `torch2:ROW`): each row of TORCH2_ROWS four ways, alternating in every round: loom on
+    this build (its libtorch: PyTorch 2's), loom on another build (BENCH_LOOM_OLD, a loom binary on
+    Debian's libtorch 1.13; skipped when unset), PyTorch 2 eager (fused SDPA attention) and PyTorch 2
+    under torch.compile (BENCH_COMPILE=0 leaves it out; a compile that fails is reported as such).
+    Tokens/s from the median step; peak resident bytes of one-process runs (os.wait4's ru_maxrss)."""
+    old = os.environ.get("BENCH_LOOM_OLD")
+    with_compile = os.environ.get("BENCH_COMPILE", "1") != "0"
+    for row, name, dp, dtype, sets in TORCH2_ROWS:
+        if only and row != only:
+            continue
+        path, cfg = effective_config(name)
+        cfg = tomllib.loads(subprocess.run([LOOM, "config", "--print", "-c", path] + [a for x in sets for a in ("--set", x)],
+                                           check=True, capture_output=True, text=True).stdout)
+        cfg["model"]["dtype"] = dtype
+        options = sets + [f"model.dtype={dtype}", "parallel.sparse=off"]
+        tokens_per_step = cfg["train"]["global_batch"] * cfg["model"]["seq_len"]
+        degrees = {"dp": dp}
+        runs = {"loom": [], "loom_old": [], "pytorch_eager": [], "pytorch_compile": []}
+        rss = {"loom": [], "loom_old": []}
+        failed = {}
+        for _ in range(rounds):
+            runs["loom"].append([r["step_ms"] for r in run_loom(path, steps, threads, 1e11, degrees, options, rss=rss["loom"])[WARMUP:]])
+            if old:
+                try:
+                    runs["loom_old"].append([r["step_ms"] for r in run_loom(path, steps, threads, 1e11, degrees, options, loom=old,
+                                                                            rss=rss["loom_old"])[WARMUP:]])
+                except subprocess.CalledProcessError as e:
+                    failed["loom_old"] = f"exit status {e.returncode}"
+            peer = run_peer(cfg, steps, threads, dp)
+            runs["pytorch_eager"].append([peer["step_ms"]])
+            rss.setdefault("pytorch_eager", []).append(peer.get("peak_rss_bytes"))
+            if with_compile and "pytorch_compile" not in failed:
+                try:
+                    peer = run_peer(cfg, steps, threads, dp, ["--compile"])
+                    runs["pytorch_compile"].append([peer["step_ms"]])
+                    rss.setdefault("pytorch_compile", []).append(peer.get("peak_rss_bytes"))
+                except (subprocess.CalledProcessError, SystemExit) as e:
+                    failed["pytorch_compile"] = str(e)
+
+        def summary(key):
+            ms = [x for run in runs[key] for x in run]
+            if not ms:
+                return {"failed": failed[key]} if key in failed else None
+            step_ms = statistics.median(ms)
+            peaks = [x for x in rss.get(key, []) if x]
+            return {"step_ms": step_ms, "step_ms_spread": [min(ms), max(ms)], "tokens_per_s": tokens_per_step / (step_ms / 1e3),
+                    "peak_rss_bytes": max(peaks) if peaks else None}
+
+        out = {key: summary(key) for key in runs}
+        loom = out["loom"]["tokens_per_s"]
+        ratios = {f"loom_vs_{k}": loom / v["tokens_per_s"] for k, v in out.items() if k != "loom" and v and "tokens_per_s" in v}
+        if out["loom"]["peak_rss_bytes"] and out["pytorch_eager"]["peak_rss_bytes"]:
+            ratios["loom_rss_vs_pytorch_eager_rss"] = out["loom"]["peak_rss_bytes"] / out["pytorch_eager"]["peak_rss_bytes"]
+        print(json.dumps({"workload": f"torch2:{row}", "config": name, "dp": dp, "dtype": dtype, "threads": threads,
+                          "steps": steps * rounds, "host": host(), "host_old": host(old) if old else None,
+                          **out, "ratios": ratios}), flush=True)
 
 
 # parallel.sparse = "auto" beside forced "on" and "off" (NOTE [Table paths]): the workloads of the
@@ -1340,10 +1417,12 @@ def main():
             degrees = parse_layout(workload.partition("@")[2])[0]
         rank_threads = max(1, threads // (degrees.get("dp", 1) * degrees.get("tp", 1) * degrees.get("pp", 1)
                                           * degrees.get("sp", 1)))
-        if workload.split(":")[0] not in ("allreduce", "checkpoint", "memory", "simulate", "simulate-layers") and rank_threads not in peaks:
+        if workload.split(":")[0] not in ("torch2", "allreduce", "checkpoint", "memory", "simulate", "simulate-layers") and rank_threads not in peaks:
             peaks[rank_threads] = gemm_peak(rank_threads)
         peak = peaks.get(rank_threads)
-        if workload == "allreduce":
+        if workload.split(":")[0] == "torch2":
+            torch2(steps, rounds, threads, workload.partition(":")[2] or None)
+        elif workload == "allreduce":
             allreduce()
         elif workload == "simulate":
             simulate_bench()

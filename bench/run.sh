@@ -16,17 +16,16 @@
 # recompute none/full/stage-aware or swap all, memory.policy = auto), auto's step time against the
 # manual combinations at its batch, predicted against measured peaks and step times, and swap against
 # keep (gpt-small at pp = 2 and 4, llama-small at pp = 2; memory:NAME or memory:NAME@ppN for one).
+# torch2 (torch2:ROW for one row): the table of issue 34, loom on this build's PyTorch 2 beside loom on
+# another build (BENCH_LOOM_OLD=path/to/loom, e.g. one on Debian's libtorch 1.13) and PyTorch 2 eager and
+# torch.compile (BENCH_COMPILE=0: without it).
 # Environment: BENCH_STEPS (timed steps per round, 8), BENCH_ROUNDS (3; memory: 2), THREADS (all cores),
 # BENCH_LOCK (memory: a file to flock around each timed run, shared with builds on the same machine).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 [ -x build/bin/loom ] || { echo "loom: error: build/bin/loom is missing; run 'make' first" >&2; exit 2; }
 export OMP_NUM_THREADS=1
-# NOTE [BLAS kernel]: loom asks OpenBLAS for its AVX-512 (or AVX2) kernel where OpenBLAS would fall
-# back to its generic one; the PyTorch peer gets the kernel loom ends up with, so that ratios
-# compare like with like (the JSON's host block names it).
-if [ -z "${OPENBLAS_CORETYPE:-}" ]; then
-  core=$(OPENBLAS_VERBOSE=2 build/bin/loom --version 2>&1 | sed -n 's/^Core: //p' | tail -1)
-  [ -z "$core" ] || export OPENBLAS_CORETYPE=$core
-fi
-exec /usr/bin/python3 bench/run.py "$@"
+# The PyTorch peer runs in the interpreter whose libtorch this build links (cmake/torch.cmake).
+python=$(sed -n 's/^LOOM_TORCH_PYTHON:[A-Z]*=//p' build/CMakeCache.txt)
+[ -n "$python" ] || { echo "loom: error: this build's libtorch is a LibTorch folder (LOOM_TORCH), with no python3 to run the PyTorch peer; hint: build with LOOM_TORCH=/path/to/python3" >&2; exit 2; }
+exec "$python" bench/run.py "$@"

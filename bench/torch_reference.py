@@ -20,6 +20,10 @@ the token table (--tie-embeddings).
 AdamW, with forward and loss under torch.autocast("cpu", dtype=torch.bfloat16) (matmuls and
 linears in bf16, the ops autocast keeps in float32 in float32; bf16 needs no GradScaler);
 backward runs outside the autocast region, as the recipe has it.
+--attention sdpa (the default) computes causal attention with F.scaled_dot_product_attention, PyTorch
+2's fused kernel on CPU; --attention explicit forms the scores. --compile runs the model under
+torch.compile (its warm-up steps compile). The JSON line also reports the process's peak resident
+memory (max_rss_bytes).
 Prints exactly one JSON line on stdout. Needs only the standard library and torch (CPU).
 """
 import argparse
@@ -30,11 +34,15 @@ import statistics
 import time
 
 import os
+import resource
 
 import torch
 import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
+
+
+SDPA = True  # --attention: PyTorch's fused scaled_dot_product_attention, or the explicit product
 
 
 class Block(nn.Module):
@@ -55,9 +63,12 @@ class Block(nn.Module):
         hd = d // self.heads
         q, k, v = self.qkv(x).split(d, dim=-1)
         q, k, v = (z.view(b, t, self.heads, hd).transpose(1, 2) for z in (q, k, v))
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
-        scores = scores.masked_fill(self.masked[:t, :t], float("-inf"))
-        y = torch.softmax(scores, dim=-1) @ v
+        if SDPA:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(hd)
+            scores = scores.masked_fill(self.masked[:t, :t], float("-inf"))
+            y = torch.softmax(scores, dim=-1) @ v
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
     def forward(self, x):
@@ -146,8 +157,11 @@ class LlamaBlock(nn.Module):
         q, k = rotate(q, cos, sin), rotate(k, cos, sin)
         groups = self.heads // self.kv_heads  # each kv head serves `groups` consecutive q heads
         k, v = (z.repeat_interleave(groups, dim=1) for z in (k, v))
-        scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.hd)
-        y = torch.softmax(scores.masked_fill(masked, float("-inf")), dim=-1) @ v
+        if SDPA:
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            scores = (q @ k.transpose(-2, -1)) / math.sqrt(self.hd)
+            y = torch.softmax(scores.masked_fill(masked, float("-inf")), dim=-1) @ v
         return self.proj(y.transpose(1, 2).reshape(b, t, d))
 
     def forward(self, x, cos, sin, masked):
@@ -201,6 +215,10 @@ def parse_args():
                    help="bfloat16: float32 weights, forward and loss under CPU autocast to bfloat16")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--model", choices=["gpt", "llama"], default="gpt")
+    p.add_argument("--attention", choices=["sdpa", "explicit"], default="sdpa",
+                   help="causal attention by F.scaled_dot_product_attention (fused on CPU in PyTorch 2), "
+                        "or as softmax(q k^T / sqrt(hd) + mask) v")
+    p.add_argument("--compile", action="store_true", help="torch.compile the model (warm-up steps compile it)")
     llama = p.add_argument_group("llama", "only with --model llama")
     llama.add_argument("--kv-heads", "--n-kv-heads", dest="kv_heads", type=int, default=None,
                        help="key / value heads, each shared by heads / kv-heads query heads "
@@ -262,11 +280,15 @@ def main():
 
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank = int(os.environ.get("RANK", "0"))
+    global SDPA
+    SDPA = a.attention == "sdpa"
     model = build_model(a).to(dtype)
     params = [q for q in model.parameters() if q.requires_grad]
     if world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world)
         model = torch.nn.parallel.DistributedDataParallel(model, bucket_cap_mb=25)
+    if a.compile:
+        model = torch.compile(model)
     opt = torch.optim.AdamW(params, lr=a.lr, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1)
 
     # One fixed batch per micro-batch slot, generated before timing and reused every step.
@@ -313,8 +335,11 @@ def main():
         hidden = swiglu_hidden(a.d_model, a.ffn_mult, a.multiple_of)
         extra = {"model": "llama", "kv_heads": a.kv_heads, "hidden": hidden, "tied": a.tie_embeddings}
     tokens = a.micro_batch * a.micro_batches * a.seq
+    impl = ("pytorch-ddp-gloo" if world > 1 else "pytorch-eager") + ("+compile" if a.compile else "")
     print(json.dumps({
-        "impl": "pytorch-ddp-gloo" if world > 1 else "pytorch-eager",
+        "impl": impl,
+        "attention": a.attention,
+        "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024,
         "world": world,
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),
