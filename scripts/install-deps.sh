@@ -13,7 +13,7 @@ set -euo pipefail
 packages=(
   build-essential cmake make pkg-config ccache
   libopenmpi-dev openmpi-bin
-  libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libfmt-dev libxxhash-dev
+  libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv
   libsentencepiece-dev
