@@ -57,11 +57,13 @@ LOOM = os.path.join(ROOT, "build", "bin", "loom")
 WARMUP = 2
 
 
-def effective_config(workload):
+def effective_config(workload, sets=()):
+    """configs/WORKLOAD.toml's path and the config loom runs from it, with `--set`s applied."""
     path = os.path.join(ROOT, "configs", f"{workload}.toml")
     if not os.path.exists(path):
         sys.exit(f"loom: error: unknown workload '{workload}' (no {path})")
-    out = subprocess.run([LOOM, "config", "--print", "-c", path], check=True, capture_output=True, text=True)
+    out = subprocess.run([LOOM, "config", "--print", "-c", path] + [a for x in sets for a in ("--set", x)],
+                         check=True, capture_output=True, text=True)
     return path, tomllib.loads(out.stdout)
 
 
@@ -458,9 +460,7 @@ def torch2(steps, rounds, threads, only=None):
     for row, name, dp, dtype, sets in TORCH2_ROWS:
         if only and row != only:
             continue
-        path, cfg = effective_config(name)
-        cfg = tomllib.loads(subprocess.run([LOOM, "config", "--print", "-c", path] + [a for x in sets for a in ("--set", x)],
-                                           check=True, capture_output=True, text=True).stdout)
+        path, cfg = effective_config(name, sets)
         cfg["model"]["dtype"] = dtype
         options = sets + [f"model.dtype={dtype}", "parallel.sparse=off"]
         tokens_per_step = cfg["train"]["global_batch"] * cfg["model"]["seq_len"]
