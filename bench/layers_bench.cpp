@@ -37,7 +37,8 @@ at::Tensor activations() { return at::randn({kBatch, kSeq, kModel}); }
 
 void BM_AttentionBlock(benchmark::State& state) {
   loom::dist::NullCommunicator tp;
-  loom::blocks::AttentionBlock layer("attn", kModel, kHeads, state.range(0), 0.02, tp);
+  const loom::nn::AttentionKernel tiled{.kind = loom::AttnKernel::Tiled, .tile = state.range(0)};
+  loom::blocks::AttentionBlock layer("attn", kModel, kHeads, tiled, 0.02, tp);
   run_layer(state, layer, activations(), {}, activations());
 }
 BENCHMARK(BM_AttentionBlock)->Arg(64)->Arg(128)->Arg(256)->Unit(benchmark::kMillisecond);

@@ -309,6 +309,7 @@ TEST(Config, DocsListEveryOptionName) {
       EXPECT_NE(rows[key].find(fmt::format("\"{}\"", name)), std::string::npos) << key << ": \"" << name << "\"";
   };
   expect_all("dtype", OptionNames<DType>::names);
+  expect_all("attn_kernel", OptionNames<AttnKernel>::names);
   expect_all("sp_mode", OptionNames<SpMode>::names);
   expect_all("recompute", OptionNames<Recompute>::names);
   expect_all("sparse", OptionNames<SparseMode>::names);

@@ -68,7 +68,7 @@ class LayerGradients : public ::testing::TestWithParam<at::ScalarType> {
 
 TEST_P(LayerGradients, AttentionBlockMatchesAutograd) {
   dist::NullCommunicator tp;
-  blocks::AttentionBlock layer("blocks.0.attn", kModel, kHeads, kTile, 0.02, tp);
+  blocks::AttentionBlock layer("blocks.0.attn", kModel, kHeads, {.tile = kTile}, 0.02, tp);
   randomise(layer, dtype());
   const int64_t hd = kModel / kHeads;
   auto reference = [&](const torch::Tensor& x, const std::vector<torch::Tensor>& p) {
@@ -133,7 +133,7 @@ TEST_P(LayerGradients, LmHeadLossMatchesAutogradCrossEntropy) {
 TEST_P(LayerGradients, LlamaAttentionBlockMatchesAutograd) {
   dist::NullCommunicator tp;
   blocks::LlamaAttentionBlock layer("blocks.0.attn", {.d_model = kModel, .n_heads = kLlamaHeads, .n_kv_heads = kKvHeads,
-                                                      .tile = kTile, .rope_theta = kTheta}, tp);
+                                                      .kernel = {.tile = kTile}, .rope_theta = kTheta}, tp);
   randomise(layer, dtype());
   const int64_t hd = kModel / kLlamaHeads, groups = kLlamaHeads / kKvHeads;
   auto reference = [&](const torch::Tensor& x, const std::vector<torch::Tensor>& p) {  // norm, q, kv, proj
@@ -247,10 +247,10 @@ class SavedTensors : public ::testing::TestWithParam<at::ScalarType> {
 
 TEST_P(SavedTensors, TransformerBlocksListWhatTheirCostCounts) {
   dist::NullCommunicator tp;
-  blocks::AttentionBlock gpt_attention("a", kModel, kHeads, kTile, 0.02, tp);
+  blocks::AttentionBlock gpt_attention("a", kModel, kHeads, {.tile = kTile}, 0.02, tp);
   blocks::MlpBlock gpt_mlp("m", kModel, 4 * kModel, 0.02, tp);
   blocks::LlamaAttentionBlock llama_attention("la", {.d_model = kModel, .n_heads = kLlamaHeads,
-                                                     .n_kv_heads = kKvHeads, .tile = kTile}, tp);
+                                                     .n_kv_heads = kKvHeads, .kernel = {.tile = kTile}}, tp);
   blocks::SwiGluMlpBlock llama_mlp("lm", kModel, kHidden, 0.02, tp);
   blocks::FinalNorm layer_norm(kModel), rms_norm(kModel, 1, blocks::NormKind::Rms);
   for (nn::Layer* layer : std::initializer_list<nn::Layer*>{&gpt_attention, &gpt_mlp, &llama_attention, &llama_mlp,

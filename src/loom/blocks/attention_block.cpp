@@ -19,15 +19,15 @@ struct State : PreNormState {
 };
 }  // namespace
 
-AttentionBlock::AttentionBlock(const std::string& prefix, int64_t d_model, int64_t n_heads, int64_t tile,
+AttentionBlock::AttentionBlock(const std::string& prefix, int64_t d_model, int64_t n_heads, const nn::AttentionKernel& kernel,
                                double residual_std, dist::Communicator& tp, parallel::TpOptions options,
                                parallel::SpOptions sp)
     : PreNormBlock(prefix, NormKind::Layer, d_model, tp, options),
       qkv(prefix + ".qkv", d_model, 3 * d_model, true, 0.02, tp, /*groups=*/3),
       proj(prefix + ".proj", d_model, d_model, true, residual_std, tp),
-      core_(parallel::make_attention_core(sp, tile)),
+      core_(parallel::make_attention_core(sp, kernel)),
       local_heads_(n_heads / tp.size()),
-      tile_(tile) {}
+      kernel_(kernel) {}
 
 PreNormState& AttentionBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<State>(); }
 
@@ -55,7 +55,7 @@ at::Tensor AttentionBlock::forward_piece(const at::Tensor& h, const Piece& piece
 at::Tensor AttentionBlock::decode_piece(const at::Tensor& h, int64_t position, nn::DecodeCache& cache) {
   const at::Tensor heads = split_heads(h);
   const auto [k, v] = cache.state<nn::KeyValueCache>().append(heads[1], heads[2], position, cache.capacity());
-  return proj.forward_partial(merge_heads(nn::causal_attention_forward(heads[0], k, v, tile_, position).out));
+  return proj.forward_partial(merge_heads(nn::attention_forward(kernel_, heads[0], k, v, position).out));
 }
 
 at::Tensor AttentionBlock::backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& state) {
@@ -96,7 +96,7 @@ double AttentionBlock::backward_workspace(int64_t batch, int64_t seq, int64_t dt
   const int64_t local = proj.local_in(), d_model = qkv.weight.full_shape.back();
   const auto unit = static_cast<double>(batch * seq * local * dtype_bytes);
   const int64_t keys = core_->sequence_ranks() * seq, wide = std::max<int64_t>(dtype_bytes, 4);
-  const auto tile = static_cast<double>(batch * local_heads_ * seq * std::min(tile_, keys) * wide);
+  const auto tile = static_cast<double>(batch * local_heads_ * seq * std::min(kernel_.tile, keys) * wide);
   return std::max(5 * unit + 2 * tile, 7 * unit + static_cast<double>(batch * seq * d_model * dtype_bytes));
 }
 

@@ -17,7 +17,8 @@ class AttentionBlock final : public PreNormBlock {
  public:
   // `prefix` names the parameters, e.g. "blocks.0.attn"; `residual_std` initialises the output
   // projection (GPT-2 scales it by 1/sqrt(2 * n_layers)).
-  AttentionBlock(const std::string& prefix, int64_t d_model, int64_t n_heads, int64_t tile, double residual_std,
+  AttentionBlock(const std::string& prefix, int64_t d_model, int64_t n_heads, const nn::AttentionKernel& kernel,
+                 double residual_std,
                  dist::Communicator& tp, parallel::TpOptions options = {}, parallel::SpOptions sp = {});
 
   std::vector<nn::Param*> params() override;
@@ -43,7 +44,7 @@ class AttentionBlock final : public PreNormBlock {
 
   std::unique_ptr<parallel::AttentionCore> core_;  // this layout's attention (NOTE [Attention cores])
   int64_t local_heads_;  // n_heads / tp
-  int64_t tile_;         // the attention kernel's
+  nn::AttentionKernel kernel_;  // NOTE [Attention kernels]
 };
 
 }  // namespace loom::blocks

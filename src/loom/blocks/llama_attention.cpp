@@ -30,13 +30,13 @@ LlamaAttentionBlock::LlamaAttentionBlock(const std::string& prefix, const LlamaA
       kv(prefix + ".kv", shape.d_model, 2 * shape.n_kv_heads * (shape.d_model / shape.n_heads), false, 0.02, tp,
          /*groups=*/2),
       proj(prefix + ".proj", shape.d_model, shape.d_model, false, shape.residual_std, tp),
-      core_(parallel::make_attention_core(sp, shape.tile)),
+      core_(parallel::make_attention_core(sp, shape.kernel)),
       sequence_chunks_(parallel::sequence_chunks(sp)),
       d_model_(shape.d_model),
       local_heads_(shape.n_heads / tp.size()),
       local_kv_heads_(shape.n_kv_heads / tp.size()),
       head_dim_(shape.d_model / shape.n_heads),
-      tile_(shape.tile),
+      kernel_(shape.kernel),
       theta_(shape.rope_theta) {
   LOOM_CHECK(shape.n_kv_heads > 0 && shape.n_heads % shape.n_kv_heads == 0,
              "[attention] {} query heads do not share {} key/value heads in equal groups", shape.n_heads,
@@ -84,8 +84,8 @@ at::Tensor LlamaAttentionBlock::decode_piece(const at::Tensor& h, int64_t positi
   const Heads heads = split_heads(h, nn::RotaryTable::build(positions, head_dim_, theta_, rotary_options(h)));
   const auto [k, v] = cache.state<nn::KeyValueCache>().append(heads.k, heads.v, position, cache.capacity());
   const int64_t groups = local_heads_ / local_kv_heads_;
-  const at::Tensor out = nn::causal_attention_forward(heads.q, nn::expand_kv_heads(k, groups),
-                                                      nn::expand_kv_heads(v, groups), tile_, position).out;
+  const at::Tensor out = nn::attention_forward(kernel_, heads.q, nn::expand_kv_heads(k, groups),
+                                               nn::expand_kv_heads(v, groups), position).out;
   return proj.forward_partial(merge_heads(out));
 }
 

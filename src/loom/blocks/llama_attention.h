@@ -22,7 +22,7 @@ namespace loom::blocks {
 
 struct LlamaAttentionShape {
   int64_t d_model = 0, n_heads = 0, n_kv_heads = 0;
-  int64_t tile = 128;          // the attention kernel's tile
+  nn::AttentionKernel kernel;  // NOTE [Attention kernels]
   double rope_theta = nn::kRotaryTheta;
   double residual_std = 0.02;  // proj's initialisation
 };
@@ -63,7 +63,7 @@ class LlamaAttentionBlock final : public PreNormBlock {
   std::unique_ptr<parallel::AttentionCore> core_;  // this layout's attention (NOTE [Attention cores])
   std::vector<int64_t> sequence_chunks_;           // which chunks of the sequence this rank holds
   int64_t d_model_, local_heads_, local_kv_heads_, head_dim_;
-  int64_t tile_;  // the attention kernel's
+  nn::AttentionKernel kernel_;  // NOTE [Attention kernels]
   double theta_;
   std::optional<nn::RotaryTable> rotary_;
 };

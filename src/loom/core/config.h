@@ -26,7 +26,8 @@ struct ModelConfig {
   int64_t seq_len = 256;
   int64_t max_positions = 0;  // size of the learned position table; 0 = seq_len
   int64_t ffn_mult = 4;
-  int64_t attn_tile = 128;    // query/key tile of the attention kernel (memory is O(seq * tile))
+  int64_t attn_tile = 128;    // query/key tile of the tiled attention kernel (memory is O(seq * tile))
+  Option<AttnKernel> attn_kernel = AttnKernel::Fused;  // NOTE [Attention kernels]
   Option<DType> dtype = DType::Float32;
   // Llama (kind = "llama"): grouped-query attention with n_kv_heads key/value heads (0 = n_heads),
   // the token table reused as the LM head, the rotary base, and the SwiGLU hidden width's rounding

@@ -29,6 +29,15 @@ struct OptionNames<SpMode> {
   static constexpr std::array<std::string_view, 3> names{"allgather", "ring", "ulysses"};
 };
 
+// model.attn_kernel (NOTE [Attention kernels]): libtorch's fused causal attention wherever it
+// applies (a sequence's queries against its own keys), loom's tiled kernel elsewhere; or the
+// tiled kernel everywhere.
+enum class AttnKernel : uint8_t { Fused, Tiled };
+template <>
+struct OptionNames<AttnKernel> {
+  static constexpr std::array<std::string_view, 2> names{"fused", "tiled"};
+};
+
 // memory.recompute.
 enum class Recompute : uint8_t { None, Full, StageAware };
 template <>

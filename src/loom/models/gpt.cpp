@@ -27,7 +27,7 @@ Model build_gpt(const ModelConfig& m, dist::Communicator& tp, parallel::TpOption
   for (int64_t i = 0; i < m.n_layers; ++i) {
     const std::string prefix = fmt::format("blocks.{}", i);
     model.chain.push_back(
-        std::make_unique<blocks::AttentionBlock>(prefix + ".attn", m.d_model, m.n_heads, m.attn_tile, residual_std, tp,
+        std::make_unique<blocks::AttentionBlock>(prefix + ".attn", m.d_model, m.n_heads, attention_kernel(m), residual_std, tp,
                                              options, sp));
     model.chain.push_back(
         std::make_unique<blocks::MlpBlock>(prefix + ".mlp", m.d_model, m.ffn_mult * m.d_model, residual_std, tp,

@@ -37,7 +37,7 @@ Model build_llama(const ModelConfig& m, dist::Communicator& tp, parallel::TpOpti
   }
   model.chain.push_back(std::move(embedding));
   const blocks::LlamaAttentionShape attention{.d_model = m.d_model, .n_heads = m.n_heads, .n_kv_heads = kv_heads(m),
-                                              .tile = m.attn_tile, .rope_theta = m.rope_theta,
+                                              .kernel = attention_kernel(m), .rope_theta = m.rope_theta,
                                               .residual_std = residual_std};
   const int64_t hidden = nn::swiglu_hidden(m.d_model, m.ffn_mult, m.ffn_multiple_of);
   for (int64_t i = 0; i < m.n_layers; ++i) {

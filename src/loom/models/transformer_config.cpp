@@ -114,5 +114,6 @@ void validate_transformer(const Config& c, const TransformerShape& shape) {
   check_data(c.data, m);
 }
 
+nn::AttentionKernel attention_kernel(const ModelConfig& m) { return {.kind = m.attn_kernel, .tile = m.attn_tile}; }
 
 }  // namespace loom::models

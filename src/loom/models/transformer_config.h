@@ -4,6 +4,7 @@
 // chunks) and its data sources. Each kind adds its own on top.
 #include "loom/core/checks.h"
 #include "loom/core/config.h"
+#include "loom/nn/attention.h"
 
 namespace loom::models {
 
@@ -15,5 +16,8 @@ struct TransformerShape {
 };
 
 void validate_transformer(const Config& config, const TransformerShape& shape);
+
+// The attention kernel the model's blocks compute with: model.attn_kernel, model.attn_tile.
+nn::AttentionKernel attention_kernel(const ModelConfig& m);
 
 }  // namespace loom::models

@@ -164,6 +164,33 @@ AttentionGrads causal_attention_backward(const at::Tensor& dout, const at::Tenso
   return g;
 }
 
+bool runs_fused(const AttentionKernel& kernel, const at::Tensor& q, const at::Tensor& k, int64_t q_offset,
+                AttentionOut out_type) {
+  const at::ScalarType t = q.scalar_type();
+  return kernel.kind == AttnKernel::Fused && q_offset == 0 && q.size(2) == k.size(2) &&
+         out_type == AttentionOut::InputType && q.device().is_cpu() &&
+         (t == at::kFloat || t == at::kDouble || t == at::kBFloat16);
+}
+
+AttentionForward attention_forward(const AttentionKernel& kernel, const at::Tensor& q, const at::Tensor& k,
+                                   const at::Tensor& v, int64_t q_offset, AttentionOut out_type) {
+  if (!runs_fused(kernel, q, k, q_offset, out_type))
+    return causal_attention_forward(q, k, v, kernel.tile, q_offset, out_type);
+  auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, /*dropout_p=*/0.0, /*is_causal=*/true);
+  return {std::move(out), std::move(lse)};
+}
+
+AttentionGrads attention_backward(const AttentionKernel& kernel, const at::Tensor& dout, const at::Tensor& q,
+                                  const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                  const at::Tensor& lse, int64_t q_offset) {
+  if (!runs_fused(kernel, q, k, q_offset)) return causal_attention_backward(dout, q, k, v, out, lse, kernel.tile, q_offset);
+  auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse,
+                                                                               /*dropout_p=*/0.0, /*is_causal=*/true);
+  AttentionGrads g;
+  g.dq = std::move(dq), g.dk = std::move(dk), g.dv = std::move(dv);
+  return g;
+}
+
 double causal_attention_flops(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim) {
   // Two matmuls of 2 * seq * seq * head_dim each, of which the causal half is used.
   return 2.0 * static_cast<double>(batch * heads) * static_cast<double>(seq) * static_cast<double>(seq + 1) *

@@ -8,6 +8,8 @@
 // keys gathered from earlier segments (sequence parallelism).
 #include <ATen/ATen.h>
 
+#include "loom/core/options.h"
+
 namespace loom::nn {
 
 struct AttentionForward {
@@ -33,6 +35,36 @@ AttentionForward causal_attention_forward(const at::Tensor& q, const at::Tensor&
 AttentionGrads causal_attention_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
                                          const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
                                          int64_t tile, int64_t q_offset = 0);
+
+// NOTE [Attention kernels]: the same causal attention from two kernels, chosen by model.attn_kernel.
+//   tiled  the functions above: any q_offset, and a wide output for partial results (the ring)
+//   fused  libtorch's fused CPU attention (_scaled_dot_product_flash_attention_for_cpu and its
+//          backward): blocked like the tiled one (O(seq) memory) but vectorised end to end, no
+//          pass of its own per tile; only for a sequence's queries against its own keys
+//          (q_offset 0, as many queries as keys) with a finished output, on the CPU
+// "fused" runs the fused kernel where it applies and the tiled one elsewhere (a segment's queries
+// against earlier keys under sp "allgather" or "ring", decoding after the prompt); "tiled" runs
+// the tiled one everywhere. Both give the same log-sum-exp (natural log of the sum of exp of the
+// scaled scores), so either backward can follow either forward. In float64 they agree to
+// rounding (tests/unit/test_attention.cpp, and every layout-equivalence test mixes them: sp ring
+// against the serial run); in bfloat16 both round only the products' operands (NOTE [Mixed
+// precision]), the fused one in its own blocks.
+struct AttentionKernel {
+  AttnKernel kind = AttnKernel::Fused;
+  int64_t tile = 128;  // the tiled kernel's query/key tile
+};
+
+// Whether `kernel` runs the fused kernel on these operands.
+bool runs_fused(const AttentionKernel& kernel, const at::Tensor& q, const at::Tensor& k, int64_t q_offset,
+                AttentionOut out_type = AttentionOut::InputType);
+
+// The attention of `kernel` (NOTE [Attention kernels]); arguments as causal_attention_forward's.
+AttentionForward attention_forward(const AttentionKernel& kernel, const at::Tensor& q, const at::Tensor& k,
+                                   const at::Tensor& v, int64_t q_offset = 0,
+                                   AttentionOut out_type = AttentionOut::InputType);
+AttentionGrads attention_backward(const AttentionKernel& kernel, const at::Tensor& dout, const at::Tensor& q,
+                                  const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                  const at::Tensor& lse, int64_t q_offset = 0);
 
 // Multiply-add FLOPs of the forward for the causal (visible) part: QK^T and PV.
 double causal_attention_flops(int64_t batch, int64_t heads, int64_t seq, int64_t head_dim);

@@ -19,54 +19,55 @@ int64_t groups_of(const at::Tensor& q, const at::Tensor& k) {
   return q.size(1) / k.size(1);
 }
 
-// The tiled kernel on k and v expanded to the query heads (a no-op without grouping).
-nn::AttentionForward grouped_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, int64_t tile,
-                                     int64_t q_offset, nn::AttentionOut out_type = nn::AttentionOut::InputType) {
+// The kernel (NOTE [Attention kernels]) on k and v expanded to the query heads (a no-op without
+// grouping).
+nn::AttentionForward grouped_forward(const nn::AttentionKernel& kernel, const at::Tensor& q, const at::Tensor& k,
+                                     const at::Tensor& v, int64_t q_offset,
+                                     nn::AttentionOut out_type = nn::AttentionOut::InputType) {
   const int64_t g = groups_of(q, k);
-  return nn::causal_attention_forward(q, nn::expand_kv_heads(k, g), nn::expand_kv_heads(v, g), tile, q_offset,
-                                      out_type);
+  return nn::attention_forward(kernel, q, nn::expand_kv_heads(k, g), nn::expand_kv_heads(v, g), q_offset, out_type);
 }
 
 // Its backward; dk and dv summed back onto the kv heads.
-AttentionInputGrads grouped_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
-                                     const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse, int64_t tile,
-                                     int64_t q_offset) {
+AttentionInputGrads grouped_backward(const nn::AttentionKernel& kernel, const at::Tensor& dout, const at::Tensor& q,
+                                     const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
+                                     const at::Tensor& lse, int64_t q_offset) {
   const int64_t g = groups_of(q, k);
-  nn::AttentionGrads grads = nn::causal_attention_backward(dout, q, nn::expand_kv_heads(k, g),
-                                                           nn::expand_kv_heads(v, g), out, lse, tile, q_offset);
+  nn::AttentionGrads grads = nn::attention_backward(kernel, dout, q, nn::expand_kv_heads(k, g),
+                                                    nn::expand_kv_heads(v, g), out, lse, q_offset);
   return {grads.dq, nn::reduce_kv_heads(grads.dk, g), nn::reduce_kv_heads(grads.dv, g)};
 }
 
 class LocalCore final : public AttentionCore {
  public:
-  explicit LocalCore(int64_t tile) : tile_(tile) {}
+  explicit LocalCore(const nn::AttentionKernel& kernel) : kernel_(kernel) {}
   at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionSaved& saved) override {
-    nn::AttentionForward att = grouped_forward(q, k, v, tile_, 0);
+    nn::AttentionForward att = grouped_forward(kernel_, q, k, v, 0);
     saved.q = q, saved.k = k, saved.v = v, saved.lse = att.lse;
     return att.out;
   }
   AttentionInputGrads backward(const at::Tensor& dout, const at::Tensor& out, const AttentionSaved& s) override {
-    return grouped_backward(dout, s.q, s.k, s.v, out, s.lse, tile_, 0);
+    return grouped_backward(kernel_, dout, s.q, s.k, s.v, out, s.lse, 0);
   }
 
  private:
-  int64_t tile_;
+  nn::AttentionKernel kernel_;
 };
 
 // The local queries against the keys of this and every earlier segment (q_offset places them).
 class AllGatherCore final : public AttentionCore {
  public:
-  AllGatherCore(dist::Communicator& sp, int64_t tile) : sp_(sp), tile_(tile) {}
+  AllGatherCore(dist::Communicator& sp, const nn::AttentionKernel& kernel) : sp_(sp), kernel_(kernel) {}
   at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionSaved& saved) override {
     const at::Tensor kv = gather_visible_kv(sp_, at::stack({k, v}));
-    nn::AttentionForward att = grouped_forward(q, kv[0], kv[1], tile_, sp_.rank() * q.size(2));
+    nn::AttentionForward att = grouped_forward(kernel_, q, kv[0], kv[1], sp_.rank() * q.size(2));
     saved.q = q, saved.k = k, saved.v = v, saved.lse = att.lse;
     return att.out;
   }
   // The visible keys again (rather than keeping them); their gradients go back to their owners.
   AttentionInputGrads backward(const at::Tensor& dout, const at::Tensor& out, const AttentionSaved& s) override {
     const at::Tensor kv = gather_visible_kv(sp_, at::stack({s.k, s.v}));
-    AttentionInputGrads g = grouped_backward(dout, s.q, kv[0], kv[1], out, s.lse, tile_, sp_.rank() * s.q.size(2));
+    AttentionInputGrads g = grouped_backward(kernel_, dout, s.q, kv[0], kv[1], out, s.lse, sp_.rank() * s.q.size(2));
     const at::Tensor dkv = reduce_scatter_visible_kv(sp_, at::stack({g.dk, g.dv}));
     return {g.dq, dkv[0], dkv[1]};
   }
@@ -84,22 +85,22 @@ class AllGatherCore final : public AttentionCore {
 
  private:
   dist::Communicator& sp_;
-  int64_t tile_;
+  nn::AttentionKernel kernel_;
 };
 
 // The whole sequence of heads/sp query heads (and Hkv/sp kv heads), and back.
 class UlyssesCore final : public AttentionCore {
  public:
-  UlyssesCore(dist::Communicator& sp, int64_t tile) : sp_(sp), tile_(tile) {}
+  UlyssesCore(dist::Communicator& sp, const nn::AttentionKernel& kernel) : sp_(sp), kernel_(kernel) {}
   at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionSaved& saved) override {
     const std::vector<at::Tensor> heads = segments_to_heads(sp_, {q, k, v});
-    nn::AttentionForward att = grouped_forward(heads[0], heads[1], heads[2], tile_, 0);
+    nn::AttentionForward att = grouped_forward(kernel_, heads[0], heads[1], heads[2], 0);
     saved.q = heads[0], saved.k = heads[1], saved.v = heads[2], saved.lse = att.lse, saved.out = att.out;
     return heads_to_segments(sp_, {att.out})[0];
   }
   AttentionInputGrads backward(const at::Tensor& dout, const at::Tensor&, const AttentionSaved& s) override {
     const at::Tensor dout_heads = segments_to_heads(sp_, {dout})[0];
-    AttentionInputGrads g = grouped_backward(dout_heads, s.q, s.k, s.v, s.out, s.lse, tile_, 0);
+    AttentionInputGrads g = grouped_backward(kernel_, dout_heads, s.q, s.k, s.v, s.out, s.lse, 0);
     std::vector<at::Tensor> back = heads_to_segments(sp_, {g.dq, g.dk, g.dv});
     return {back[0], back[1], back[2]};
   }
@@ -120,7 +121,7 @@ class UlyssesCore final : public AttentionCore {
 
  private:
   dist::Communicator& sp_;
-  int64_t tile_;
+  nn::AttentionKernel kernel_;
 };
 
 constexpr int kRingForwardTag = 1001, kRingBackwardTag = 1002, kRingGradientTag = 1003;
@@ -159,7 +160,7 @@ at::Tensor chunk_of(const at::Tensor& t, int64_t c, int64_t length) {
 // dk, dv is exact given the final out and lse, so dk and dv travel with their block until home.
 class RingCore final : public AttentionCore {
  public:
-  RingCore(dist::Communicator& sp, int64_t tile) : sp_(sp), tile_(tile) {}
+  RingCore(dist::Communicator& sp, const nn::AttentionKernel& kernel) : sp_(sp), kernel_(kernel) {}
   at::Tensor forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionSaved& saved) override;
   AttentionInputGrads backward(const at::Tensor& dout, const at::Tensor& out, const AttentionSaved& s) override;
 
@@ -179,7 +180,7 @@ class RingCore final : public AttentionCore {
 
  private:
   dist::Communicator& sp_;
-  int64_t tile_;
+  nn::AttentionKernel kernel_;
 };
 
 at::Tensor RingCore::forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, AttentionSaved& saved) {
@@ -197,7 +198,7 @@ at::Tensor RingCore::forward(const at::Tensor& q, const at::Tensor& k, const at:
     }
     for_visible_chunks(r, (r - step + n) % n, n, tc, [&](int64_t qc, int64_t kc, int64_t offset) {
       // Partials in the wide type, merged there and rounded once (NOTE [Mixed precision]).
-      auto part = grouped_forward(q_chunks[qc], chunk_of(block[0], kc, tc), chunk_of(block[1], kc, tc), tile_, offset,
+      auto part = grouped_forward(kernel_, q_chunks[qc], chunk_of(block[0], kc, tc), chunk_of(block[1], kc, tc), offset,
                                   nn::AttentionOut::Wide);
       if (!out[qc].defined()) {
         out[qc] = part.out, lse[qc] = part.lse;
@@ -238,8 +239,8 @@ AttentionInputGrads RingCore::backward(const at::Tensor& dout, const at::Tensor&
       exchange = rotate(sp_, block, next, kRingBackwardTag);
     }
     for_visible_chunks(r, (r - step + n) % n, n, tc, [&](int64_t qc, int64_t kc, int64_t offset) {
-      AttentionInputGrads g = grouped_backward(dout_chunks[qc], q_chunks[qc], chunk_of(block[0], kc, tc),
-                                               chunk_of(block[1], kc, tc), out_chunks[qc], lse_chunks[qc], tile_, offset);
+      AttentionInputGrads g = grouped_backward(kernel_, dout_chunks[qc], q_chunks[qc], chunk_of(block[0], kc, tc),
+                                               chunk_of(block[1], kc, tc), out_chunks[qc], lse_chunks[qc], offset);
       dq.narrow(2, qc * tc, tc).add_(g.dq);
       grads[0].narrow(2, kc * tc, tc).add_(g.dk);
       grads[1].narrow(2, kc * tc, tc).add_(g.dv);
@@ -262,12 +263,12 @@ AttentionInputGrads RingCore::backward(const at::Tensor& dout, const at::Tensor&
 
 }  // namespace
 
-std::unique_ptr<AttentionCore> make_attention_core(const SpOptions& sp, int64_t tile) {
-  if (!sp.active()) return std::make_unique<LocalCore>(tile);
+std::unique_ptr<AttentionCore> make_attention_core(const SpOptions& sp, const nn::AttentionKernel& kernel) {
+  if (!sp.active()) return std::make_unique<LocalCore>(kernel);
   switch (sp.mode) {
-    case SpMode::AllGather: return std::make_unique<AllGatherCore>(*sp.sp, tile);
-    case SpMode::Ring: return std::make_unique<RingCore>(*sp.sp, tile);
-    case SpMode::Ulysses: return std::make_unique<UlyssesCore>(*sp.sp, tile);
+    case SpMode::AllGather: return std::make_unique<AllGatherCore>(*sp.sp, kernel);
+    case SpMode::Ring: return std::make_unique<RingCore>(*sp.sp, kernel);
+    case SpMode::Ulysses: return std::make_unique<UlyssesCore>(*sp.sp, kernel);
   }
   LOOM_CHECK(false, "[sp] unknown sequence-parallel mode");
   return nullptr;

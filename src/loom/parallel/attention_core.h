@@ -1,7 +1,7 @@
 #pragma once
 // NOTE [Attention cores]: causal attention over the tokens this rank holds, behind one interface
 // with one implementation per sequence-parallel mode (NOTE [Sequence parallelism]):
-//   local      no sequence parallelism: the tiled kernel on the whole sequence
+//   local      no sequence parallelism: the kernel (NOTE [Attention kernels]) on the whole sequence
 //   allgather  k and v of every earlier segment in one fused all-gather (again in backward), their
 //              gradients back in one fused reduce-scatter; q_offset places the local queries
 //   ring       k/v blocks rotate around the sp ring, overlapped with compute, partial results
@@ -21,6 +21,7 @@
 // order). Communication runs on the sp group only, in the calls documented per mode above.
 #include <memory>
 
+#include "loom/nn/attention.h"
 #include "loom/parallel/sequence_parallel.h"
 
 namespace loom::parallel {
@@ -63,7 +64,7 @@ class AttentionCore {
   }
 };
 
-// The core of `sp`'s mode (local when sp is inactive); `tile` is the kernel's query/key tile.
-std::unique_ptr<AttentionCore> make_attention_core(const SpOptions& sp, int64_t tile);
+// The core of `sp`'s mode (local when sp is inactive), computing with `kernel`.
+std::unique_ptr<AttentionCore> make_attention_core(const SpOptions& sp, const nn::AttentionKernel& kernel);
 
 }  // namespace loom::parallel

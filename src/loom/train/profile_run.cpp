@@ -21,6 +21,7 @@
 #include "loom/memory/host_memory.h"
 #include "loom/memory/swap.h"
 #include "loom/models/registry.h"
+#include "loom/models/transformer_config.h"
 #include "loom/nn/attention.h"
 #include "loom/nn/precision.h"
 #include "loom/parallel/sequence_parallel.h"
@@ -302,12 +303,12 @@ GemmCurve measure_gemm_curve(double peak) {
 // per second of the kernel's forward and backward, less the time the cost model already charges
 // for the score tiles' memory passes (nn::causal_attention_score_bytes, forward once and backward
 // twice, at `bytes_per_s`): the rate of its matmuls.
-double measure_attention(int64_t tile, double peak, double bytes_per_s, int64_t repeats) {
+double measure_attention(const nn::AttentionKernel& kernel, double peak, double bytes_per_s, int64_t repeats) {
   const at::Tensor q = at::randn({kAttnBatch, kAttnHeads, kAttnSeq, kAttnHeadDim}), k = at::randn_like(q),
                    v = at::randn_like(q), dout = at::randn_like(q);
   const double seconds = median_time(repeats, [&] {
-    const nn::AttentionForward f = nn::causal_attention_forward(q, k, v, tile);
-    nn::causal_attention_backward(dout, q, k, v, f.out, f.lse, tile);
+    const nn::AttentionForward f = nn::attention_forward(kernel, q, k, v);
+    nn::attention_backward(kernel, dout, q, k, v, f.out, f.lse);
   });
   const double flops = 3 * nn::causal_attention_flops(kAttnBatch, kAttnHeads, kAttnSeq, kAttnHeadDim);
   const double passes = 3 * nn::causal_attention_score_bytes(kAttnBatch, kAttnHeads, kAttnSeq, 4) / bytes_per_s;
@@ -333,7 +334,7 @@ void measure_compute(const Config& config, plan::Cluster& c, const ProfileOption
   const GemmCurve curve = measure_gemm_curve(peak);
   c.gemm_max = curve.gemm_max, c.gemm_half_dim = curve.gemm_half_dim;
   c.memory_bytes_per_s = measure_memory_bandwidth(repeats);
-  c.attention_efficiency = measure_attention(config.model.attn_tile, peak, c.memory_bytes_per_s, repeats);
+  c.attention_efficiency = measure_attention(models::attention_kernel(config.model), peak, c.memory_bytes_per_s, repeats);
   c.memory_efficiency = 1;  // the measured rate is what a kernel gets
 }
 
