@@ -445,7 +445,7 @@ def bf16(workload, steps, rounds, threads, peak):
 # The long row trains gpt-long at 8192 tokens with a position table of that length, the peer's.
 TORCH2_ROWS = [("gpt-tiny", "gpt-tiny", 1, "float32", []), ("gpt-tiny@dp2", "gpt-tiny", 2, "float32", []),
                ("gpt-small", "gpt-small", 1, "float32", []), ("gpt-small-bf16", "gpt-small", 1, "bfloat16", []),
-               ("llama-small-bf16", "llama-small", 1, "bfloat16", []),
+               ("llama-small", "llama-small", 1, "float32", []), ("llama-small-bf16", "llama-small", 1, "bfloat16", []),
                ("gpt-long-8k", "gpt-long", 1, "float32", ["model.seq_len=8192", "model.max_positions=8192"])]
 
 

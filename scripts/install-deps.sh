@@ -10,6 +10,22 @@
 # libfuzzer-14-dev: `make fuzz` links libFuzzer's runtime into gcc-built targets (tests/fuzz/README.md).
 set -euo pipefail
 
+# The environment's choices first, each refused in one line (exit 2) before anything is installed.
+case "${LOOM_CUDA:-auto}" in
+  auto|on|off) ;;
+  *) echo "loom: error: LOOM_CUDA = '$LOOM_CUDA' is not one of: auto, on, off; hint: unset it for auto (CUDA where libtorch has it and nvcc is found)" >&2; exit 2;;
+esac
+root=$(cd "$(dirname "$0")/.." && pwd)
+if [ -n "${LOOM_TORCH:-}" ]; then
+  if [ -d "$LOOM_TORCH" ]; then
+    [ -f "$LOOM_TORCH/share/cmake/Torch/TorchConfig.cmake" ] || {
+      echo "loom: error: LOOM_TORCH = $LOOM_TORCH is a folder without share/cmake/Torch/TorchConfig.cmake; hint: name an unpacked LibTorch folder, or a python3 with PyTorch 2" >&2; exit 2; }
+  elif ! "$LOOM_TORCH" -c 'import sys, torch; sys.exit(int(torch.__version__.split(".")[0]) < 2)' >/dev/null 2>&1; then
+    echo "loom: error: LOOM_TORCH = $LOOM_TORCH is not a python3 that imports PyTorch 2; hint: unset LOOM_TORCH to use the pinned release in .venv/" >&2
+    exit 2
+  fi
+fi
+
 packages=(
   build-essential cmake make pkg-config ccache
   libopenmpi-dev openmpi-bin
@@ -35,18 +51,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# PyTorch: the user's own (LOOM_TORCH), else the pinned release in .venv/.
-root=$(cd "$(dirname "$0")/.." && pwd)
-if [ -n "${LOOM_TORCH:-}" ]; then
-  if [ -d "$LOOM_TORCH" ]; then
-    [ -f "$LOOM_TORCH/share/cmake/Torch/TorchConfig.cmake" ] || {
-      echo "loom: error: LOOM_TORCH = $LOOM_TORCH is a folder without share/cmake/Torch/TorchConfig.cmake; hint: name an unpacked LibTorch folder, or a python3 with PyTorch 2" >&2; exit 2; }
-  elif ! "$LOOM_TORCH" -c 'import sys, torch; sys.exit(int(torch.__version__.split(".")[0]) < 2)' 2>/dev/null; then
-    echo "loom: error: LOOM_TORCH = $LOOM_TORCH is not a python3 that imports PyTorch 2; hint: unset LOOM_TORCH to use the pinned release in .venv/" >&2
-    exit 2
-  fi
-  exit 0
-fi
+# PyTorch: the user's own (LOOM_TORCH, checked above), else the pinned release in .venv/.
+[ -n "${LOOM_TORCH:-}" ] && exit 0
 pin=$(sed -n 's/^torch==//p' "$root/scripts/torch-requirements.txt")
 venv=$root/.venv
 have=$("$venv/bin/python3" -c 'import torch; print(torch.__version__.split("+")[0])' 2>/dev/null || true)
