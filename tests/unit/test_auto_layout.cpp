@@ -16,6 +16,7 @@
 #include "loom/plan/planner.h"
 #include "loom/train/auto_layout.h"
 #include "unit/input_error.h"
+#include "unit/temp_dir.h"
 
 namespace loom::train {
 namespace {
@@ -159,18 +160,14 @@ TEST(CachedCluster, AnImplausibleUnstableOrClampedPeakIsWarnedOf) {
   EXPECT_THAT(w[0], HasSubstr("its GEMM curve is clamped (gemm_max = 1"));
 }
 
+// Each test's cache in a folder of its own process (ctest runs these cases side by side: one fixed
+// folder let one case's TearDown remove another's cache mid-test).
 class AutoLayoutOneRank : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = std::filesystem::path(::testing::TempDir()) / "loom-auto-layout";
-    std::filesystem::create_directories(dir_);
-    cache_ = (dir_ / "local-cluster.toml").string();
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
   void write_cache(const std::string& text) const { std::ofstream(cache_) << text; }
 
-  std::filesystem::path dir_;
-  std::string cache_;
+  testing::TempDir dir_{"loom_auto_layout_"};
+  std::string cache_ = dir_.path("local-cluster.toml");
   dist::NullCommunicator world_;
 };
 
