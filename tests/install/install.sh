@@ -75,6 +75,15 @@ grep -q "^gradient check passed" "$work/gradcheck.log" || fail "the gradient che
 [ "$(grep -c '^step ' "$work/train.log")" = 3 ] || fail "the dp = 2 training did not print 3 steps"
 [ "$(wc -l <"$work/metrics.jsonl")" = 3 ] || fail "the metrics file has not 3 lines"
 
+# parallel.auto plans the program's own kind (NOTE [Model kinds are a value]): the planner validates
+# and simulates two_experts' layouts (it has no tensor-parallel form, so none with tp > 1 is chosen)
+# and the layout it chose trains.
+mkdir -p "$work/cache"
+XDG_CACHE_HOME=$work/cache "${mpiexec[@]}" -n 2 -x XDG_CACHE_HOME "$app" train two_experts.toml \
+  --set parallel.auto=true >"$work/auto.log" 2>&1 || { cat "$work/auto.log"; fail "parallel.auto with the program's own kind"; }
+[ "$(grep -c '^step ' "$work/auto.log")" = 3 ] || { cat "$work/auto.log"; fail "the parallel.auto training did not print 3 steps"; }
+[ -s "$work/cache/loom/local-cluster.toml" ] || fail "parallel.auto measured no local cluster"
+
 for layout in parallel.dp=2 parallel.pp=2; do
   "${mpiexec[@]}" -n 2 "$app" equivalence two_experts.toml --set "$layout" | tee "$work/equivalence.log"
   grep -q "^equivalence passed" "$work/equivalence.log" || fail "$layout: not equal to the serial run"
@@ -90,4 +99,4 @@ refuses() {  # refuses PATTERN ARGS...: the run exits 2 and says PATTERN after "
 }
 refuses 'model.kind = "two_experts" has no tensor-parallel form' train two_experts.toml --set parallel.tp=2
 refuses 'model.kind = "nosuch" is not one of: gpt, dlrm, llama, two_experts' train two_experts.toml --set model.kind=nosuch
-echo "install test: installed, built against $prefix alone, gradient check, dp = 2 training and equivalence under dp = 2 and pp = 2 passed"
+echo "install test: installed, built against $prefix alone, gradient check, dp = 2 training, parallel.auto training and equivalence under dp = 2 and pp = 2 passed"

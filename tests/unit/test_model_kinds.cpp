@@ -14,6 +14,8 @@
 #include "loom/dist/null_communicator.h"
 #include "loom/models/decoder_kind.h"
 #include "loom/nn/gradient_check.h"
+#include "loom/plan/planner.h"
+#include "loom/train/profile_run.h"
 #include "loom/train/trainer.h"
 #include "unit/input_error.h"
 
@@ -145,6 +147,36 @@ TEST(ModelKinds, TrainsAKindItWasGivenAndOnlySuchAKind) {
   EXPECT_NE(steps[0].loss, steps[1].loss) << "the first step changed the weights";
   const std::vector<ParameterValue> params = training.parameters();
   EXPECT_TRUE(std::any_of(params.begin(), params.end(), [](const ParameterValue& p) { return p.name == "blocks.1.w"; }));
+}
+
+// The planner (parallel.auto's search), the simulator and the profiler know the kinds they are
+// given and no others: none falls back to loom's built-in kinds.
+TEST(ModelKinds, ThePlannerSimulatorAndProfilerTakeTheKindsTheyAreGiven) {
+  const models::ModelKinds kinds = with_residual();
+  const plan::Cluster cluster{.name = "ideal",
+                              .devices_per_node = 8,
+                              .peak_flops = {{DType::Float32, 1e12}, {DType::Float64, 1e12}},
+                              .memory_bytes = 64e9,
+                              .memory_bytes_per_s = 1e11,
+                              .intra_node = {.bytes_per_s = 1e10, .latency_s = 0},
+                              .inter_node = {.bytes_per_s = 1e10, .latency_s = 0},
+                              .host_bytes_per_s = 1e10};
+  Config c = residual_config();
+  const std::string unknown = "model.kind = \"residual\" is not one of: gpt, dlrm, llama";
+  EXPECT_THAT(input_error([&] { plan::simulate_step(c, cluster, 1); }), HasSubstr(unknown));
+  EXPECT_THAT(input_error([&] { plan::plan_layouts(c, cluster, 2, {.top = 1}); }), HasSubstr(unknown));
+  const plan::StepPrediction one = plan::simulate_step(c, cluster, 1, kinds);
+  EXPECT_GT(one.step_s, 0);
+  EXPECT_EQ(one.plan.kind, &kinds.find("residual"));
+  const plan::PlanResult planned = plan::plan_layouts(c, cluster, 2, {.top = 3}, kinds);
+  ASSERT_FALSE(planned.best.empty());
+  for (const plan::StepPrediction& p : planned.best) EXPECT_EQ(p.plan.kind, &kinds.find("residual"));
+
+  dist::NullCommunicator alone;
+  EXPECT_THAT(input_error([&] { train::measure_profile(c, alone, {.repeats = 1}); }), HasSubstr(unknown));
+  const plan::Profile profile = train::measure_profile(c, alone, {.repeats = 1}, kinds);
+  ASSERT_EQ(profile.layers.size(), 5u);  // embedding, the two residual layers, final norm, head
+  EXPECT_EQ(profile.layers[1].name, "blocks.0");
 }
 
 TEST(ModelKinds, RefusesAParameterNameUsedTwiceBeforeAllocating) {

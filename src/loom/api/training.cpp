@@ -14,17 +14,17 @@ StepMetrics metrics_of(const train::StepRecord& r) {
 }
 
 // parallel.auto, as `loom train` resolves it (NOTE [parallel.auto]): collective.
-Config with_layout(Config config, dist::Communicator& world) {
+Config with_layout(Config config, dist::Communicator& world, const models::ModelKinds& kinds) {
   if (!config.parallel.auto_layout) return config;
   return train::choose_layout(config, world,
-                              train::local_cluster_cache(std::getenv("XDG_CACHE_HOME"), std::getenv("HOME")))
+                              train::local_cluster_cache(std::getenv("XDG_CACHE_HOME"), std::getenv("HOME")), kinds)
       .config;
 }
 
 }  // namespace
 
 Training::Training(Config config, dist::Communicator& world, const models::ModelKinds& kinds, const std::string& resume)
-    : trainer_(std::make_unique<train::Trainer>(with_layout(std::move(config), world), world, resume, kinds)) {}
+    : trainer_(std::make_unique<train::Trainer>(with_layout(std::move(config), world, kinds), world, resume, kinds)) {}
 
 Training::~Training() = default;
 Training::Training(Training&&) noexcept = default;

@@ -28,7 +28,7 @@ std::vector<ckpt::TensorPiece> allocate_pieces(models::Model& model, at::ScalarT
 
 }  // namespace
 
-LoadedModel load_model(const std::string& path) {
+LoadedModel load_model(const std::string& path, const models::ModelKinds& kinds) {
   LoadedModel m;
   m.dir = ckpt::checkpoint_of(path);
   const ckpt::Manifest manifest = ckpt::read_manifest(m.dir);
@@ -37,7 +37,7 @@ LoadedModel load_model(const std::string& path) {
   m.config = parse_config(manifest.config, m.dir + "/manifest.json");
   m.tp = std::make_unique<dist::NullCommunicator>("tp");
   const ModelConfig& mc = m.config.model;
-  m.model = models::model_kind(mc.kind).build(mc, {.tp = *m.tp});
+  m.model = kinds.find(mc.kind).build(mc, {.tp = *m.tp});
   const std::string layer = first_undecodable(m.model);
   LOOM_CHECK_INPUT(layer.empty(),
                    "checkpoint {} holds a model.kind = \"{}\" model, which cannot generate text (its layer {} does "

@@ -11,6 +11,7 @@
 #include "loom/data/tokenizer.h"
 #include "loom/dist/communicator.h"
 #include "loom/models/model.h"
+#include "loom/models/registry.h"
 
 namespace loom::generate {
 
@@ -27,8 +28,9 @@ struct LoadedModel {
 
 // Reads the checkpoint `dir` (or a checkpoint.dir's latest) into a serial model. InputError for
 // a missing or damaged checkpoint (ckpt's own errors) and for a model kind whose layers cannot
-// decode (a DLRM), before any weight is read.
-LoadedModel load_model(const std::string& dir);
+// decode (a DLRM), before any weight is read. `kinds`: what the saved model.kind may name (a
+// program's own kinds too).
+LoadedModel load_model(const std::string& dir, const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
 // The tokenizer of the saved run: `override_path` (a SentencePiece model) when given, else the
 // one of data.source: "tokens:PATH" -> the token file's (its sidecar), "text:PATH" -> byte level.

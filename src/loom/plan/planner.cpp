@@ -88,11 +88,12 @@ double slowest_step(const std::vector<StepPrediction>& ranked) {
 // The search's state: the config, the cluster, and the timed chains already built.
 class Search {
  public:
-  Search(const Config& config, const Cluster& cluster, int64_t gpus, const SearchOptions& options)
-      : base_(searchable(config, cluster)), cluster_(cluster), gpus_(gpus), options_(options) {
+  Search(const Config& config, const Cluster& cluster, int64_t gpus, const SearchOptions& options,
+         const models::ModelKinds& kinds)
+      : base_(searchable(config, cluster)), cluster_(cluster), gpus_(gpus), options_(options), kinds_(kinds) {
     Config serial = config;
     serial.parallel = ParallelConfig{};
-    const std::vector<LayerPlan> chain = timed_chain(serial, nullptr);
+    const std::vector<LayerPlan> chain = timed_chain(serial, nullptr, kinds_);
     chain_layers_ = static_cast<int64_t>(chain.size());
     for (const LayerPlan& l : chain)
       for (const ParamInfo& p : l.params) params_ += static_cast<double>(p.numel);
@@ -125,6 +126,7 @@ class Search {
   const Cluster& cluster_;
   int64_t gpus_;
   SearchOptions options_;
+  const models::ModelKinds& kinds_;
   double params_ = 0;
   int64_t chain_layers_ = 0;
   using Shape = std::tuple<int64_t, int64_t, int, int64_t, bool>;
@@ -142,7 +144,7 @@ double Search::bound(const Config& c) {
   auto it = chain_times_.find(shape);
   if (it == chain_times_.end()) {
     std::pair<std::vector<double>, std::vector<double>> times;  // all passes; the forward
-    for (const LayerPlan& l : timed_chain(c, &cluster_)) {
+    for (const LayerPlan& l : timed_chain(c, &cluster_, kinds_)) {
       times.first.push_back(l.forward_s + l.backward_input_s + l.backward_weight_s);
       times.second.push_back(l.forward_s);
     }
@@ -179,7 +181,7 @@ std::vector<MemoryMode> Search::memory_modes() const {
 void Search::add(Config c, MemoryMode memory, PlanResult& result, std::vector<Candidate>& out) {
   ++result.enumerated;
   try {
-    models::validate_config(c);
+    models::validate_config(c, kinds_);
   } catch (const InputError& e) {
     if (result.refused++ == 0) result.first_refusal = e.what();
     return;
@@ -264,7 +266,7 @@ void Search::simulate(std::vector<Candidate> candidates, PlanResult& result) {
     ++result.simulated;
     StepPrediction p;
     try {
-      p = simulate_step(candidates[i].config, cluster_, gpus_);
+      p = simulate_step(candidates[i].config, cluster_, gpus_, kinds_);
     } catch (const InputError& e) {  // the plan's own checks: stages against the chain, a schedule's counts
       if (result.refused++ == 0) result.first_refusal = e.what();
       continue;
@@ -309,7 +311,8 @@ void rank_predictions(std::vector<StepPrediction>& predictions) {
   }
 }
 
-PlanResult plan_layouts(const Config& config, const Cluster& cluster, int64_t gpus, const SearchOptions& options) {
+PlanResult plan_layouts(const Config& config, const Cluster& cluster, int64_t gpus, const SearchOptions& options,
+                        const models::ModelKinds& kinds) {
   check_gpus(cluster, gpus);
   for (const std::string& key : options.keep)
     LOOM_CHECK_INPUT(std::find_if(std::begin(kLayoutKeys), std::end(kLayoutKeys),
@@ -318,7 +321,7 @@ PlanResult plan_layouts(const Config& config, const Cluster& cluster, int64_t gp
                      "chunks, zero, tp_sequence, memory",
                      key);
   PlanResult result;
-  Search search(config, cluster, gpus, options);
+  Search search(config, cluster, gpus, options, kinds);
   search.simulate(search.enumerate(result), result);
   LOOM_CHECK_INPUT(!result.best.empty() || result.refused < result.enumerated,
                    "none of the {} layouts of {} on {} devices is valid; the first refused: {}", result.enumerated,

@@ -60,8 +60,10 @@ std::string layout_name(const StepPrediction& prediction);
 void rank_predictions(std::vector<StepPrediction>& predictions);
 
 // InputError when no layout fits the cluster (naming the smallest memory a layout needed and the
-// device's), or for a bad `keep` name.
-PlanResult plan_layouts(const Config& config, const Cluster& cluster, int64_t gpus, const SearchOptions& options);
+// device's), or for a bad `keep` name. `kinds`: what model.kind may name; the result's plans point
+// into it.
+PlanResult plan_layouts(const Config& config, const Cluster& cluster, int64_t gpus, const SearchOptions& options,
+                        const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
 // The table `loom plan` prints.
 std::string describe(const PlanResult& result);

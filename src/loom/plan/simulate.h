@@ -62,8 +62,10 @@ std::vector<Span> timeline(const StepPrediction& prediction);
 
 // Simulates `config` on `gpus` devices of `cluster`. InputError for a layout that does not use
 // exactly `gpus` ranks or is otherwise invalid (the run plan's checks); a layout that does not fit
-// is predicted with fits = false (refuse_unfit names the numbers).
-StepPrediction simulate_step(const Config& config, const Cluster& cluster, int64_t gpus);
+// is predicted with fits = false (refuse_unfit names the numbers). `kinds`: what model.kind may
+// name (NOTE [Model kinds are a value]); the prediction's plan points into it.
+StepPrediction simulate_step(const Config& config, const Cluster& cluster, int64_t gpus,
+                             const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
 // InputError naming each stage's need against the device's memory.
 void refuse_unfit(const StepPrediction& prediction);

@@ -129,14 +129,14 @@ std::optional<plan::Cluster> shipped_local() {
 // Rank 0: the fastest layout of `config` on the cluster, as the TOML every rank trains; `out` gets
 // the report's two lines and the warnings.
 std::string plan_on_rank0(const Config& config, const LocalCluster& local, int ranks, AutoLayout& out,
-                          std::string_view verb = "chose") {
+                          const models::ModelKinds& kinds, std::string_view verb = "chose") {
   out.warnings = local.warnings;
   if (!local.shipped) {
     const std::optional<plan::Cluster> shipped = shipped_local();
     for (std::string& w : measurement_warnings(local.cluster, shipped ? &*shipped : nullptr, local.path))
       out.warnings.push_back(std::move(w));
   }
-  const plan::PlanResult result = plan::plan_layouts(config, local.cluster, ranks, {.top = 1});
+  const plan::PlanResult result = plan::plan_layouts(config, local.cluster, ranks, {.top = 1}, kinds);
   const plan::StepPrediction& best = result.best.front();
   out.report =
       fmt::format("loom: parallel.auto: {}\nloom: parallel.auto {} {}\n", local.note, verb, describe_layout(best));
@@ -190,7 +190,8 @@ std::string local_cluster_cache(const char* xdg_cache_home, const char* home) {
   return (dir / "loom" / "local-cluster.toml").string();
 }
 
-AutoLayout choose_layout(const Config& config, dist::Communicator& world, const std::string& cache_path) {
+AutoLayout choose_layout(const Config& config, dist::Communicator& world, const std::string& cache_path,
+                         const models::ModelKinds& kinds) {
   LocalCluster local;  // rank 0's
   agreed(world, [&] {
     check_one_host(world);
@@ -203,16 +204,17 @@ AutoLayout choose_layout(const Config& config, dist::Communicator& world, const 
   std::string chosen;
   AutoLayout out;
   agreed(world, [&] {
-    if (world.rank() == 0) chosen = plan_on_rank0(config, local, world.size(), out);
+    if (world.rank() == 0) chosen = plan_on_rank0(config, local, world.size(), out, kinds);
   });
   out.config = parse_config(from_rank0(world, chosen), "parallel.auto's layout");
   return out;
 }
 
-AutoLayout preview_layout(const Config& config, int ranks, const std::string& cache_path) {
+AutoLayout preview_layout(const Config& config, int ranks, const std::string& cache_path,
+                          const models::ModelKinds& kinds) {
   const LocalCluster local = preview_cluster(cache_path, ranks);
   AutoLayout out;
-  out.config = parse_config(plan_on_rank0(config, local, ranks, out, "would choose"), "parallel.auto's layout");
+  out.config = parse_config(plan_on_rank0(config, local, ranks, out, kinds, "would choose"), "parallel.auto's layout");
   return out;
 }
 

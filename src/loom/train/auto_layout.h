@@ -82,14 +82,17 @@ std::string local_cluster_cache(const char* xdg_cache_home, const char* home);
 // config and gets the same layout. InputError (agreed) when the ranks are not all on this host,
 // the cache is malformed or cannot be written, or no layout fits. The report is for the caller
 // to print once its own checks of the chosen config passed (a refused run prints only its error).
-AutoLayout choose_layout(const Config& config, dist::Communicator& world, const std::string& cache_path);
+// `kinds`: what model.kind may name (a program's own kinds too: NOTE [Model kinds are a value]).
+AutoLayout choose_layout(const Config& config, dist::Communicator& world, const std::string& cache_path,
+                         const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
 // `loom config` with parallel.auto = true: the layout choose_layout would pick for `ranks` ranks on
 // this host, planned in this process alone. It measures nothing (timing the links takes the job's
 // ranks): it plans on the cache when that was measured for `ranks` ranks, else on the cached or
 // shipped local cluster with `ranks` devices sharing this host's memory, and its report says which
 // ("would choose"). InputError when no layout fits, as choose_layout.
-AutoLayout preview_layout(const Config& config, int ranks, const std::string& cache_path);
+AutoLayout preview_layout(const Config& config, int ranks, const std::string& cache_path,
+                          const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
 
 // "dp 2 x tp 1 x pp 1 x sp 1, micro-batch 4, 1f1b, keep activations (predicted 0.12 s/step on

@@ -116,10 +116,10 @@ void run_chain(models::Model& model, const nn::MicroBatch& mb, std::vector<Layer
   }
 }
 
-models::Model build_chain(const Config& c, dist::Communicator& tp, const parallel::SpOptions& sp) {
+models::Model build_chain(const models::ModelKind& kind, const Config& c, dist::Communicator& tp,
+                          const parallel::SpOptions& sp) {
   models::Model model =
-      models::model_kind(c.model.kind)
-          .build(c.model, {.tp = tp,
+      kind.build(c.model, {.tp = tp,
                            .tp_options = {.overlap = c.parallel.tp_overlap, .sequence = c.parallel.tp_sequence},
                            .sp = sp});
   model.initialise(static_cast<uint64_t>(c.train.seed), nn::master_type(c.model.dtype));
@@ -128,12 +128,12 @@ models::Model build_chain(const Config& c, dist::Communicator& tp, const paralle
 }
 
 // Called by every rank of the tp x sp group together (the layers' collectives span it).
-std::vector<plan::LayerProfile> measure_layers(const Config& c, dist::Communicator& tp, const parallel::SpOptions& sp,
-                                               int64_t repeats) {
-  models::Model model = build_chain(c, tp, sp);
+std::vector<plan::LayerProfile> measure_layers(const models::ModelKind& kind, const Config& c, dist::Communicator& tp,
+                                               const parallel::SpOptions& sp, int64_t repeats) {
+  models::Model model = build_chain(kind, c, tp, sp);
   // The kind's own data (its sample format), this rank's sequence segments of micro-batch 0.
   const nn::MicroBatch mb =
-      parallel::local_segments(models::model_kind(c.model.kind).open_data(c)->microbatch(0, 0), sp);
+      parallel::local_segments(kind.open_data(c)->microbatch(0, 0), sp);
   const size_t n = model.chain.size();
   const std::set<const void*> params = param_storages(model);
   std::vector<double> saved_bytes(n);
@@ -153,20 +153,21 @@ std::vector<plan::LayerProfile> measure_layers(const Config& c, dist::Communicat
 }
 
 // The first tp x sp ranks measure together (NOTE [Profile]); the rest wait.
-std::vector<plan::LayerProfile> measure_chain(const Config& c, dist::Communicator& world, int64_t repeats) {
+std::vector<plan::LayerProfile> measure_chain(const models::ModelKind& kind, const Config& c, dist::Communicator& world,
+                                              int64_t repeats) {
   const auto& p = c.parallel;
   const int group_size = static_cast<int>(p.tp * p.sp);
   std::vector<plan::LayerProfile> layers;
   if (group_size == 1) {
     if (world.rank() == 0) {
       dist::NullCommunicator tp("tp");
-      layers = measure_layers(c, tp, {}, repeats);
+      layers = measure_layers(kind, c, tp, {}, repeats);
     }
   } else {
     const std::unique_ptr<dist::Communicator> group = world.split(world.rank() < group_size ? 0 : 1, world.rank(), "profile");
     if (world.rank() < group_size) {
       dist::Mesh mesh(*group, {.sp = static_cast<int>(p.sp), .tp = static_cast<int>(p.tp)});
-      layers = measure_layers(c, mesh.tp(), {.sp = &mesh.sp(), .mode = p.sp_mode}, repeats);
+      layers = measure_layers(kind, c, mesh.tp(), {.sp = &mesh.sp(), .mode = p.sp_mode}, repeats);
     }
   }
   wait_quietly(world);
@@ -385,11 +386,12 @@ void check_profile_input(const Config& config, int world_size, const ProfileOpti
                    p.tp, p.sp, p.tp * p.sp, world_size, p.tp * p.sp);
 }
 
-plan::Profile measure_profile(const Config& config, dist::Communicator& world, const ProfileOptions& options) {
+plan::Profile measure_profile(const Config& config, dist::Communicator& world, const ProfileOptions& options,
+                              const models::ModelKinds& kinds) {
   check_profile_input(config, world.size(), options);
   at::set_num_threads(run_threads(config, world));
   plan::Profile profile{.identity = plan::profile_identity(config), .threads = at::get_num_threads()};
-  if (options.layers) profile.layers = measure_chain(config, world, options.repeats);
+  if (options.layers) profile.layers = measure_chain(kinds.find(config.model.kind), config, world, options.repeats);
   if (world.rank() == 0) measure_copy(profile, options.repeats);
   wait_quietly(world);
   profile.collectives = measure_collectives(world, options.repeats);

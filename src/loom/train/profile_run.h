@@ -8,6 +8,7 @@
 
 #include "loom/core/config.h"
 #include "loom/dist/communicator.h"
+#include "loom/models/registry.h"
 #include "loom/plan/cluster.h"
 #include "loom/plan/profile.h"
 
@@ -39,8 +40,9 @@ void check_cluster_input(int world_size, int local_ranks);
 //   copy         rank 0 copies 64 MiB device -> host and back through memory::make_host_tier()
 //   collectives  for each group size g in 2..world size, the first g ranks time each collective
 //                at message sizes 4 KiB .. 16 MiB; send_recv between ranks 0 and 1 (g = 2)
-// Other ranks return the parts they took no part in empty.
-plan::Profile measure_profile(const Config& config, dist::Communicator& world, const ProfileOptions& options = {});
+// Other ranks return the parts they took no part in empty. `kinds`: what model.kind may name.
+plan::Profile measure_profile(const Config& config, dist::Communicator& world, const ProfileOptions& options = {},
+                              const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
 // `loom profile --cluster-out` (NOTE [Cluster cost model] in plan/cluster.h): this machine as the
 // cluster "local", complete on world rank 0. A device is one rank running options.cluster_threads
