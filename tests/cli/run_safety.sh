@@ -12,6 +12,7 @@ tiny=$src/configs/gpt-tiny.toml
 small=(-c "$tiny" --peak-flops 1e10 --set model.vocab=256 --set model.d_model=32 --set model.n_layers=1
        --set model.seq_len=32 --set train.threads=1)
 fail() { echo "FAIL: $*"; for f in out.txt err.txt; do [ -f $f ] && { echo "--- $f"; tail -5 $f; }; done; exit 1; }
+. "$src/tests/wait.sh"
 for i in $(seq 20); do cat "$src/README.md"; done >text.txt
 "$loom" data prepare --text text.txt --out tok.bin >/dev/null || fail "data prepare"
 data=(--set data.source=tokens:tok.bin)
@@ -21,19 +22,16 @@ refused() {  # refused PATTERN FILE ARGS...
   local pattern=$1 file=$2 before
   shift 2
   before=$(sum "$file")
-  "$loom" "$@" >out.txt 2>err.txt
-  local rc=$?
+  "$loom" "$@" >out.txt 2>err.txt &
+  wait_exit $! "loom $1"
   [ $rc -eq 2 ] || fail "exit code $rc, want 2"
   [ "$(wc -l <err.txt)" -eq 1 ] && grep -q '^loom: error: ' err.txt || fail "want one loom: error: line"
   grep -qF -- "$pattern" err.txt || fail "no '$pattern'"
   [ "$(sum "$file")" = "$before" ] || fail "$file changed"
   [ -z "$(ls -A | grep loom-partial)" ] || fail "a temporary was left"
 }
-# Waits (at most 60 s) until FILE has at least N lines.
-wait_lines() {
-  for _ in $(seq 600); do [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ] && return 0; sleep 0.1; done
-  fail "$1 never reached $2 lines"
-}
+# Waits until FILE has at least N lines.
+wait_lines() { wait_until "$1 to hold $2 lines" has_lines "$1" "$2"; }
 # Runs `loom ARGS...` in the background, waits until PARTIAL has LINES lines, sends each of SIGNALS
 # (comma-separated) and sets rc to the exit code.
 signalled() {  # signalled SIGNALS PARTIAL LINES ARGS...
@@ -43,8 +41,7 @@ signalled() {  # signalled SIGNALS PARTIAL LINES ARGS...
   pid=$!
   wait_lines "$partial" "$lines"
   for s in ${signals//,/ }; do kill -"$s" $pid; done
-  wait $pid
-  rc=$?
+  wait_exit $pid "loom after SIG$signals"
 }
 long=(train "${small[@]}" "${data[@]}" --set train.steps=1000000)
 case $case in
@@ -66,9 +63,8 @@ case $case in
       train "${small[@]}" --metrics m.jsonl --trace sub/../m.jsonl ;;
   trace_directory)
     mkdir adir
-    start=$(date +%s)
     refused "--trace 'adir' is a directory" text.txt train "${small[@]}" --set train.steps=100000 --trace adir
-    [ $(( $(date +%s) - start )) -lt 30 ] || fail "refused only after training"
+    [ ! -s out.txt ] || fail "refused only after training began"
     refused "--metrics 'adir/' names a directory" text.txt train "${small[@]}" --metrics adir/ ;;
   interrupt)  # SIGINT: one line, exit 130, every output closed; a second signal exits at once
     signalled INT m.jsonl 3 "${long[@]}" --quiet --metrics m.jsonl --trace t.json
@@ -90,11 +86,7 @@ case $case in
   killed)  # SIGKILL: the trace, under its own name, opens as a cut array (NOTE [Live output files])
     "$loom" "${long[@]}" --quiet --trace t.json >out.txt 2>err.txt &
     pid=$!
-    for _ in $(seq 600); do
-      n=$(grep -c '"ph":"X"' t.json 2>/dev/null)
-      [ "${n:-0}" -gt 50 ] && break
-      sleep 0.1
-    done
+    wait_until "t.json to hold 50 events" eval '[ "$(grep -c "\"ph\":\"X\"" t.json 2>/dev/null)" -gt 50 ]'
     kill -9 $pid
     wait $pid 2>/dev/null
     python3 -c '
@@ -137,8 +129,7 @@ PY
   header)  # the header reaches a file before the first step ends (LOOM_FAULT holds step 1)
     LOOM_FAULT="rank=0,step=0,kind=hang" "$loom" train "${small[@]}" "${data[@]}" >out.txt 2>err.txt &
     pid=$!
-    for _ in $(seq 300); do grep -q '^loom: .* parameters' out.txt && break; sleep 0.1; done
-    grep -q '^loom: .* parameters' out.txt || fail "the header was not flushed"
+    wait_until "the header in out.txt" grep -q '^loom: .* parameters' out.txt
     kill -9 $pid ;;
   numbering)  # metrics count steps as the progress line does, from 1; a summary ends the run
     "$loom" train "${small[@]}" "${data[@]}" --set train.steps=3 --metrics m.jsonl >out.txt 2>err.txt || fail "run"

@@ -22,18 +22,17 @@ esac
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 err=$dir/stderr
+fail() { echo "FAIL: $*"; cat "$err"; exit 1; }
+. "$(dirname "$0")/../wait.sh"
 # Every rank's command line holds $dir (as --metrics), so a rank left behind can be found by it.
 timeout -k 5 120 "$@" -n 4 -x LOOM_FAULT="rank=2,step=1,kind=$kind" -x LOOM_COMM_TIMEOUT_S=$comm_timeout \
   "$loom" train -c "$config" --quiet --peak-flops 1e9 --set parallel.dp=4 --set parallel.zero="$zero" \
   --set train.steps=5 --set train.warmup=0 --set model.n_layers=1 --set model.seq_len=64 --set train.global_batch=16 \
   --metrics "$dir/metrics.jsonl" 2>"$err" >/dev/null
 rc=$?
-fail() { echo "FAIL: $*"; cat "$err"; exit 1; }
 [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "the job hung until the 120 s guard"
 # mpiexec returns when every rank has ended; a rank that is still listed is at most being reaped.
-for _ in $(seq 50); do pgrep -f -- "$dir" >/dev/null || break; sleep 0.2; done
-left=$(pgrep -f -- "$dir")
-[ -z "$left" ] || fail "processes of the job are left: $left"
+wait_until "the job's processes to be gone" none_left "$dir"
 [ "$rc" -eq 1 ] || fail "exit code $rc, want 1"
 gone='^loom: error: rank [0-9]+ ended unexpectedly \(its process is gone\); ending the job$'
 timed_out='^loom: error: \[rank [0-9]+\] .* did not complete within 20 s; a peer rank has probably failed or is stuck$'

@@ -20,6 +20,7 @@ dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
 out=$dir/stdout err=$dir/stderr
 fail() { echo "FAIL: $*"; echo "--- stdout"; cat "$out"; echo "--- stderr"; cat "$err"; exit 1; }
+source "$(dirname -- "${BASH_SOURCE[0]}")/../wait.sh"
 common=(train --peak-flops 1e9 --set parallel.dp=2 --set train.steps=3 --set model.n_layers=1
         --set model.seq_len=64 --set train.warmup=0 --metrics "$dir/metrics.jsonl" --trace "$dir/trace.json"
         --set checkpoint.dir="$dir/ckpt")
@@ -58,9 +59,7 @@ $(diff <(echo "$before") <(echo "$after") | grep '^[<>]' | sed 's/^</-/; s/^>/+/
       "$loom" "${common[@]}" -c "$config" --quiet >"$out" 2>"$err"
     rc=$?
     [ "$rc" -ne 124 ] && [ "$rc" -ne 137 ] || fail "the job hung until the 120 s guard"
-    for _ in $(seq 50); do pgrep -f -- "$dir" >/dev/null || break; sleep 0.2; done
-    left=$(pgrep -f -- "$dir")
-    [ -z "$left" ] || fail "processes of the job are left: $left"
+    wait_until "the job's processes to be gone" none_left "$dir"
     [ "$rc" -eq 1 ] || fail "exit code $rc, want 1"
     reason='^loom: error: \[rank 1\] injected fault at step 1 \(LOOM_FAULT\)$'
     gone='^loom: error: rank [0-9]+ ended unexpectedly \(its process is gone\); ending the job$'
