@@ -120,10 +120,13 @@ refused() {
   local pattern=$1 before rc
   shift
   before=$(snapshot "${watch[@]}")
-  "$loom" train "${tiny[@]}" "$@" --metrics m.jsonl >out.txt 2>err.txt
+  "${as_user[@]}" "$loom" train "${tiny[@]}" "$@" --metrics m.jsonl >out.txt 2>err.txt
   rc=$?
   check_refused "$pattern" "$rc" "$before"
 }
+# What runs loom in refused(): as it is, or (not_writable as root) without the capabilities that let
+# root pass over permissions, so that a directory without write permission binds it as any user.
+as_user=()
 refused2() {  # the same with 2 ranks: the job prints one line on behalf of every rank
   local pattern=$1 before rc
   shift
@@ -402,15 +405,15 @@ PY
     watch=(x)
     refused 'checkpoint\.dir = "x/file/ckpt" cannot be made: .*/x/file is not a directory' \
       --set checkpoint.dir=x/file/ckpt
+    mkdir ro ro/ckpt
+    chmod a-w ro ro/ckpt
     if [ "$(id -u)" -eq 0 ]; then
-      echo "skip: the read-only directory variants (running as root, where permissions do not bind)"
-    else
-      mkdir ro ro/ckpt
-      chmod a-w ro ro/ckpt
-      watch=(ro)
-      refused 'checkpoint\.dir = "ro/new" cannot be made: .*/ro is not writable' --set checkpoint.dir=ro/new
-      refused 'checkpoint\.dir = "ro/ckpt" is not writable' --set checkpoint.dir=ro/ckpt
-    fi ;;
+      as_user=(setpriv --bounding-set=-dac_override,-dac_read_search --inh-caps=-dac_override,-dac_read_search)
+      "${as_user[@]}" touch ro/probe 2>/dev/null && fail "root without CAP_DAC_OVERRIDE could still write ro/"
+    fi
+    watch=(ro)
+    refused 'checkpoint\.dir = "ro/new" cannot be made: .*/ro is not writable' --set checkpoint.dir=ro/new
+    refused 'checkpoint\.dir = "ro/ckpt" is not writable' --set checkpoint.dir=ro/ckpt ;;
   not_checkpoint)
     saved
     mkdir empty junk

@@ -13,7 +13,9 @@ if [ "$got" != "$want" ]; then
   diff <(echo "$want") <(echo "$got") >&2 || true
   exit 1
 fi
+rc=0
 refusal=$("$loom" config -c "$root/configs/gpt-tiny.toml" --set parallel.pp=2 --set memory.policy=auto \
-  --set memory.budget=60MiB --set train.global_batch=32 2>&1 >/dev/null || true)
+  --set memory.budget=60MiB --set train.global_batch=32 2>&1 >/dev/null) || rc=$?
+[ "$rc" -eq 2 ] || { echo "the refused budget exited $rc, not 2: $refusal" >&2; exit 1; }
 grep -qxF -- "$refusal" "$doc" || { echo "docs/memory.md's refusal differs: $refusal" >&2; exit 1; }
 echo "docs/memory.md's example and refusal match loom config"
