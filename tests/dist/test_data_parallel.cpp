@@ -26,6 +26,7 @@ Config equivalence_config(const std::string& dtype) {
   c.train.threads = 1;
   c.parallel.dp = world().size();
   c.parallel.bucket_mb = 0.02;  // several buckets, so overlap and ordering are exercised
+  c.parallel.sparse = SparseMode::Off;  // pinned (layout_harness.h, train_run)
   return c;
 }
 

@@ -14,13 +14,17 @@
 #include "loom/data/clicks.h"
 #include "loom/data/sampler.h"
 #include "loom/parallel/sparse_table.h"
+#include "noisy_communicator.h"
 #include "world.h"
 
 namespace loom::test {
 namespace {
 
+// The table path is pinned here, as in every layout suite ("off"; each test sets what it runs):
+// "auto" chooses by timing, and only the tests of "auto" itself may leave it to that.
 Config dlrm_config() {
   Config c;
+  c.parallel.sparse = SparseMode::Off;
   c.model.kind = "dlrm";
   c.model.d_model = 8;
   c.model.tables = 3;
@@ -235,40 +239,63 @@ INSTANTIATE_TEST_SUITE_P(Cases, SparseParallelBits,
                                               Option<TableUpdate>(info.param.update).name());
                          });
 
-// parallel.sparse = "auto": every rank of the group takes the same path for each table (the times
-// are agreed), and whatever it took, the model is the serial dense-table run's. Never a timing.
-TEST(SparseParallelAuto, ChoosesAlikeOnEveryRankAndTrainsTheSameModel) {
+// A run of parallel.sparse = "auto" over `comm` (the world, or the world with noise): every rank of
+// the group took the same path for each table and the same partition count (the times are agreed),
+// and whatever it took, the model is the serial dense-table run's.
+void expect_auto_agrees(const Config& c, dist::Communicator& comm) {
   const int n = world().size();
-  if (12 % n != 0) GTEST_SKIP();
+  train::Trainer trainer(c, comm);
+  const auto records = trainer.run({.peak_flops = 1e9});
+  const std::vector<replicas::TableChoice> choices = trainer.table_choices();
+  ASSERT_EQ(static_cast<int64_t>(choices.size()), c.model.tables);
+  const int64_t k = c.model.tables;
+  at::Tensor mine = at::zeros({2 * k + 1}, at::kLong), all = at::empty({n * (2 * k + 1)}, at::kLong);
+  for (size_t t = 0; t < choices.size(); ++t) {
+    mine[static_cast<int64_t>(t)] = choices[t].sparse ? 1 : 0;
+    mine[k + static_cast<int64_t>(t)] = choices[t].sparse == records.back().tables[t].sparse;
+    if (n > 1) EXPECT_GT(choices[t].dense_ms, 0) << choices[t].reason;  // measured
+    else EXPECT_FALSE(choices[t].sparse) << "one replica keeps its tables dense";
+  }
+  mine[2 * k] = trainer.sparse_partitions();
+  world().all_gather(mine, all);
+  for (int r = 1; r < n; ++r)
+    EXPECT_TRUE(all.narrow(0, r * mine.numel(), mine.numel()).equal(all.narrow(0, 0, mine.numel())))
+        << "rank " << r << " chose otherwise than rank 0: " << all;
+  int sparse = 0;
+  for (nn::Param* p : trainer.model().params()) sparse += p->sparse != nullptr;
+  EXPECT_EQ(sparse, std::count_if(choices.begin(), choices.end(), [](const auto& x) { return x.sparse; }));
+  TrainedRun layout{.records = records};
+  for (nn::Param* p : trainer.model().params()) {
+    layout.names.push_back(p->name);
+    layout.weights.push_back(trainer.value_of(*p).clone());
+    layout.shards.push_back(p->shard);
+  }
+  expect_same_training(layout, run_serial_dense(c), 1e-9, 1e-9);
+}
+
+// parallel.sparse = "auto", the one path a test leaves to timing: what it chooses may differ from
+// run to run, that every rank chooses alike and trains the same model may not. Never a timing.
+TEST(SparseParallelAuto, ChoosesAlikeOnEveryRankAndTrainsTheSameModel) {
+  if (12 % world().size() != 0) GTEST_SKIP();
   for (const TableUpdate update : {TableUpdate::Dense, TableUpdate::Lazy}) {
     SCOPED_TRACE(Option<TableUpdate>(update).name());
     Config c = dlrm_config();
     c.parallel.sparse = "auto";
     c.train.table_update = update;
-    train::Trainer trainer(c, world());
-    const auto records = trainer.run({.peak_flops = 1e9});
-    const std::vector<replicas::TableChoice> choices = trainer.table_choices();
-    ASSERT_EQ(static_cast<int64_t>(choices.size()), c.model.tables);
-    at::Tensor mine = at::zeros({2 * c.model.tables}, at::kLong), all = at::empty({n * 2 * c.model.tables}, at::kLong);
-    for (size_t t = 0; t < choices.size(); ++t) {
-      mine[static_cast<int64_t>(t)] = choices[t].sparse ? 1 : 0;
-      mine[c.model.tables + static_cast<int64_t>(t)] = choices[t].sparse == records.back().tables[t].sparse;
-      if (n > 1) EXPECT_GT(choices[t].dense_ms, 0) << choices[t].reason;  // measured
-      else EXPECT_FALSE(choices[t].sparse) << "one replica keeps its tables dense";
-    }
-    world().all_gather(mine, all);
-    for (int r = 1; r < n; ++r) EXPECT_TRUE(all.narrow(0, r * mine.numel(), mine.numel()).equal(all.narrow(0, 0, mine.numel())));
-    int sparse = 0;
-    for (nn::Param* p : trainer.model().params()) sparse += p->sparse != nullptr;
-    EXPECT_EQ(sparse, std::count_if(choices.begin(), choices.end(), [](const auto& x) { return x.sparse; }));
-    TrainedRun layout{.records = records};
-    for (nn::Param* p : trainer.model().params()) {
-      layout.names.push_back(p->name);
-      layout.weights.push_back(trainer.value_of(*p).clone());
-      layout.shards.push_back(p->shard);
-    }
-    expect_same_training(layout, run_serial_dense(c), 1e-9, 1e-9);
+    expect_auto_agrees(c, world());
   }
+}
+
+// The same under injected timing noise (tests/dist/noisy_communicator.h): each rank's operations
+// finish late by a random while of its own, up to 2 ms x (rank + 1), so each rank's own trials
+// would rank the paths and the partition counts differently; the agreed times still decide alike.
+TEST(SparseParallelAuto, AgreesUnderTimingNoise) {
+  const int n = world().size();
+  if (n == 1 || 12 % n != 0) GTEST_SKIP() << "noise between ranks needs two ranks or more";
+  Config c = dlrm_config();
+  c.parallel.sparse = "auto";
+  NoisyCommunicator noisy(world(), /*max_us=*/2000);
+  expect_auto_agrees(c, noisy);
 }
 
 // The layout-equivalence suite with tables dense and on the sparse path: each axis (dp with

@@ -36,6 +36,7 @@ Config valid_dlrm() {
   c.train.steps = 3, c.train.global_batch = 8, c.train.micro_batch = 2, c.train.warmup = 1, c.train.lr = 3e-2;
   c.train.threads = 1;
   c.parallel.bucket_mb = 0.001;
+  c.parallel.sparse = SparseMode::Off;  // pinned (layout_harness.h, train_run)
   c.data.valid = "synthetic";
   c.train.eval_every = 1;
   c.train.eval_tokens = 20;  // 20 samples: 3 batches of 8
