@@ -30,15 +30,12 @@
 #include "loom/dist/null_communicator.h"
 #include "loom/train/trainer.h"
 #include "unit/layer_check.h"
+#include "unit/reference_step.h"
 
 namespace loom::train {
 namespace {
 
-using Weights = std::map<std::string, torch::Tensor>;  // by parameter name, full shapes
-
-constexpr double kTol = 1e-9;
-// AdamW's constants: betas are set in the config below; eps is loom's fixed default.
-constexpr double kBeta1 = 0.9, kBeta2 = 0.95, kEps = 1e-8;
+using namespace reference;  // NOLINT: the shared reference pieces (unit/reference_step.h)
 
 Config reference_config(double clip, int64_t steps, int64_t warmup) {
   Config c;
@@ -226,17 +223,7 @@ ReferenceGradients reference_gradients(const Weights& values, const Batch& batch
   return r;
 }
 
-// ---- The reference optimizer. ----
-
-// Linear warmup to the peak over `warmup` steps, then cosine decay to peak * min_lr_ratio at the
-// last step (written here from lr_schedule.h's description, not by calling LrSchedule).
-double reference_lr(const TrainConfig& t, int64_t step) {
-  if (step < t.warmup) return t.lr * static_cast<double>(step + 1) / static_cast<double>(t.warmup);
-  const double span = static_cast<double>(std::max<int64_t>(1, t.steps - t.warmup - 1));
-  const double progress = std::min(1.0, static_cast<double>(step - t.warmup) / span);
-  const double floor = t.lr * t.min_lr_ratio;
-  return floor + 0.5 * (t.lr - floor) * (1.0 + std::cos(std::numbers::pi * progress));
-}
+// ---- The reference optimizer's choices for GPT and Llama. ----
 
 // GPT-2's choice, decided here by name: the matrices (token and position tables, the linears'
 // weights, the head) decay; biases and norm gains (LayerNorm's, RMSNorm's) do not.
@@ -245,92 +232,9 @@ bool reference_decays(const std::string& name) {
   return name.ends_with(".weight") && name.find("norm") == std::string::npos;
 }
 
-double global_norm(const Weights& grads) {
-  double sum = 0;
-  for (const auto& [name, g] : grads) sum += g.pow(2).sum().item<double>();
-  return std::sqrt(sum);
-}
-
-// clip.h's rule: above the limit every gradient is scaled by max_norm / (norm + 1e-6).
-Weights clipped(const Weights& grads, double max_norm) {
-  const double norm = global_norm(grads);
-  const double factor = max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
-  Weights out;
-  for (const auto& [name, g] : grads) out[name] = g * factor;
-  return out;
-}
-
-// AdamW as PyTorch defines it: decoupled decay p -= lr wd p, then the bias-corrected Adam step.
-class ReferenceAdamW {
- public:
-  explicit ReferenceAdamW(double weight_decay) : weight_decay_(weight_decay) {}
-  void step(Weights& values, const Weights& grads, double lr) {
-    ++t_;
-    const double c1 = 1 - std::pow(kBeta1, static_cast<double>(t_));
-    const double c2 = 1 - std::pow(kBeta2, static_cast<double>(t_));
-    for (auto& [name, p] : values) {
-      const torch::Tensor& g = grads.at(name);
-      torch::Tensor& m = m_.try_emplace(name, torch::zeros_like(p)).first->second;
-      torch::Tensor& v = v_.try_emplace(name, torch::zeros_like(p)).first->second;
-      m = kBeta1 * m + (1 - kBeta1) * g;
-      v = kBeta2 * v + (1 - kBeta2) * g * g;
-      if (reference_decays(name)) p = p - lr * weight_decay_ * p;
-      p = p - lr * (m / c1) / ((v / c2).sqrt() + kEps);
-    }
-  }
-
- private:
-  double weight_decay_;
-  int64_t t_ = 0;
-  Weights m_, v_;
-};
-
-// ---- Comparison. ----
-
-// Every tensor of `got` against `want` (same names), each within kTol relative error, with the
-// parameter named on failure. Returns the largest error, for the log line.
-// NOTE: the largest error after an update (about 7e-13 here) is the qkv bias's: its key part
-// has an exactly zero gradient in exact arithmetic (a key bias adds one constant to each
-// query's scores, which softmax cancels), so both sides hold round-off (near 1e-20) there, and
-// AdamW divides it by sqrt(v) + eps, magnifying the difference to about 1e-12 of lr.
-double expect_all_near(const std::string& what, const Weights& got, const Weights& want) {
-  EXPECT_EQ(got.size(), want.size()) << what << ": loom and the reference hold different parameter sets";
-  double worst = 0;
-  for (const auto& [name, w] : want) {
-    const auto it = got.find(name);
-    if (it == got.end()) {
-      ADD_FAILURE() << what << ": loom has no parameter " << name;
-      continue;
-    }
-    if (it->second.sizes() != w.sizes()) {
-      ADD_FAILURE() << what << " of " << name << ": shape " << it->second.sizes() << ", reference " << w.sizes();
-      continue;
-    }
-    const double error = test::relative_error(it->second, w);
-    EXPECT_LE(error, kTol) << what << " of " << name << ": relative error " << error;
-    worst = std::max(worst, error);
-  }
-  return worst;
-}
-
-double expect_loss_near(double got, double want, int64_t step) {
-  const double error = std::abs(got - want) / std::abs(want);
-  EXPECT_LE(error, kTol) << "loss of step " << step + 1 << ": loom " << got << ", reference " << want;
-  return error;
-}
-
-void expect_norm_near(double got, double want) {
-  EXPECT_LE(std::abs(got - want) / want, kTol) << "global gradient norm: loom " << got << ", reference " << want;
-}
-
 void expect_same_decay_set(const LoomRun& loom) {
   for (const auto& [name, decays] : loom.decays)
     EXPECT_EQ(decays, reference_decays(name)) << name << ": loom's weight_decay flag differs from the reference's";
-}
-
-void log_errors(const std::string& test, double loss, double grads, double weights) {
-  std::cout << fmt::format("[ reference ] {}: max relative error loss {:.2e}, gradients {:.2e}, weights {:.2e}\n",
-                           test, loss, grads, weights);
 }
 
 TEST(ReferenceStep, OneStepMatchesLossGradientsAndAdamW) {
@@ -345,7 +249,7 @@ TEST(ReferenceStep, OneStepMatchesLossGradientsAndAdamW) {
   // From zero moments the first update is close to lr * sign(g): this checks the lr, the decay
   // set, the bias corrections and eps; the gradients themselves are checked directly below.
   Weights want = loom.initial;
-  ReferenceAdamW(c.train.weight_decay).step(want, ref.grads, lr);
+  ReferenceAdamW(c.train.weight_decay, reference_decays).step(want, ref.grads, lr);
   const double loss = expect_loss_near(loom.records[0].loss, ref.loss, 0);
   const double grads = expect_all_near("gradient", loom.grads, ref.grads);
   const double weights = expect_all_near("updated value", loom.values, want);
@@ -362,7 +266,7 @@ TEST(ReferenceStep, ClippedStepMatchesClippedAdamW) {
   expect_norm_near(loom.records[0].grad_norm, norm);  // reported before clipping
   const Weights grads_clipped = clipped(ref.grads, c.train.clip);
   Weights want = loom.initial;
-  ReferenceAdamW(c.train.weight_decay).step(want, grads_clipped, reference_lr(c.train, 0));
+  ReferenceAdamW(c.train.weight_decay, reference_decays).step(want, grads_clipped, reference_lr(c.train, 0));
   const double loss = expect_loss_near(loom.records[0].loss, ref.loss, 0);
   // Clipping scales Param::grad in place, so loom's gradients are the clipped ones.
   const double grads = expect_all_near("clipped gradient", loom.grads, grads_clipped);
@@ -377,7 +281,7 @@ TEST(ReferenceStep, TwoStepsCarryTheOptimizerState) {
   const LoomRun loom = run_loom(c);
   ASSERT_EQ(loom.records.size(), 2u);
   Weights want = loom.initial;
-  ReferenceAdamW adamw(c.train.weight_decay);
+  ReferenceAdamW adamw(c.train.weight_decay, reference_decays);
   double loss = 0;
   ReferenceGradients ref;
   for (int64_t step = 0; step < 2; ++step) {
@@ -416,7 +320,7 @@ TEST_P(ReferenceLlamaStep, OneStepMatchesLossGradientsAndAdamW) {
   const double lr = reference_lr(c.train, 0);
   expect_norm_near(loom.records[0].grad_norm, global_norm(ref.grads));
   Weights want = loom.initial;
-  ReferenceAdamW(c.train.weight_decay).step(want, ref.grads, lr);
+  ReferenceAdamW(c.train.weight_decay, reference_decays).step(want, ref.grads, lr);
   const double loss = expect_loss_near(loom.records[0].loss, ref.loss, 0);
   const double grads = expect_all_near("gradient", loom.grads, ref.grads);
   const double weights = expect_all_near("updated value", loom.values, want);
