@@ -1,8 +1,10 @@
 #pragma once
 // A communicator that forwards to another and, after each operation completes on this rank,
-// sleeps a random while drawn from this rank's own generator: timing noise that differs from rank
-// to rank, as a loaded machine's does. A choice made from local timings alone would then differ
-// between ranks; loom's measured choices (NOTE [Table paths]) must agree anyway. The numbers are
+// sleeps a while of this rank's own: random (its own generator), and long for one family of
+// operations chosen by the rank's parity: the exchanges (all-to-all, all-to-all-v, send, receive)
+// on even ranks, the reductions and gathers on odd ones. Each rank's own clock then ranks the
+// sparse path (exchanges) and the dense one (all-reduce) oppositely to its neighbour's, as a loaded
+// machine can; loom's measured choices (NOTE [Table paths]) must agree anyway. The numbers are
 // untouched: only the clock sees the noise.
 #include <chrono>
 #include <memory>
@@ -17,7 +19,8 @@ namespace loom::test {
 
 class NoisyCommunicator final : public dist::Communicator {
  public:
-  // Each completion sleeps uniformly in [0, max_us x (rank + 1)] microseconds.
+  // Each completion sleeps uniformly in [0, max_us] microseconds, plus 5 x max_us for the rank's
+  // slow family.
   NoisyCommunicator(std::unique_ptr<dist::Communicator> owned, dist::Communicator* inner, int64_t max_us, uint64_t seed)
       : owned_(std::move(owned)), inner_(inner), max_us_(max_us),
         rng_(std::make_shared<std::mt19937_64>(seed * 7919 + static_cast<uint64_t>(inner->rank()))) {}
@@ -31,31 +34,33 @@ class NoisyCommunicator final : public dist::Communicator {
   int local_ranks() const override { return inner_->local_ranks(); }
 
   dist::WorkPtr all_reduce_async(at::Tensor& t, dist::ReduceOp op) override {
-    return noisy(inner_->all_reduce_async(t, op));
+    return noisy(inner_->all_reduce_async(t, op), kReduction);
   }
   dist::WorkPtr reduce_scatter_async(const at::Tensor& in, at::Tensor& out, dist::ReduceOp op) override {
-    return noisy(inner_->reduce_scatter_async(in, out, op));
+    return noisy(inner_->reduce_scatter_async(in, out, op), kReduction);
   }
   dist::WorkPtr all_gather_async(const at::Tensor& in, at::Tensor& out) override {
-    return noisy(inner_->all_gather_async(in, out));
+    return noisy(inner_->all_gather_async(in, out), kReduction);
   }
   dist::WorkPtr all_to_all_async(const at::Tensor& in, at::Tensor& out) override {
-    return noisy(inner_->all_to_all_async(in, out));
+    return noisy(inner_->all_to_all_async(in, out), kExchange);
   }
   dist::WorkPtr all_to_allv_async(const at::Tensor& in, const std::vector<int64_t>& send_counts, at::Tensor& out,
                                   const std::vector<int64_t>& recv_counts) override {
-    return noisy(inner_->all_to_allv_async(in, send_counts, out, recv_counts));
+    return noisy(inner_->all_to_allv_async(in, send_counts, out, recv_counts), kExchange);
   }
-  dist::WorkPtr broadcast_async(at::Tensor& t, int root) override { return noisy(inner_->broadcast_async(t, root)); }
+  dist::WorkPtr broadcast_async(at::Tensor& t, int root) override {
+    return noisy(inner_->broadcast_async(t, root), kReduction);
+  }
   dist::WorkPtr send_async(const at::Tensor& t, int peer, int tag) override {
-    return noisy(inner_->send_async(t, peer, tag));
+    return noisy(inner_->send_async(t, peer, tag), kExchange);
   }
   dist::WorkPtr recv_async(at::Tensor& t, int peer, int tag) override {
-    return noisy(inner_->recv_async(t, peer, tag));
+    return noisy(inner_->recv_async(t, peer, tag), kExchange);
   }
   void barrier() override {
     inner_->barrier();
-    sleep();
+    sleep(kReduction);
   }
   std::unique_ptr<dist::Communicator> split(int color, int key, const std::string& axis) override {
     std::unique_ptr<dist::Communicator> part = inner_->split(color, key, axis);
@@ -67,7 +72,8 @@ class NoisyCommunicator final : public dist::Communicator {
   // The inner work, then the noise, once, when it is first seen complete.
   class NoisyWork final : public dist::Work {
    public:
-    NoisyWork(dist::WorkPtr inner, NoisyCommunicator& owner) : inner_(std::move(inner)), owner_(owner) {}
+    NoisyWork(dist::WorkPtr inner, NoisyCommunicator& owner, bool exchange)
+        : inner_(std::move(inner)), owner_(owner), exchange_(exchange) {}
     void wait() override {
       inner_->wait();
       done();
@@ -80,18 +86,23 @@ class NoisyCommunicator final : public dist::Communicator {
 
    private:
     void done() {
-      if (!slept_) owner_.sleep();
+      if (!slept_) owner_.sleep(exchange_);
       slept_ = true;
     }
     dist::WorkPtr inner_;
     NoisyCommunicator& owner_;
+    bool exchange_;
     bool slept_ = false;
   };
 
-  dist::WorkPtr noisy(dist::WorkPtr inner) { return std::make_unique<NoisyWork>(std::move(inner), *this); }
-  void sleep() {
-    std::uniform_int_distribution<int64_t> us(0, max_us_ * (inner_->rank() + 1));
-    std::this_thread::sleep_for(std::chrono::microseconds(us(*rng_)));
+  static constexpr bool kExchange = true, kReduction = false;
+  dist::WorkPtr noisy(dist::WorkPtr inner, bool exchange) {
+    return std::make_unique<NoisyWork>(std::move(inner), *this, exchange);
+  }
+  void sleep(bool exchange) {
+    std::uniform_int_distribution<int64_t> us(0, max_us_);
+    const bool slow = exchange == (inner_->rank() % 2 == 0);
+    std::this_thread::sleep_for(std::chrono::microseconds(us(*rng_) + (slow ? 5 * max_us_ : 0)));
   }
 
   std::unique_ptr<dist::Communicator> owned_;
