@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""export_check.py WEIGHTS TOKENS SEQ HEADS FFN_MULT LOSS: loads a `loom ckpt export` file with a
-reader of the safetensors layout written here (8-byte header length, JSON header, raw data), into
-bench/torch_reference.py's GPT of the same shapes, and checks that its loss on the one sample the
-token file holds (seq + 1 tokens: every window is the whole file) is LOSS, loom's loss for those
-weights, within 1e-5 relative (float32)."""
+"""export_check.py WEIGHTS TOKENS SEQ HEADS FFN_MULT LOSS [--llama KV_HEADS MULTIPLE_OF THETA]: loads a
+`loom ckpt export` file with a reader of the safetensors layout written here (8-byte header length,
+JSON header, raw data), into bench/torch_reference.py's GPT (or, with --llama, its Llama: grouped kv
+heads, rotary positions, SwiGLU; a head tied to the token table when the export has no head) of the
+same shapes, and checks that its loss on the one sample the token file holds (seq + 1 tokens: every
+window is the whole file) is LOSS, loom's loss for those weights, within 1e-5 relative (float32)."""
 import json
 import os
 import struct
@@ -12,7 +13,7 @@ import sys
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
-from torch_reference import GPT  # noqa: E402
+from torch_reference import GPT, Llama, swiglu_hidden  # noqa: E402
 
 DTYPES = {"F32": torch.float32, "F64": torch.float64, "BF16": torch.bfloat16}
 
@@ -48,6 +49,25 @@ def loom_to_reference(w, layers):
     return sd
 
 
+def loom_to_llama(w, layers):
+    """loom's Llama names and shapes -> the reference Llama's state dict: q and [k | v] stacked into
+    the reference's one [q | k | v] projection, [gate | up] into its one gate_up."""
+    sd = {"tok.weight": w["embedding.wte"], "norm.weight": w["final_norm.weight"]}
+    if "head.weight" in w:
+        sd["head.weight"] = w["head.weight"]
+    for i in range(layers):
+        b = f"blocks.{i}."
+        kv = w[b + "attn.kv.weight"]
+        sd[b + "norm1.weight"] = w[b + "attn.norm.weight"]
+        sd[b + "qkv.weight"] = torch.cat([w[b + "attn.q.weight"], kv.reshape(-1, kv.shape[-1])])
+        sd[b + "proj.weight"] = w[b + "attn.proj.weight"]
+        sd[b + "norm2.weight"] = w[b + "mlp.norm.weight"]
+        gate_up = w[b + "mlp.gate_up.weight"]
+        sd[b + "gate_up.weight"] = gate_up.reshape(-1, gate_up.shape[-1])
+        sd[b + "down.weight"] = w[b + "mlp.down.weight"]
+    return sd
+
+
 def main():
     weights, tokens, seq, heads, ffn_mult, loss = sys.argv[1:7]
     seq, heads, ffn_mult, loss = int(seq), int(heads), int(ffn_mult), float(loss)
@@ -55,8 +75,14 @@ def main():
     assert all(t.dtype == torch.float32 for t in w.values()), "export must be float32"
     vocab, d = w["embedding.wte"].shape
     layers = len({k.split(".")[1] for k in w if k.startswith("blocks.")})
-    model = GPT(vocab, d, layers, heads, seq, ffn_mult)
-    sd = loom_to_reference(w, layers)
+    if sys.argv[7:8] == ["--llama"]:
+        kv_heads, multiple_of, theta = int(sys.argv[8]), int(sys.argv[9]), float(sys.argv[10])
+        model = Llama(vocab, d, layers, heads, kv_heads, seq, swiglu_hidden(d, ffn_mult, multiple_of), theta,
+                      tied="head.weight" not in w)
+        sd = loom_to_llama(w, layers)
+    else:
+        model = GPT(vocab, d, layers, heads, seq, ffn_mult)
+        sd = loom_to_reference(w, layers)
     missing = set(model.state_dict()) - set(sd)
     assert not missing, f"no loom tensor for {sorted(missing)}"
     model.load_state_dict(sd, strict=True)
