@@ -21,10 +21,10 @@ still_running() {
   [ -n "$pids" ] && ps -o pid=,etimes=,args= -p "$pids" | grep -v ' ps -o ' | cut -c1-200
 }
 
-# Whether PID is running (a zombie has ended: it only waits to be reaped).
-alive() {
+# Whether PID has ended (a zombie has: it only waits to be reaped).
+ended() {
   local state
-  state=$(ps -o stat= -p "$1" 2>/dev/null) && [ "${state:0:1}" != Z ]
+  ! state=$(ps -o stat= -p "$1" 2>/dev/null) || [ "${state:0:1}" = Z ]
 }
 
 # wait_until WHAT COMMAND...: polls COMMAND until it succeeds.
@@ -40,7 +40,7 @@ $(still_running)"
 
 # wait_exit PID WHAT: waits for the background job PID to end; its exit code in rc.
 wait_exit() {
-  wait_until "$2 to end" eval "! alive $1"
+  wait_until "$2 to end" ended "$1"
   wait "$1"
   rc=$?
 }

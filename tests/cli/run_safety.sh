@@ -86,7 +86,8 @@ case $case in
   killed)  # SIGKILL: the trace, under its own name, opens as a cut array (NOTE [Live output files])
     "$loom" "${long[@]}" --quiet --trace t.json >out.txt 2>err.txt &
     pid=$!
-    wait_until "t.json to hold 50 events" eval '[ "$(grep -c "\"ph\":\"X\"" t.json 2>/dev/null)" -gt 50 ]'
+    events_over() { [ "$(grep -c '"ph":"X"' t.json 2>/dev/null)" -gt "$1" ]; }
+    wait_until "t.json to hold 50 events" events_over 50
     kill -9 $pid
     wait $pid 2>/dev/null
     python3 -c '

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "loom/dist/runtime.h"
+#include "selected_tests.h"
 #include "world.h"
 
 namespace {
@@ -48,11 +49,7 @@ int main(int argc, char** argv) {
     listeners.Append(new FailurePrinter(runtime.world().rank()));
   }
   int failed = RUN_ALL_TESTS();
-  // A suite whose filter selects no test would pass without testing anything (a renamed test).
-  if (testing::UnitTest::GetInstance()->test_to_run_count() == 0) {
-    std::fprintf(stderr, "loom dist tests: --gtest_filter='%s' selects no test\n", GTEST_FLAG_GET(filter).c_str());
-    failed = 1;
-  }
+  if (loom::test::selected_no_test("loom dist tests")) failed = 1;
   at::Tensor flag = at::full({1}, static_cast<int64_t>(failed), at::kLong);
   runtime.world().all_reduce(flag, loom::dist::ReduceOp::Max);
   return static_cast<int>(flag.item<int64_t>());

@@ -52,7 +52,7 @@ bool dlrm_decays(const std::string& name) {
   return name.ends_with(".weight") && !name.starts_with("bags.");
 }
 
-// relu(x W^T + b) for each of `names` in order.
+// relu(x W^T + b) through the linears PREFIX.0 .. PREFIX.(layers - 1), in order.
 torch::Tensor mlp(torch::Tensor x, const Weights& w, const std::string& prefix, size_t layers) {
   for (size_t i = 0; i < layers; ++i) {
     const std::string name = fmt::format("{}.{}", prefix, i);
