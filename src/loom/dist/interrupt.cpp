@@ -100,6 +100,7 @@ void InterruptHandler::watch_local_peers(int my_rank, std::vector<LocalPeer> pee
   watch_ = std::make_unique<Watch>();
   watch_->thread = std::thread([this, my_rank, peers = std::move(peers)] {
     using namespace std::chrono_literals;
+    bool acted = false;  // this rank has run its peer-loss action (and the lowest one printed)
     while (!watch_->stop) {
       std::this_thread::sleep_for(50ms);
       if (g_signal == 0 || acknowledged_) continue;
@@ -112,13 +113,20 @@ void InterruptHandler::watch_local_peers(int my_rank, std::vector<LocalPeer> pee
         }
       }
       if (dead < 0) continue;
-      if (lowest_alive == my_rank) {
-        const std::string line = fmt::format("loom: error: rank {} ended unexpectedly (its process is gone); "
-                                             "ending the job\n", dead);
-        [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
+      if (!acted) {
+        acted = true;
+        if (lowest_alive == my_rank) {
+          const std::string line = fmt::format("loom: error: rank {} ended unexpectedly (its process is gone); "
+                                               "ending the job\n", dead);
+          [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
+        }
+        run_peer_loss_action();
       }
-      run_peer_loss_action();
-      ::_exit(1);
+      // A rank ends only once every lower survivor has: the lowest, which names the loss, ends
+      // first. A launcher may stop the job at the next exit it sees (Open MPI's mpirun cuts its
+      // wait between SIGTERM and SIGKILL short when a child ends), which must not come before
+      // that line.
+      if (lowest_alive == my_rank) ::_exit(1);
     }
   });
 }

@@ -12,7 +12,9 @@
 // signal looks for peers on its machine whose process has gone, and if it finds one the lowest
 // surviving local rank prints `loom: error: rank R ended unexpectedly` before the job ends, and
 // every surviving rank first runs its `at_peer_loss` action (closing its live outputs, NOTE [Live
-// output files]) on the watch thread.
+// output files]) on the watch thread. The survivors end in rank order, the one that prints first:
+// Open MPI's mpirun sends SIGKILL to all as soon as one more rank ends, which would otherwise race
+// that line (seen under AddressSanitizer, where the printing rank is slower).
 #include <sys/types.h>
 
 #include <atomic>
