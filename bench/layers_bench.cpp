@@ -38,7 +38,7 @@ at::Tensor activations() { return at::randn({kBatch, kSeq, kModel}); }
 void BM_AttentionBlock(benchmark::State& state) {
   loom::dist::NullCommunicator tp;
   const loom::nn::AttentionKernel tiled{.kind = loom::AttnKernel::Tiled, .tile = state.range(0)};
-  loom::blocks::AttentionBlock layer("attn", kModel, kHeads, tiled, 0.02, tp);
+  loom::blocks::AttentionBlock layer("attn", {.d_model = kModel, .n_heads = kHeads, .kernel = tiled}, tp);
   run_layer(state, layer, activations(), {}, activations());
 }
 BENCHMARK(BM_AttentionBlock)->Arg(64)->Arg(128)->Arg(256)->Unit(benchmark::kMillisecond);
@@ -56,7 +56,7 @@ BENCHMARK(BM_AttentionKernel)->Arg(64)->Arg(128)->Arg(256)->Unit(benchmark::kMil
 
 void BM_MlpBlock(benchmark::State& state) {
   loom::dist::NullCommunicator tp;
-  loom::blocks::MlpBlock layer("mlp", kModel, 4 * kModel, 0.02, tp);
+  loom::blocks::MlpBlock layer("mlp", {.d_model = kModel, .hidden = 4 * kModel}, tp);
   run_layer(state, layer, activations(), {}, activations());
 }
 BENCHMARK(BM_MlpBlock)->Unit(benchmark::kMillisecond);

@@ -12,10 +12,8 @@
 #include "loom/blocks/dlrm_layers.h"
 #include "loom/blocks/embedding.h"
 #include "loom/blocks/final_norm.h"
-#include "loom/blocks/llama_attention.h"
 #include "loom/blocks/lm_head_loss.h"
 #include "loom/blocks/mlp_block.h"
-#include "loom/blocks/swiglu_mlp.h"
 #include "unit/layer_check.h"
 
 namespace loom::test {
@@ -27,6 +25,11 @@ constexpr int64_t kBatch = 2, kSeq = 37, kModel = 24, kHeads = 3, kTile = 8, kVo
 // The Llama's attention: 4 query heads of 6 dims sharing 2 kv heads; a SwiGLU hidden of 40.
 constexpr int64_t kLlamaHeads = 4, kKvHeads = 2, kHidden = 40;
 constexpr double kTheta = 10000.0;
+const blocks::AttentionShape kLlamaAttention{.d_model = kModel, .n_heads = kLlamaHeads, .n_kv_heads = kKvHeads,
+                                             .kernel = {.tile = kTile}, .norm = blocks::NormKind::Rms, .bias = false,
+                                             .fused_qkv = false, .rope_theta = kTheta};
+const blocks::MlpShape kSwiGlu{.d_model = kModel, .hidden = kHidden, .activation = blocks::MlpActivation::SwiGlu,
+                               .norm = blocks::NormKind::Rms, .bias = false};
 
 // Parameters get random values (not their GPT init) so that a gain of one or a bias of zero
 // cannot hide a missing term.
@@ -68,7 +71,7 @@ class LayerGradients : public ::testing::TestWithParam<at::ScalarType> {
 
 TEST_P(LayerGradients, AttentionBlockMatchesAutograd) {
   dist::NullCommunicator tp;
-  blocks::AttentionBlock layer("blocks.0.attn", kModel, kHeads, {.tile = kTile}, 0.02, tp);
+  blocks::AttentionBlock layer("blocks.0.attn", {.d_model = kModel, .n_heads = kHeads, .kernel = {.tile = kTile}}, tp);
   randomise(layer, dtype());
   const int64_t hd = kModel / kHeads;
   auto reference = [&](const torch::Tensor& x, const std::vector<torch::Tensor>& p) {
@@ -84,7 +87,7 @@ TEST_P(LayerGradients, AttentionBlockMatchesAutograd) {
 
 TEST_P(LayerGradients, MlpBlockMatchesAutograd) {
   dist::NullCommunicator tp;
-  blocks::MlpBlock layer("blocks.0.mlp", kModel, 4 * kModel, 0.02, tp);
+  blocks::MlpBlock layer("blocks.0.mlp", {.d_model = kModel, .hidden = 4 * kModel}, tp);
   randomise(layer, dtype());
   auto reference = [&](const torch::Tensor& x, const std::vector<torch::Tensor>& p) {
     auto h = F::layer_norm(x, F::LayerNormFuncOptions({kModel}).weight(p[0]).bias(p[1]).eps(1e-5));
@@ -132,8 +135,7 @@ TEST_P(LayerGradients, LmHeadLossMatchesAutogradCrossEntropy) {
 
 TEST_P(LayerGradients, LlamaAttentionBlockMatchesAutograd) {
   dist::NullCommunicator tp;
-  blocks::LlamaAttentionBlock layer("blocks.0.attn", {.d_model = kModel, .n_heads = kLlamaHeads, .n_kv_heads = kKvHeads,
-                                                      .kernel = {.tile = kTile}, .rope_theta = kTheta}, tp);
+  blocks::AttentionBlock layer("blocks.0.attn", kLlamaAttention, tp);
   randomise(layer, dtype());
   const int64_t hd = kModel / kLlamaHeads, groups = kLlamaHeads / kKvHeads;
   auto reference = [&](const torch::Tensor& x, const std::vector<torch::Tensor>& p) {  // norm, q, kv, proj
@@ -150,7 +152,7 @@ TEST_P(LayerGradients, LlamaAttentionBlockMatchesAutograd) {
 
 TEST_P(LayerGradients, SwiGluMlpBlockMatchesAutograd) {
   dist::NullCommunicator tp;
-  blocks::SwiGluMlpBlock layer("blocks.0.mlp", kModel, kHidden, 0.02, tp);
+  blocks::MlpBlock layer("blocks.0.mlp", kSwiGlu, tp);
   randomise(layer, dtype());
   auto reference = [&](const torch::Tensor& x, const std::vector<torch::Tensor>& p) {  // norm, gate_up, down
     auto gate_up = F::linear(rms_norm_reference(x, p[0]), p[1].reshape({2 * kHidden, kModel}));
@@ -247,11 +249,10 @@ class SavedTensors : public ::testing::TestWithParam<at::ScalarType> {
 
 TEST_P(SavedTensors, TransformerBlocksListWhatTheirCostCounts) {
   dist::NullCommunicator tp;
-  blocks::AttentionBlock gpt_attention("a", kModel, kHeads, {.tile = kTile}, 0.02, tp);
-  blocks::MlpBlock gpt_mlp("m", kModel, 4 * kModel, 0.02, tp);
-  blocks::LlamaAttentionBlock llama_attention("la", {.d_model = kModel, .n_heads = kLlamaHeads,
-                                                     .n_kv_heads = kKvHeads, .kernel = {.tile = kTile}}, tp);
-  blocks::SwiGluMlpBlock llama_mlp("lm", kModel, kHidden, 0.02, tp);
+  blocks::AttentionBlock gpt_attention("a", {.d_model = kModel, .n_heads = kHeads, .kernel = {.tile = kTile}}, tp);
+  blocks::MlpBlock gpt_mlp("m", {.d_model = kModel, .hidden = 4 * kModel}, tp);
+  blocks::AttentionBlock llama_attention("la", kLlamaAttention, tp);
+  blocks::MlpBlock llama_mlp("lm", kSwiGlu, tp);
   blocks::FinalNorm layer_norm(kModel), rms_norm(kModel, 1, blocks::NormKind::Rms);
   for (nn::Layer* layer : std::initializer_list<nn::Layer*>{&gpt_attention, &gpt_mlp, &llama_attention, &llama_mlp,
                                                             &layer_norm, &rms_norm})

@@ -2,38 +2,83 @@
 
 #include <algorithm>
 
+#include "loom/core/error.h"
 #include "loom/nn/attention.h"
+#include "loom/nn/grouped_heads.h"
+#include "loom/nn/precision.h"
 
 namespace loom::blocks {
 namespace {
 struct State : PreNormState {
   std::vector<parallel::AttentionSaved> cores;  // the attention core's, per tp_overlap piece
                                                 // (freed after backward_input)
-  at::Tensor merged;  // [B, T, D / tp]: the attention output, proj's input
-  at::Tensor dqkv;    // qkv's output gradient, for its weight gradient
+  at::Tensor merged;           // [B, T, D / tp]: the attention output, proj's input
+  std::vector<at::Tensor> dx;  // the input projections' output gradients (qkv's, or q's and kv's)
   void for_each_tensor(const nn::TensorVisitor& visit) override {
     for_each_skeleton_tensor(visit);
     for (parallel::AttentionSaved& core : cores) core.for_each_tensor(visit);
-    visit("merged", merged), visit("dqkv", dqkv);
+    visit("merged", merged);
+    for (at::Tensor& d : dx) visit("dx", d);
   }
 };
+
+int64_t kv_heads(const AttentionShape& s) { return s.n_kv_heads > 0 ? s.n_kv_heads : s.n_heads; }
 }  // namespace
 
-AttentionBlock::AttentionBlock(const std::string& prefix, int64_t d_model, int64_t n_heads, const nn::AttentionKernel& kernel,
-                               double residual_std, dist::Communicator& tp, parallel::TpOptions options,
-                               parallel::SpOptions sp)
-    : PreNormBlock(prefix, NormKind::Layer, d_model, tp, options),
-      qkv(prefix + ".qkv", d_model, 3 * d_model, true, 0.02, tp, /*groups=*/3),
-      proj(prefix + ".proj", d_model, d_model, true, residual_std, tp),
-      core_(parallel::make_attention_core(sp, kernel)),
-      local_heads_(n_heads / tp.size()),
-      kernel_(kernel) {}
+AttentionBlock::AttentionBlock(const std::string& prefix, const AttentionShape& shape, dist::Communicator& tp,
+                               parallel::TpOptions options, parallel::SpOptions sp)
+    : PreNormBlock(prefix, shape.norm, shape.d_model, tp, options),
+      proj(prefix + ".proj", shape.d_model, shape.d_model, shape.bias, shape.residual_std, tp),
+      shape_(shape),
+      core_(parallel::make_attention_core(sp, shape.kernel)),
+      sequence_chunks_(parallel::sequence_chunks(sp)),
+      local_heads_(shape.n_heads / tp.size()),
+      local_kv_heads_(kv_heads(shape) / tp.size()),
+      head_dim_(shape.d_model / shape.n_heads) {
+  const int64_t kv_width = kv_heads(shape) * head_dim_;
+  LOOM_CHECK(shape.n_heads % kv_heads(shape) == 0,
+             "[attention] {} query heads do not share {} key/value heads in equal groups", shape.n_heads,
+             kv_heads(shape));
+  LOOM_CHECK(!shape.fused_qkv || kv_heads(shape) == shape.n_heads,
+             "[attention] one qkv projection needs as many key/value heads as query heads ({} and {})",
+             kv_heads(shape), shape.n_heads);
+  if (shape.fused_qkv) {
+    qkv.emplace(prefix + ".qkv", shape.d_model, 3 * shape.d_model, shape.bias, 0.02, tp, /*groups=*/3);
+  } else {
+    q.emplace(prefix + ".q", shape.d_model, shape.d_model, shape.bias, 0.02, tp);
+    kv.emplace(prefix + ".kv", shape.d_model, 2 * kv_width, shape.bias, 0.02, tp, /*groups=*/2);
+  }
+}
 
 PreNormState& AttentionBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<State>(); }
 
-at::Tensor AttentionBlock::split_heads(const at::Tensor& h) {
-  const int64_t rows = h.size(0), seq = h.size(1), hd = proj.local_in() / local_heads_;
-  return qkv.forward(h).view({rows, seq, 3, local_heads_, hd}).permute({2, 0, 3, 1, 4}).contiguous();
+const nn::RotaryTable* AttentionBlock::rotary(int64_t tokens, const at::TensorOptions& options) {
+  if (shape_.rope_theta <= 0) return nullptr;
+  if (!rotary_ || rotary_->cos.size(0) != tokens || rotary_->cos.scalar_type() != at::typeMetaToScalarType(options.dtype()))
+    rotary_ = nn::RotaryTable::build(parallel::chunk_positions(sequence_chunks_, tokens), head_dim_, shape_.rope_theta,
+                                     options);
+  return &*rotary_;
+}
+
+at::TensorOptions AttentionBlock::rotary_options(const at::Tensor& h) {
+  return h.options().dtype(nn::wide_type(h.scalar_type()));
+}
+
+AttentionBlock::Heads AttentionBlock::split_heads(const at::Tensor& h, const nn::RotaryTable* table) {
+  const int64_t rows = h.size(0), seq = h.size(1), hd = head_dim_;
+  at::Tensor q_heads, k, v;  // [rows, heads, seq, hd]
+  if (qkv) {
+    const at::Tensor heads = qkv->forward(h).view({rows, seq, 3, local_heads_, hd}).permute({2, 0, 3, 1, 4}).contiguous();
+    q_heads = heads[0], k = heads[1], v = heads[2];
+  } else {
+    const at::Tensor kv_out = kv->forward(h).view({rows, seq, 2, local_kv_heads_, hd});
+    q_heads = q->forward(h).view({rows, seq, local_heads_, hd}).transpose(1, 2);
+    k = kv_out.select(2, 0).transpose(1, 2);
+    v = kv_out.select(2, 1).transpose(1, 2).contiguous();
+  }
+  if (table == nullptr) return {.q = q_heads.contiguous(), .k = k.contiguous(), .v = v};
+  // rotary writes a new tensor in that layout
+  return {.q = nn::apply_rotary(q_heads, *table), .k = nn::apply_rotary(k, *table), .v = v};
 }
 
 at::Tensor AttentionBlock::merge_heads(const at::Tensor& out) const {
@@ -43,34 +88,58 @@ at::Tensor AttentionBlock::merge_heads(const at::Tensor& out) const {
 at::Tensor AttentionBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreNormState& state) {
   auto& s = static_cast<State&>(state);
   s.cores.resize(piece.count);
-  // q, k, v of the local heads, attention, and the merged heads of this piece
-  const at::Tensor heads = split_heads(h);
-  const at::Tensor merged = merge_heads(core_->forward(heads[0], heads[1], heads[2], s.cores[piece.index]));
+  const Heads heads = split_heads(h, rotary(h.size(1), rotary_options(h)));
+  const at::Tensor merged = merge_heads(core_->forward(heads.q, heads.k, heads.v, s.cores[piece.index]));
   parallel::store_chunk(s.merged, merged, 0, piece.first, piece.count);
   return proj.forward_partial(merged);
 }
 
-// The new tokens' keys and values join the cache; their queries attend over all of it, placed at
-// `position` (NOTE [Decoding]).
+// Rotary at the new tokens' absolute positions; their keys and values (the kv heads, not their
+// expansion) join the cache, and the queries attend over all of it, placed at `position` (NOTE
+// [Decoding]).
 at::Tensor AttentionBlock::decode_piece(const at::Tensor& h, int64_t position, nn::DecodeCache& cache) {
-  const at::Tensor heads = split_heads(h);
-  const auto [k, v] = cache.state<nn::KeyValueCache>().append(heads[1], heads[2], position, cache.capacity());
-  return proj.forward_partial(merge_heads(nn::attention_forward(kernel_, heads[0], k, v, position).out));
+  std::optional<nn::RotaryTable> table;
+  if (shape_.rope_theta > 0) {
+    const at::Tensor positions = at::arange(position, position + h.size(1), at::TensorOptions().dtype(at::kLong));
+    table = nn::RotaryTable::build(positions, head_dim_, shape_.rope_theta, rotary_options(h));
+  }
+  const Heads heads = split_heads(h, table ? &*table : nullptr);
+  const auto [k, v] = cache.state<nn::KeyValueCache>().append(heads.k, heads.v, position, cache.capacity());
+  const int64_t groups = local_heads_ / local_kv_heads_;
+  const at::Tensor out = nn::attention_forward(shape_.kernel, heads.q, nn::expand_kv_heads(k, groups),
+                                               nn::expand_kv_heads(v, groups), position).out;
+  return proj.forward_partial(merge_heads(out));
+}
+
+at::Tensor AttentionBlock::projections_backward(const parallel::AttentionInputGrads& g, const nn::RotaryTable* table,
+                                                int64_t rows, int64_t seq, const Piece& piece,
+                                                std::vector<at::Tensor>& grads) {
+  const int64_t hd = head_dim_;
+  // Back through the rotations, into the projections' output layouts.
+  const at::Tensor dq = table ? nn::apply_rotary_backward(g.dq, *table) : g.dq;
+  const at::Tensor dk = table ? nn::apply_rotary_backward(g.dk, *table) : g.dk;
+  const int64_t parts = qkv ? 3 : 2;
+  at::Tensor packed = at::empty({rows, seq, parts, local_kv_heads_, hd}, g.dq.options());
+  if (qkv) packed.select(2, 0).copy_(dq.transpose(1, 2));
+  packed.select(2, parts - 2).copy_(dk.transpose(1, 2));
+  packed.select(2, parts - 1).copy_(g.dv.transpose(1, 2));
+  grads.resize(qkv ? 1 : 2);
+  const at::Tensor last = packed.view({rows, seq, parts * local_kv_heads_ * hd});
+  parallel::store_chunk(grads.back(), last, 0, piece.first, piece.count);
+  if (qkv) return qkv->backward_input_partial(last);
+  const at::Tensor dq_out = dq.transpose(1, 2).reshape({rows, seq, local_heads_ * hd});
+  parallel::store_chunk(grads.front(), dq_out, 0, piece.first, piece.count);
+  return q->backward_input_partial(dq_out).add_(kv->backward_input_partial(last));
 }
 
 at::Tensor AttentionBlock::backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& state) {
   auto& s = static_cast<State&>(state);
-  const int64_t rows = dy.size(0), seq = dy.size(1), local = proj.local_in(), hd = local / local_heads_;
+  const int64_t rows = dy.size(0), seq = dy.size(1), hd = head_dim_;
+  const nn::RotaryTable* table = rotary(seq, rotary_options(dy));
   const at::Tensor dout = proj.backward_input(dy).view({rows, seq, local_heads_, hd}).transpose(1, 2).contiguous();
   const at::Tensor out = s.merged.narrow(0, piece.first, rows).view({rows, seq, local_heads_, hd}).transpose(1, 2);
   const parallel::AttentionInputGrads g = core_->backward(dout, out, s.cores[piece.index]);
-  at::Tensor dqkv = at::empty({rows, seq, 3, local_heads_, hd}, dout.options());  // qkv's output layout
-  dqkv.select(2, 0).copy_(g.dq.transpose(1, 2));
-  dqkv.select(2, 1).copy_(g.dk.transpose(1, 2));
-  dqkv.select(2, 2).copy_(g.dv.transpose(1, 2));
-  const at::Tensor packed = dqkv.view({rows, seq, 3 * local});
-  parallel::store_chunk(s.dqkv, packed, 0, piece.first, piece.count);
-  return qkv.backward_input_partial(packed);
+  return projections_backward(g, table, rows, seq, piece, s.dx);
 }
 
 void AttentionBlock::finish_backward(PreNormState& state) const { static_cast<State&>(state).cores.clear(); }
@@ -78,55 +147,74 @@ void AttentionBlock::finish_backward(PreNormState& state) const { static_cast<St
 void AttentionBlock::weight_gradients(PreNormState& state) {
   auto& s = static_cast<State&>(state);
   proj.backward_weight(s.merged, s.dy);
-  qkv.backward_weight(s.h, s.dqkv);
+  if (qkv) {
+    qkv->backward_weight(s.h, s.dx[0]);
+  } else {
+    q->backward_weight(s.h, s.dx[0]);
+    kv->backward_weight(s.h, s.dx[1]);
+  }
 }
 
 std::vector<nn::Param*> AttentionBlock::params() {
   std::vector<nn::Param*> all = norm.params();
-  for (nn::Param* p : {&qkv.weight, &qkv.bias, &proj.weight, &proj.bias}) all.push_back(p);
+  for (auto* linear : {&qkv, &q, &kv}) {
+    if (!*linear) continue;
+    all.push_back(&(*linear)->weight);
+    if (shape_.bias) all.push_back(&(*linear)->bias);
+  }
+  all.push_back(&proj.weight);
+  if (shape_.bias) all.push_back(&proj.bias);
   return all;
 }
 
 // Backward beyond the saved state, in units of [rows, d_model / tp] (issue 33): the attention
 // core's gradient (dout, the zeroed dq, dk, dv, the scaled queries) beside two score tiles of
 // [batch x heads, queries, tile] in the wide type (probabilities and dP); then dout, dq, dk, dv and
-// their packed copy dqkv with qkv's input gradient. Measured on gpt shapes (d_model 64, seq 64,
-// batch 2, 4 heads, one tile): 13.3 units, the larger form here 13.
+// their packed copy with the input projections' gradient. Measured on gpt shapes (d_model 64,
+// seq 64, batch 2, 4 heads, one tile): 13.3 units, the larger form here 13. With fewer kv heads
+// the same count is an upper bound.
 double AttentionBlock::backward_workspace(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
-  const int64_t local = proj.local_in(), d_model = qkv.weight.full_shape.back();
+  const int64_t local = proj.local_in();
   const auto unit = static_cast<double>(batch * seq * local * dtype_bytes);
   const int64_t keys = core_->sequence_ranks() * seq, wide = std::max<int64_t>(dtype_bytes, 4);
-  const auto tile = static_cast<double>(batch * local_heads_ * seq * std::min(kernel_.tile, keys) * wide);
-  return std::max(5 * unit + 2 * tile, 7 * unit + static_cast<double>(batch * seq * d_model * dtype_bytes));
+  const auto tile = static_cast<double>(batch * local_heads_ * seq * std::min(shape_.kernel.tile, keys) * wide);
+  return std::max(5 * unit + 2 * tile, 7 * unit + static_cast<double>(batch * seq * shape_.d_model * dtype_bytes));
 }
 
 // Per rank: the linears' and the attention's FLOPs shrink by tp; the norm's activations shrink
 // by tp only under tp_sequence.
 nn::Cost AttentionBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
-  const int64_t rows = batch * seq, local = proj.local_in(), hd = local / local_heads_;
-  const double linear = qkv.flops(rows) + proj.flops(rows);
+  const int64_t rows = batch * seq, local = local_heads_ * head_dim_, local_kv = local_kv_heads_ * head_dim_;
+  const int64_t d_model = shape_.d_model;
+  double linear = proj.flops(rows);
+  for (const auto* p : {&qkv, &q, &kv})
+    if (*p) linear += (*p)->flops(rows);
   // This rank's share of the whole sequence's causal pairs (its queries see earlier segments).
   const int64_t n = core_->sequence_ranks();
-  const double attention = nn::causal_attention_flops(batch, local_heads_, n * seq, hd) / static_cast<double>(n);
+  const double attention = nn::causal_attention_flops(batch, local_heads_, n * seq, head_dim_) / static_cast<double>(n);
   nn::Cost c;
   c.forward_flops = linear + attention;
   c.backward_input_flops = linear + 2 * attention;  // dQ, dK, dV, dP: twice the forward's matmuls
   c.backward_weight_flops = linear;
-  // x, its statistics and h; q, k, v, the merged output (and ulysses' own copy of it) of
-  // [rows, d_model / tp]; the lse.
-  const int64_t attention_outputs = core_->keeps_output() ? 2 : 1;
-  c.saved_bytes = static_cast<double>(
-      (skeleton_saved_elements(batch, seq) + (3 + attention_outputs) * rows * local + batch * local_heads_ * seq) *
-      dtype_bytes);
-  const int64_t d_model = qkv.weight.full_shape.back();
+  // x, its statistics and h; q and the merged output (and ulysses' own copy of it) of
+  // [rows, d_model / tp]; k and v of [rows, kv heads / tp x head_dim]; the lse.
+  const int64_t outputs = core_->keeps_output() ? 2 : 1;
+  c.saved_bytes = static_cast<double>((skeleton_saved_elements(batch, seq) + (1 + outputs) * rows * local +
+                                       2 * rows * local_kv + batch * local_heads_ * seq) *
+                                      dtype_bytes);
   c.workspace_bytes = backward_workspace(batch, seq, dtype_bytes);
-  c.param_bytes = static_cast<double>((4 * d_model * local + 3 * local + d_model + norm.param_elements()) * dtype_bytes);
+  const int64_t biases = shape_.bias ? local + 2 * local_kv + d_model : 0;
+  c.param_bytes = static_cast<double>((2 * d_model * local + 2 * d_model * local_kv + biases + norm.param_elements()) *
+                                      dtype_bytes);
   c.attention_flops = attention;
-  c.gemm_dim = static_cast<double>(std::min({rows, d_model, local}));
-  c.elementwise_bytes = static_cast<double>(6 * rows * local * dtype_bytes) +  // biases; q, k, v to heads; merge
+  c.gemm_dim = static_cast<double>(std::min({rows, d_model, local_kv}));
+  // Without rotary: the biases, q, k and v to heads, the merge; with it: rotary on q and k, to
+  // heads, the merge.
+  const int64_t passes = shape_.rope_theta > 0 ? 6 * (local + local_kv) : 6 * local;
+  c.elementwise_bytes = static_cast<double>(rows * passes * dtype_bytes) +
                         nn::causal_attention_score_bytes(batch, local_heads_, n * seq, dtype_bytes) / static_cast<double>(n);
   add_skeleton_costs(c, batch, seq, dtype_bytes);
-  for (nn::CommUse& u : core_->comm(batch, local_heads_, local_heads_, seq, hd, dtype_bytes)) c.comm.push_back(u);
+  for (nn::CommUse& u : core_->comm(batch, local_heads_, local_kv_heads_, seq, head_dim_, dtype_bytes)) c.comm.push_back(u);
   return c;
 }
 

@@ -2,31 +2,36 @@
 
 #include <algorithm>
 
+#include "loom/nn/swiglu.h"
+
 namespace loom::blocks {
 namespace {
 struct State : PreNormState {
-  at::Tensor u;   // up's output, GELU's input (freed after backward_input)
-  at::Tensor a;   // GELU's output, down's input
+  at::Tensor u;   // up's output, the activation's input (freed after backward_input)
+  at::Tensor a;   // the activation's output, down's input
   at::Tensor du;  // up's output gradient, for its weight gradient
   void for_each_tensor(const nn::TensorVisitor& visit) override {
     for_each_skeleton_tensor(visit);
     visit("u", u), visit("a", a), visit("du", du);
   }
 };
+
+const char* up_name(MlpActivation activation) { return activation == MlpActivation::SwiGlu ? ".gate_up" : ".up"; }
 }  // namespace
 
-MlpBlock::MlpBlock(const std::string& prefix, int64_t d_model, int64_t hidden, double residual_std,
-                   dist::Communicator& tp, parallel::TpOptions options)
-    : PreNormBlock(prefix, NormKind::Layer, d_model, tp, options),
-      up(prefix + ".up", d_model, hidden, true, 0.02, tp),
-      down(prefix + ".down", hidden, d_model, true, residual_std, tp),
-      d_model_(d_model) {}
+MlpBlock::MlpBlock(const std::string& prefix, const MlpShape& shape, dist::Communicator& tp, parallel::TpOptions options)
+    : PreNormBlock(prefix, shape.norm, shape.d_model, tp, options),
+      up(prefix + up_name(shape.activation), shape.d_model,
+         (shape.activation == MlpActivation::SwiGlu ? 2 : 1) * shape.hidden, shape.bias, 0.02, tp,
+         /*groups=*/shape.activation == MlpActivation::SwiGlu ? 2 : 1),
+      down(prefix + ".down", shape.hidden, shape.d_model, shape.bias, shape.residual_std, tp),
+      shape_(shape) {}
 
 PreNormState& MlpBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<State>(); }
 
 at::Tensor MlpBlock::apply(const at::Tensor& h, at::Tensor& u, at::Tensor& a) const {
   u = up.forward(h);
-  a = at::gelu(u, "tanh");
+  a = shape_.activation == MlpActivation::SwiGlu ? nn::swiglu_forward(u) : at::gelu(u, "tanh");
   return down.forward_partial(a);
 }
 
@@ -47,7 +52,9 @@ at::Tensor MlpBlock::decode_piece(const at::Tensor& h, int64_t, nn::DecodeCache&
 
 at::Tensor MlpBlock::backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& state) {
   auto& s = static_cast<State&>(state);
-  const at::Tensor du = at::gelu_backward(down.backward_input(dy), s.u.narrow(0, piece.first, piece.rows), "tanh");
+  const at::Tensor da = down.backward_input(dy), u = s.u.narrow(0, piece.first, piece.rows);
+  const at::Tensor du =
+      shape_.activation == MlpActivation::SwiGlu ? nn::swiglu_backward(da, u) : at::gelu_backward(da, u, "tanh");
   parallel::store_chunk(s.du, du, 0, piece.first, piece.count);
   return up.backward_input_partial(du);
 }
@@ -62,26 +69,33 @@ void MlpBlock::weight_gradients(PreNormState& state) {
 
 std::vector<nn::Param*> MlpBlock::params() {
   std::vector<nn::Param*> all = norm.params();
-  for (nn::Param* p : {&up.weight, &up.bias, &down.weight, &down.bias}) all.push_back(p);
+  all.push_back(&up.weight);
+  if (shape_.bias) all.push_back(&up.bias);
+  all.push_back(&down.weight);
+  if (shape_.bias) all.push_back(&down.bias);
   return all;
 }
 
 nn::Cost MlpBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
-  const int64_t rows = batch * seq, local = down.local_in();  // hidden / tp
+  const int64_t rows = batch * seq, local = down.local_in(), d_model = shape_.d_model;  // local: hidden / tp
+  const int64_t groups = up_groups(), bias_elements = shape_.bias ? groups * local + d_model : 0;
   const double linear = up.flops(rows) + down.flops(rows);
   nn::Cost c;
   c.forward_flops = linear;
   c.backward_input_flops = linear;
   c.backward_weight_flops = linear;
-  // x, its statistics and h; u and a of [rows, hidden / tp].
-  c.saved_bytes = static_cast<double>((skeleton_saved_elements(batch, seq) + 2 * rows * local) * dtype_bytes);
-  // Backward beyond that state: down's input gradient and GELU's (du) of [rows, hidden / tp] at
-  // once, before u is freed (measured on gpt shapes, issue 33: 8.2 x [rows, d_model] at hidden =
-  // 4 x d_model).
-  c.workspace_bytes = static_cast<double>(2 * rows * local * dtype_bytes);
-  c.param_bytes = static_cast<double>((2 * d_model_ * local + local + d_model_ + norm.param_elements()) * dtype_bytes);
-  c.gemm_dim = static_cast<double>(std::min({rows, d_model_, local}));
-  c.elementwise_bytes = static_cast<double>(4 * rows * local * dtype_bytes);  // bias and GELU on the hidden
+  // x, its statistics and h; u of [rows, groups x hidden / tp] and a of [rows, hidden / tp].
+  c.saved_bytes = static_cast<double>((skeleton_saved_elements(batch, seq) + (groups + 1) * rows * local) * dtype_bytes);
+  // Backward beyond that state: down's input gradient and the activation's (du) at once, before u
+  // is freed (measured on gpt shapes, issue 33: 8.2 x [rows, d_model] at hidden = 4 x d_model).
+  c.workspace_bytes = static_cast<double>((1 + groups) * rows * local * dtype_bytes);
+  c.param_bytes =
+      static_cast<double>(((groups + 1) * d_model * local + bias_elements + norm.param_elements()) * dtype_bytes);
+  c.gemm_dim = static_cast<double>(std::min({rows, d_model, local}));
+  // The activation reads u and writes a (GELU: 2 x [rows, hidden / tp]; SwiGLU reads gate and up:
+  // 3); a bias is read and written once more on the hidden.
+  const int64_t activation_passes = groups + 1, bias_passes = shape_.bias ? 2 : 0;
+  c.elementwise_bytes = static_cast<double>((activation_passes + bias_passes) * rows * local * dtype_bytes);
   add_skeleton_costs(c, batch, seq, dtype_bytes);
   return c;
 }

@@ -24,14 +24,15 @@ Model build_gpt(const ModelConfig& m, dist::Communicator& tp, parallel::TpOption
   model.chain.push_back(std::make_unique<blocks::TokenPositionEmbedding>(m.vocab, positions, m.d_model, tp, sequence,
                                                                         parallel::sequence_chunks(sp),
       nn::activation_type(m.dtype)));
+  const blocks::AttentionShape attention{.d_model = m.d_model, .n_heads = m.n_heads, .kernel = attention_kernel(m),
+                                         .residual_std = residual_std};
   for (int64_t i = 0; i < m.n_layers; ++i) {
     const std::string prefix = fmt::format("blocks.{}", i);
     model.chain.push_back(
-        std::make_unique<blocks::AttentionBlock>(prefix + ".attn", m.d_model, m.n_heads, attention_kernel(m), residual_std, tp,
-                                             options, sp));
-    model.chain.push_back(
-        std::make_unique<blocks::MlpBlock>(prefix + ".mlp", m.d_model, m.ffn_mult * m.d_model, residual_std, tp,
-                                       options));
+        std::make_unique<blocks::AttentionBlock>(prefix + ".attn", attention, tp, options, sp));
+    model.chain.push_back(std::make_unique<blocks::MlpBlock>(
+        prefix + ".mlp", blocks::MlpShape{.d_model = m.d_model, .hidden = m.ffn_mult * m.d_model, .residual_std = residual_std},
+        tp, options));
   }
   model.chain.push_back(std::make_unique<blocks::FinalNorm>(m.d_model, sequence ? tp.size() : 1));
   model.chain.push_back(std::make_unique<blocks::LmHeadLoss>(m.d_model, m.vocab, tp, sequence));

@@ -8,9 +8,9 @@
 #include "loom/blocks/embedding.h"
 #include "loom/nn/precision.h"
 #include "loom/blocks/final_norm.h"
-#include "loom/blocks/llama_attention.h"
+#include "loom/blocks/attention_block.h"
+#include "loom/blocks/mlp_block.h"
 #include "loom/blocks/lm_head_loss.h"
-#include "loom/blocks/swiglu_mlp.h"
 #include "loom/core/checks.h"
 #include "loom/core/error.h"
 #include "loom/models/decoder_kind.h"
@@ -36,15 +36,16 @@ Model build_llama(const ModelConfig& m, dist::Communicator& tp, parallel::TpOpti
     tied = &embedding->token_table;
   }
   model.chain.push_back(std::move(embedding));
-  const blocks::LlamaAttentionShape attention{.d_model = m.d_model, .n_heads = m.n_heads, .n_kv_heads = kv_heads(m),
-                                              .kernel = attention_kernel(m), .rope_theta = m.rope_theta,
-                                              .residual_std = residual_std};
-  const int64_t hidden = nn::swiglu_hidden(m.d_model, m.ffn_mult, m.ffn_multiple_of);
+  const blocks::AttentionShape attention{.d_model = m.d_model, .n_heads = m.n_heads, .n_kv_heads = kv_heads(m),
+                                         .kernel = attention_kernel(m), .norm = blocks::NormKind::Rms, .bias = false,
+                                         .fused_qkv = false, .rope_theta = m.rope_theta, .residual_std = residual_std};
+  const blocks::MlpShape mlp{.d_model = m.d_model, .hidden = nn::swiglu_hidden(m.d_model, m.ffn_mult, m.ffn_multiple_of),
+                             .activation = blocks::MlpActivation::SwiGlu, .norm = blocks::NormKind::Rms,
+                             .bias = false, .residual_std = residual_std};
   for (int64_t i = 0; i < m.n_layers; ++i) {
     const std::string prefix = fmt::format("blocks.{}", i);
-    model.chain.push_back(std::make_unique<blocks::LlamaAttentionBlock>(prefix + ".attn", attention, tp, options, sp));
-    model.chain.push_back(
-        std::make_unique<blocks::SwiGluMlpBlock>(prefix + ".mlp", m.d_model, hidden, residual_std, tp, options));
+    model.chain.push_back(std::make_unique<blocks::AttentionBlock>(prefix + ".attn", attention, tp, options, sp));
+    model.chain.push_back(std::make_unique<blocks::MlpBlock>(prefix + ".mlp", mlp, tp, options));
   }
   model.chain.push_back(std::make_unique<blocks::FinalNorm>(m.d_model, sequence ? tp.size() : 1, blocks::NormKind::Rms));
   model.chain.push_back(std::make_unique<blocks::LmHeadLoss>(m.d_model, m.vocab, tp, sequence, tied));
