@@ -48,7 +48,7 @@ FUZZ_SECONDS ?= 60
 SANITIZE_CMAKE = -DCMAKE_BUILD_TYPE=RelWithDebInfo \
                  -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" -DCMAKE_C_FLAGS_RELWITHDEBINFO="-O1 -g1"
 # ThreadSanitizer runs the `threads` tests only, so it builds only what they run.
-ASAN_TARGETS = loom_unit_tests loom_schedule_tests loom_dist_tests loom_cli
+ASAN_TARGETS = loom_unit_tests loom_schedule_tests loom_plan_tests loom_dist_tests loom_cli
 TSAN_TARGETS = loom_dist_tests loom_cli
 
 $(ASAN_BUILD)/CMakeCache.txt: | deps

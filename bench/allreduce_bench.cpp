@@ -11,7 +11,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "loom/dist/runtime.h"
+#include "loom/mpi/runtime.h"
 
 namespace {
 

@@ -20,7 +20,7 @@
 #include "loom/core/config.h"
 #include "loom/core/error.h"
 #include "loom/dist/null_communicator.h"
-#include "loom/dist/runtime.h"
+#include "loom/mpi/runtime.h"
 #include "loom/models/decoder_kind.h"
 #include "loom/models/model.h"
 #include "loom/models/registry.h"

@@ -8,7 +8,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "loom/dist/runtime.h"
+#include "loom/mpi/runtime.h"
 #include "selected_tests.h"
 #include "world.h"
 

@@ -5,7 +5,7 @@
 
 #include <functional>
 
-#include "loom/dist/runtime.h"
+#include "loom/mpi/runtime.h"
 
 namespace loom::cli {
 

@@ -11,7 +11,7 @@
 // LOOM_COMM_TIMEOUT_S sets how long a rank waits for a peer before the job is declared stuck.
 #include <functional>
 
-#include "loom/dist/runtime.h"
+#include "loom/mpi/runtime.h"
 
 namespace loom {
 

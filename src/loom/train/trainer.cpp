@@ -13,7 +13,6 @@
 #include "loom/data/sampler.h"
 #include "loom/data/token_source.h"
 #include "loom/dist/input_agreement.h"
-#include "loom/dist/runtime.h"
 #include "loom/memory/accounting_allocator.h"
 #include "loom/models/registry.h"
 #include "loom/nn/precision.h"

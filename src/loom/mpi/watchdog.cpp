@@ -1,4 +1,4 @@
-#include "loom/dist/watchdog.h"
+#include "loom/mpi/watchdog.h"
 
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1

@@ -4,6 +4,11 @@
 // ranks; started plainly it is a world of one with the null communicator, and MPI is never
 // touched. A Slurm step of several tasks without PMI (srun --mpi=none) is refused (InputError):
 // its tasks would each run alone. Only the CLI (and test mains) construct a Runtime.
+//
+// The MPI backend (mpi/, its own library, linked by api/ alone): everything else sees only the
+// Communicator interface of dist/, so the planner, the models and the trainer build and test
+// without MPI (loom_plan_tests; tests/unit/without_mpi.sh). The names stay in loom::dist, the
+// interface's namespace: a program's code reads dist::Runtime beside dist::Communicator.
 #include <memory>
 
 #include "loom/dist/communicator.h"

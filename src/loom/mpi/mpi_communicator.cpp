@@ -21,8 +21,8 @@
 
 #include "loom/core/error.h"
 #include "loom/dist/null_communicator.h"
-#include "loom/dist/runtime.h"
-#include "loom/dist/watchdog.h"
+#include "loom/mpi/runtime.h"
+#include "loom/mpi/watchdog.h"
 
 namespace loom::dist {
 namespace {
