@@ -84,6 +84,18 @@ void check_memory(const RunPlan& plan, int local_ranks, double in_use) {
                    format_bytes(per_rank), format_bytes(machine), hint);
 }
 
+bool dense_tables_fit(const Config& config, int world_size, int local_ranks, double in_use,
+                      const models::ModelKinds& kinds) {
+  Config dense = config;
+  dense.parallel.sparse = SparseMode::Off;
+  try {
+    check_memory(make_plan(dense, world_size, nullptr, kinds), local_ranks, in_use);
+  } catch (const InputError&) {
+    return false;
+  }
+  return true;
+}
+
 namespace {
 
 // "name policy, name policy, ..." for a stage's layers, wrapped into comment lines.

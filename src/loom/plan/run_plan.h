@@ -93,6 +93,9 @@ struct RunPlan {
   bool profiled = false;                         // times from memory.profile (else analytic)
   int64_t profile_threads = 0;                   // the intra-op threads memory.profile was measured with (0: none)
   const Cluster* cluster = nullptr;              // times from this cluster's cost model (NOTE [Step simulator])
+  // Under parallel.sparse = "auto", whether the run fits with every embedding table dense, so that
+  // auto may choose dense (NOTE [Table paths]); set with the memory check (dense_tables_fit).
+  bool dense_tables_fit = true;
 
   dist::MeshCoords coords(int rank) const { return dist::mesh_coords(mesh, rank); }
   const StagePlan& stage_of(int rank) const { return stages[static_cast<size_t>(coords(rank).pp)]; }
@@ -138,6 +141,10 @@ PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, 
 // Every stage's estimate against memory.budget (besides `in_use` bytes already allocated), or
 // without a budget against this machine's memory shared by `local_ranks`. InputError otherwise.
 void check_memory(const RunPlan& plan, int local_ranks, double in_use);
+
+// Whether `config` with every embedding table dense (parallel.sparse = "off") passes check_memory.
+bool dense_tables_fit(const Config& config, int world_size, int local_ranks, double in_use,
+                      const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
 // How many of a stage's layers the plan recomputes and swaps (the rest keep their activations).
 struct PolicyCounts {

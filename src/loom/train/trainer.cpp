@@ -28,20 +28,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// data.valid read as a model kind reads data.source: the same forms and checks. "synthetic" takes
-// other samples of the synthetic source (another seed), so they are held out.
-std::unique_ptr<data::Batches> open_valid(const models::ModelKind& kind, const Config& config) {
-  if (config.data.valid.empty()) return nullptr;
-  Config valid = config;
-  valid.data.source = config.data.valid;
-  if (valid.data.source == "synthetic") valid.train.seed = config.train.seed ^ 0x5eedL;
-  try {
-    return kind.open_data(valid);
-  } catch (const InputError& e) {
-    throw InputError(fmt::format("data.valid: {}", e.what()));
-  }
-}
-
 // The run's memory.budget and the hint its refusals name (plan::budget_hint), set and ended together.
 void begin_budget(int64_t bytes, const plan::RunPlan& run_plan) {
   memory::set_budget(bytes);
@@ -167,7 +153,10 @@ void Trainer::check_input(int world_size, int local_ranks, const std::string& re
   data_ = kind_->open_data(config_);
   valid_ = open_valid(*kind_, config_);
   plan_ = plan::make_plan(config_, world_size, nullptr, kinds_);
-  plan::check_memory(plan_, local_ranks, static_cast<double>(memory::live_bytes()));
+  const auto live = static_cast<double>(memory::live_bytes());
+  plan::check_memory(plan_, local_ranks, live);
+  if (config_.parallel.sparse == SparseMode::Auto)
+    plan_.dense_tables_fit = plan::dense_tables_fit(config_, world_size, local_ranks, live, kinds_);
 }
 
 // The plan's memory policy of every chain layer.
@@ -202,55 +191,9 @@ std::vector<nn::MicroBatch> Trainer::local_microbatches(int64_t step, const data
   return out;
 }
 
-// NOTE [Validation]: a validation pass reads whole global batches of data.valid, "steps" 0, 1, ...
-// of its sampler, so the held-out set is the same every time and in every layout (each micro-batch's
-// loss_scale is 1 / the tokens of a global batch, as in training). Each rank takes its dp share
-// and sp segments as in a step, the pipeline runs forward only (NOTE [Forward-only pass]), tables
-// on the sparse path pull their rows without noting them for an update, and the losses are summed
-// over the replicas and the pipeline as a step's are: the mean over the set, whatever the layout.
-// Nothing of the pass reaches the weights, the optimizer or the data order of training.
-int64_t Trainer::eval_steps() const {
-  const int64_t per_sample = kind_->throughput(config_.model).per_sample;
-  const int64_t samples = (config_.train.eval_tokens + per_sample - 1) / per_sample;
-  return (samples + config_.train.global_batch - 1) / config_.train.global_batch;
-}
-
-double Trainer::validation_loss() {
-  LOOM_CHECK(valid_ != nullptr, "validation_loss needs data.valid");
-  double local = 0;
-  const int64_t steps = eval_steps();
-  try {
-    for (int64_t e = 0; e < steps; ++e) {
-      const std::vector<nn::MicroBatch> microbatches = local_microbatches(e, valid_.get());
-      if (sparse_)
-        sparse_->pull_for_forward([&] {
-          for (auto& layer : model_.chain) layer->pull_rows(microbatches);
-        });
-      local += executor_->run_forward(static_cast<int64_t>(microbatches.size()),
-                                      [&](int64_t i) { return microbatches[static_cast<size_t>(i)]; });
-    }
-  } catch (const memory::OutOfMemory& e) {
-    throw Error(fmt::format("{} in a validation pass; {}", e.what(), plan::memory_text(plan_, estimate())));
-  }
-  return summed_loss(local) / static_cast<double>(steps);
-}
-
-// A validation pass after the step of `record`, timed and traced, its loss in the record.
-void Trainer::validate_after(StepRecord& record) {
-  const auto begin = Clock::now();
-  record.val_loss = validation_loss();
-  if (trace_) trace_->add("validation", "validation", begin, Clock::now());
-  record.eval_s = std::chrono::duration<double>(Clock::now() - begin).count();
-}
-
-bool Trainer::eval_due(int64_t done, int64_t last) const {
-  const int64_t every = config_.train.eval_every;
-  return valid_ != nullptr && every > 0 && (done % every == 0 || done == last);
-}
-
 // Each embedding table's path (NOTE [Table paths]): "auto" measures both, with the backward that
 // follows a table and the rest of its gradient bucket as they are in a step, and may choose dense
-// only where the run fits in memory with every table dense.
+// only where the plan found the run fits in memory with every table dense (plan::dense_tables_fit).
 void Trainer::attach_sparse_tables(const optim::AdamWOptions& adamw) {
   const auto& p = config_.parallel;
   std::vector<nn::Param*> tables;
@@ -261,26 +204,15 @@ void Trainer::attach_sparse_tables(const optim::AdamWOptions& adamw) {
   const bool given = p.sparse_partitions > 0 && p.sparse != SparseMode::Auto;
   const std::vector<nn::MicroBatch> step0 = given || p.sparse == SparseMode::Off ? std::vector<nn::MicroBatch>{}
                                                                                   : local_microbatches(0);
-  bool dense_fits = true;
   int64_t saved_partitions = 0;
   std::vector<replicas::TableChoice> saved =
       p.sparse == SparseMode::Auto ? saved_table_choices(&saved_partitions) : std::vector<replicas::TableChoice>{};
-  if (p.sparse == SparseMode::Auto && saved.empty()) {
-    Config dense = config_;
-    dense.parallel.sparse = SparseMode::Off;
-    try {
-      plan::check_memory(plan::make_plan(dense, mesh_->world().size(), nullptr, kinds_), base_world_->local_ranks(),
-                         static_cast<double>(memory::live_bytes()));
-    } catch (const InputError&) {
-      dense_fits = false;
-    }
-  }
   sparse_ = std::make_unique<replicas::SparseTables>(
       tables, replicas::table_contexts(model_, tables, config_.train.micro_batch, local_seq(), bucket), replicas(),
       mesh_->tp(),
       replicas::TableOptions{.mode = p.sparse, .update = config_.train.table_update,
                              .partitions = p.sparse_partitions, .adamw = adamw, .dtype = dtype_,
-                             .dense_fits = dense_fits, .saved = std::move(saved),
+                             .dense_fits = plan_.dense_tables_fit, .saved = std::move(saved),
                              .saved_partitions = saved_partitions},
       [&] {
         for (auto& layer : model_.chain) layer->pull_rows(step0);

@@ -146,6 +146,9 @@ class Trainer {
   nn::MicroBatch microbatch(const data::Batches& batches, int64_t step, int64_t index) const;
   // This rank's dp share of the micro-batches of `step` (of the training data unless `batches`).
   std::vector<nn::MicroBatch> local_microbatches(int64_t step, const data::Batches* batches = nullptr) const;
+  // Validation (train/validation.cpp). data.valid's held-out samples (null: none), read as the
+  // model kind reads data.source.
+  static std::unique_ptr<data::Batches> open_valid(const models::ModelKind& kind, const Config& config);
   // After step `done` (counted from 1) of a run ending at `last`: whether a validation pass runs.
   bool eval_due(int64_t done, int64_t last) const;
   void validate_after(StepRecord& record);
