@@ -10,23 +10,11 @@ namespace loom::test {
 namespace {
 
 Config equivalence_config(const std::string& dtype) {
-  Config c;
-  c.model.vocab = 96;
-  c.model.d_model = 32;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.seq_len = 24;
-  c.model.attn_tile = 8;
+  // 12 micro-batches of 1: divisible by dp = 1, 2, 3, 4
+  Config c = small_gpt(/*vocab=*/96, /*n_layers=*/2, /*seq_len=*/24, /*global_batch=*/12, /*micro_batch=*/1);
   c.model.dtype = dtype;
   c.train.steps = 4;
-  c.train.global_batch = 12;  // 12 micro-batches of 1: divisible by dp = 1, 2, 3, 4
-  c.train.micro_batch = 1;
-  c.train.warmup = 1;
-  c.train.lr = 1e-2;
-  c.train.threads = 1;
   c.parallel.dp = world().size();
-  c.parallel.bucket_mb = 0.02;  // several buckets, so overlap and ordering are exercised
-  c.parallel.sparse = SparseMode::Off;  // pinned (layout_harness.h, train_run)
   return c;
 }
 

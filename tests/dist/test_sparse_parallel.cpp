@@ -23,26 +23,9 @@ namespace {
 // The table path is pinned here, as in every layout suite ("off"; each test sets what it runs):
 // "auto" chooses by timing, and only the tests of "auto" itself may leave it to that.
 Config dlrm_config() {
-  Config c;
-  c.parallel.sparse = SparseMode::Off;
-  c.model.kind = "dlrm";
-  c.model.d_model = 8;
-  c.model.tables = 3;
-  c.model.table_rows = 40;
-  c.model.bag_size = 2;
-  c.model.dense_features = 5;
-  c.model.bottom_mlp = {16};
-  c.model.top_mlp = {16};
-  c.model.dtype = "float64";
-  c.train.steps = 3;
-  c.train.global_batch = 24;  // 12 micro-batches of 2: divisible by dp = 1, 2, 3, 4
-  c.train.micro_batch = 2;
-  c.train.warmup = 1;
-  c.train.lr = 3e-2;
+  Config c = small_dlrm(/*global_batch=*/24, /*micro_batch=*/2);  // 12 micro-batches: dp = 1, 2, 3, 4
   c.train.clip = 0.05;  // active: the sparse rows are clipped with the dense gradients
-  c.train.threads = 1;
   c.parallel.dp = world().size();
-  c.parallel.bucket_mb = 0.001;
   return c;
 }
 

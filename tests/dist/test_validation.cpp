@@ -28,15 +28,7 @@ Config valid_gpt() {
 }
 
 Config valid_dlrm() {
-  Config c;
-  c.model.kind = "dlrm";
-  c.model.d_model = 8, c.model.tables = 3, c.model.table_rows = 40, c.model.bag_size = 2;
-  c.model.dense_features = 5, c.model.bottom_mlp = {16}, c.model.top_mlp = {16};
-  c.model.dtype = "float64";
-  c.train.steps = 3, c.train.global_batch = 8, c.train.micro_batch = 2, c.train.warmup = 1, c.train.lr = 3e-2;
-  c.train.threads = 1;
-  c.parallel.bucket_mb = 0.001;
-  c.parallel.sparse = SparseMode::Off;  // pinned (layout_harness.h, train_run)
+  Config c = small_dlrm(/*global_batch=*/8, /*micro_batch=*/2);
   c.data.valid = "synthetic";
   c.train.eval_every = 1;
   c.train.eval_tokens = 20;  // 20 samples: 3 batches of 8

@@ -15,35 +15,26 @@
 #include "loom/data/clicks.h"
 #include "loom/dist/null_communicator.h"
 #include "loom/train/trainer.h"
+#include "tiny_configs.h"
 #include "unit/reference_step.h"
 
 namespace loom::train {
 namespace {
 
 using namespace reference;  // NOLINT: the shared reference pieces (unit/reference_step.h)
+using test::small_dlrm;
 
+// The tables' path is "off" (small_dlrm): their gradients are dense and live in Param::grad.
 Config dlrm_reference_config() {
-  Config c;
-  c.model.kind = "dlrm";
-  c.model.dtype = "float64";
-  c.model.d_model = 8;
-  c.model.tables = 3;
+  Config c = small_dlrm(/*global_batch=*/8, /*micro_batch=*/2);  // four micro-batches: gradient accumulation
   c.model.table_rows = 50;
   c.model.bag_size = 3;
-  c.model.dense_features = 5;
-  c.model.bottom_mlp = {16};
   c.model.top_mlp = {12, 6};
   c.train.steps = 2;
-  c.train.warmup = 1;
-  c.train.global_batch = 8;
-  c.train.micro_batch = 2;  // four micro-batches: gradient accumulation
-  c.train.lr = 3e-2;
   c.train.weight_decay = 0.1;
   c.train.beta1 = kBeta1;
   c.train.beta2 = kBeta2;
   c.train.clip = 0.5;
-  c.train.threads = 1;
-  c.parallel.sparse = "off";  // the tables' gradients are dense and live in Param::grad
   return c;
 }
 
