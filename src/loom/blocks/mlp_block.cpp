@@ -17,13 +17,14 @@ struct State : PreNormState {
 };
 
 const char* up_name(MlpActivation activation) { return activation == MlpActivation::SwiGlu ? ".gate_up" : ".up"; }
+// The groups of up's output: 1, or 2 for SwiGLU's [gate | up].
+int64_t up_groups(MlpActivation activation) { return activation == MlpActivation::SwiGlu ? 2 : 1; }
 }  // namespace
 
 MlpBlock::MlpBlock(const std::string& prefix, const MlpShape& shape, dist::Communicator& tp, parallel::TpOptions options)
     : PreNormBlock(prefix, shape.norm, shape.d_model, tp, options),
-      up(prefix + up_name(shape.activation), shape.d_model,
-         (shape.activation == MlpActivation::SwiGlu ? 2 : 1) * shape.hidden, shape.bias, 0.02, tp,
-         /*groups=*/shape.activation == MlpActivation::SwiGlu ? 2 : 1),
+      up(prefix + up_name(shape.activation), shape.d_model, up_groups(shape.activation) * shape.hidden, shape.bias, 0.02,
+         tp, /*groups=*/up_groups(shape.activation)),
       down(prefix + ".down", shape.hidden, shape.d_model, shape.bias, shape.residual_std, tp),
       shape_(shape) {}
 
@@ -78,7 +79,7 @@ std::vector<nn::Param*> MlpBlock::params() {
 
 nn::Cost MlpBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
   const int64_t rows = batch * seq, local = down.local_in(), d_model = shape_.d_model;  // local: hidden / tp
-  const int64_t groups = up_groups(), bias_elements = shape_.bias ? groups * local + d_model : 0;
+  const int64_t groups = up_groups(shape_.activation), bias_elements = shape_.bias ? groups * local + d_model : 0;
   const double linear = up.flops(rows) + down.flops(rows);
   nn::Cost c;
   c.forward_flops = linear;

@@ -46,8 +46,6 @@ class MlpBlock final : public PreNormBlock {
   at::Tensor backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& s) override;
   void finish_backward(PreNormState& s) const override;
   void weight_gradients(PreNormState& s) override;
-  // The groups of up's output: 1, or 2 for SwiGLU's [gate | up].
-  int64_t up_groups() const { return shape_.activation == MlpActivation::SwiGlu ? 2 : 1; }
 
   MlpShape shape_;
 };

@@ -142,8 +142,10 @@ PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, 
 // without a budget against this machine's memory shared by `local_ranks`. InputError otherwise.
 void check_memory(const RunPlan& plan, int local_ranks, double in_use);
 
-// Whether `config` with every embedding table dense (parallel.sparse = "off") passes check_memory.
-bool dense_tables_fit(const Config& config, int world_size, int local_ranks, double in_use,
+// Whether `plan`'s run with every embedding table dense (parallel.sparse = "off") passes
+// check_memory; a plan with no table on the sparse path is that run already, and `plan` is assumed
+// to have passed it. `kinds`: the registry `plan` was made from.
+bool dense_tables_fit(const RunPlan& plan, int local_ranks, double in_use,
                       const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
 // How many of a stage's layers the plan recomputes and swaps (the rest keep their activations).

@@ -156,7 +156,7 @@ void Trainer::check_input(int world_size, int local_ranks, const std::string& re
   const auto live = static_cast<double>(memory::live_bytes());
   plan::check_memory(plan_, local_ranks, live);
   if (config_.parallel.sparse == SparseMode::Auto)
-    plan_.dense_tables_fit = plan::dense_tables_fit(config_, world_size, local_ranks, live, kinds_);
+    plan_.dense_tables_fit = plan::dense_tables_fit(plan_, local_ranks, live, kinds_);
 }
 
 // The plan's memory policy of every chain layer.
