@@ -152,6 +152,29 @@ TEST(SparseTable, DenseUpdateMatchesDenseAdamWRowByRowUntouchedRowsIncluded) {
   EXPECT_FALSE(dense.value[0].equal(initial[0])) << "an untouched row decays under dense AdamW";
 }
 
+// One layer holding one table, looking up the micro-batches' tokens as an embedding's pull_rows
+// does: a model for the tables' own tests.
+class LooksUpTokens final : public nn::Layer {
+ public:
+  // `fails`: pull_rows throws once it has looked up (a layer that fails mid-pull).
+  explicit LooksUpTokens(nn::Param& table, bool fails = false) : table_(table), fails_(fails) {}
+  std::string name() const override { return "looks_up"; }
+  at::Tensor forward(const at::Tensor& x, const nn::MicroBatch&, nn::Saved&) override { return x; }
+  at::Tensor backward_input(const at::Tensor& dy, nn::Saved&) override { return dy; }
+  void backward_weight(nn::Saved&) override {}
+  std::vector<nn::Param*> params() override { return {&table_}; }
+  void pull_rows(const std::vector<nn::MicroBatch>& microbatches) override {
+    for (const nn::MicroBatch& mb : microbatches)
+      if (table_.sparse != nullptr) table_.sparse->pull(mb.tokens);
+    if (fails_) throw Error("a planted failure in pull_rows");
+  }
+  nn::Cost cost(int64_t, int64_t, int64_t) const override { return {}; }
+
+ private:
+  nn::Param& table_;
+  bool fails_;
+};
+
 // train.table_update = "lazy" on a dense table (parallel.sparse = "off"): SparseTables notes the
 // rows the layers look up and AdamW, asked through its RowFilter, updates only those, as the
 // sparse path's owner does; a piece of the table (as ZeRO-1 cuts the flat buffer) gets the
@@ -163,10 +186,11 @@ TEST(SparseTables, LazyDenseTableMatchesLazySparsePath) {
   dense.value = sparse.table->gather_full().clone();
   dense.grad = at::zeros_like(dense.value);
   dist::NullCommunicator alone;
-  replicas::SparseTables tables({&dense}, {replicas::TableContext{}}, alone, alone,
+  models::Model model;
+  model.chain.push_back(std::make_unique<LooksUpTokens>(dense));
+  replicas::SparseTables tables(model, alone, alone,
                                 {.mode = SparseMode::Off, .update = TableUpdate::Lazy, .adamw = options,
-                                 .dtype = at::kDouble},
-                                [] {});
+                                 .dtype = at::kDouble});
   ASSERT_NE(tables.row_filter(), nullptr);
   EXPECT_EQ(tables.size(), 0u);
   optim::AdamWOptions lazy = options;
@@ -176,7 +200,7 @@ TEST(SparseTables, LazyDenseTableMatchesLazySparsePath) {
   torch::manual_seed(7);
   for (size_t s = 0; s < steps.size(); ++s) {
     const at::Tensor ids = at::tensor(steps[s], kLong), grads = at::randn({ids.numel(), 3}, kDouble);
-    tables.pull([&] { dense.sparse->pull(ids); });  // what a layer's pull_rows does
+    tables.pull({nn::MicroBatch{.tokens = ids}});
     EXPECT_EQ(dense.sparse, nullptr) << "the recorder is gone before forward";
     const at::Tensor valid = ids.ge(0).nonzero().squeeze(1);
     dense.grad.zero_().index_add_(0, ids.index_select(0, valid), grads.index_select(0, valid));
@@ -193,6 +217,21 @@ TEST(SparseTables, LazyDenseTableMatchesLazySparsePath) {
     adamw.step(1e-2);
     EXPECT_TENSOR_NEAR(dense.value, sparse.table->gather_full(), 1e-14);
   }
+}
+
+// The rows a lazy dense table looks up are noted by a stand-in in Param::sparse; a layer that fails
+// during the pull leaves the table without it, as dense as before.
+TEST(SparseTables, AFailedPullLeavesNoStandIn) {
+  nn::Param table{.name = "t", .full_shape = {5, 2}, .embedding = true};
+  table.value = at::zeros({5, 2}, kDouble);
+  dist::NullCommunicator alone;
+  models::Model model;
+  model.chain.push_back(std::make_unique<LooksUpTokens>(table, true));
+  replicas::SparseTables tables(model, alone, alone, {.mode = SparseMode::Off, .update = TableUpdate::Lazy});
+  EXPECT_THROW(tables.pull({nn::MicroBatch{.tokens = at::tensor(std::vector<int64_t>{1, 3}, kLong)}}), Error);
+  EXPECT_EQ(table.sparse, nullptr);
+  ASSERT_EQ(tables.choices().size(), 1u);
+  EXPECT_FALSE(tables.choices()[0].sparse);
 }
 
 TEST(SparseTable, ForeignIdsReadZerosAndDropTheirGradient) {

@@ -69,8 +69,7 @@ std::vector<ckpt::TensorPiece> ReplicaOptimizer::state_pieces() const {
       add(out, moment_name(p, 1), p, box_of(p), adamw_->exp_avg_sq(i));
     }
   }
-  if (sparse_)
-    for (const auto& table : sparse_->tables()) add_table(out, *table);
+  for (const auto& table : sparse_->tables()) add_table(out, *table);
   return out;
 }
 
@@ -81,8 +80,7 @@ int64_t ReplicaOptimizer::step_count() const {
 void ReplicaOptimizer::set_step_count(int64_t steps) {
   if (sharded_) sharded_->adamw().set_step_count(steps);
   else adamw_->set_step_count(steps);
-  if (sparse_)
-    for (const auto& table : sparse_->tables()) table->set_step_count(steps);
+  for (const auto& table : sparse_->tables()) table->set_step_count(steps);
 }
 
 }  // namespace loom::replicas

@@ -5,10 +5,11 @@
 namespace loom::replicas {
 
 ReplicaOptimizer::ReplicaOptimizer(models::Model& model, dist::Communicator& replicas, dist::Communicator& tp,
-                                   dist::Communicator& pp, const ReplicaOptions& options, SparseTables* sparse)
-    : tp_(tp), pp_(pp), options_(options), sparse_(sparse) {
+                                   dist::Communicator& pp, const ReplicaOptions& options,
+                                   std::unique_ptr<SparseTables> tables)
+    : tp_(tp), pp_(pp), options_(options), sparse_(std::move(tables)) {
   // Lazy dense tables update only their looked-up rows (NOTE [Lazy rows of dense tables]).
-  options_.adamw.lazy_rows = sparse ? sparse->row_filter() : nullptr;
+  options_.adamw.lazy_rows = sparse_->row_filter();
   params_ = model.params();
   for (nn::Param* p : params_)
     if (p->sparse == nullptr) dense_.push_back(p);
@@ -30,6 +31,13 @@ auto ReplicaOptimizer::timed(const Timeline& timeline, const char* name, const c
   return result;
 }
 
+void ReplicaOptimizer::pull(const std::vector<nn::MicroBatch>& microbatches, const Timeline& timeline) {
+  timed(timeline, "sparse_pull", "communication", [&] {
+    sparse_->pull(microbatches);
+    return 0;
+  });
+}
+
 double ReplicaOptimizer::clip_replicated(double clip) {
   double replicated = 0, sharded = 0;
   for (const nn::Param* p : params_) {
@@ -49,7 +57,7 @@ double ReplicaOptimizer::step(double lr, const std::function<void(double)>& befo
   // Sparse tables: row gradients to their owners, and their part of the global norm (and the
   // lazy dense tables' looked-up rows, before AdamW reads them).
   const std::pair<double, double> sparse = timed(timeline, "sparse_push", "communication", [&] {
-    return sparse_ ? sparse_->push() : std::pair<double, double>{0, 0};
+    return sparse_->push();
   });
   double norm = 0;
   if (sharded_) {
@@ -67,7 +75,7 @@ double ReplicaOptimizer::step(double lr, const std::function<void(double)>& befo
     });
   }
   timed(timeline, "sparse_adamw", "optimizer", [&] {  // train.table_update: every owned row, or the touched ones
-    if (sparse_) sparse_->step(lr, optim::clip_factor(norm, clip));
+    sparse_->step(lr, optim::clip_factor(norm, clip));
     return 0;
   });
   return norm;

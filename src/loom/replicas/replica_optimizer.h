@@ -36,11 +36,18 @@ using Timeline = std::function<void(const char*, const char*, std::chrono::stead
 
 class ReplicaOptimizer {
  public:
-  // `model`: this rank's layers, initialised; `sparse`: its embedding tables (on the sparse path
-  // or dense), or null.
+  // `model`: this rank's layers, initialised; `tables`: its embedding tables on their paths (an
+  // empty set when it has none), initialised, owned from here on.
   // `tp`, `pp`: the other groups the gradient norm spans.
   ReplicaOptimizer(models::Model& model, dist::Communicator& replicas, dist::Communicator& tp,
-                   dist::Communicator& pp, const ReplicaOptions& options, SparseTables* sparse);
+                   dist::Communicator& pp, const ReplicaOptions& options, std::unique_ptr<SparseTables> tables);
+
+  const SparseTables& tables() const { return *sparse_; }
+  // Collective over the replicas, before the step's forward: the rows this step's micro-batches
+  // look up, fetched from their owners (or noted, for lazy dense tables: SparseTables::pull).
+  void pull(const std::vector<nn::MicroBatch>& microbatches, const Timeline& timeline);
+  // The same for a forward-only pass, which trains nothing (SparseTables::pull_for_forward).
+  void pull_for_forward(const std::vector<nn::MicroBatch>& microbatches) { sparse_->pull_for_forward(microbatches); }
 
   void zero_grad() { flat_->grads.zero_(); }
   // Every micro-batch has passed layer `layer` (its index in the model): its bucket may go.
@@ -70,7 +77,7 @@ class ReplicaOptimizer {
   dist::Communicator& tp_;
   dist::Communicator& pp_;
   ReplicaOptions options_;
-  SparseTables* sparse_;
+  std::unique_ptr<SparseTables> sparse_;
   std::vector<nn::Param*> params_;  // every parameter of this rank, in model order
   std::vector<nn::Param*> dense_;   // those not on the sparse path
   std::unique_ptr<FlatParams> flat_;

@@ -32,23 +32,44 @@ class RowRecorder final : public nn::SparseRows {
   at::Tensor mask_;
 };
 
+// Points each table's Param::sparse at a stand-in (a recorder, a scratch table) for a scope, and
+// back at none when the scope ends, by an exception too: no table is left pointing at a stand-in.
+class StandIns {
+ public:
+  StandIns(const std::vector<nn::Param*>& tables, const std::vector<nn::SparseRows*>& rows) : tables_(tables) {
+    for (size_t i = 0; i < tables_.size(); ++i) tables_[i]->sparse = rows[i];
+  }
+  ~StandIns() {
+    for (nn::Param* p : tables_) p->sparse = nullptr;
+  }
+  StandIns(const StandIns&) = delete;
+  StandIns& operator=(const StandIns&) = delete;
+
+ private:
+  std::vector<nn::Param*> tables_;
+};
+
 // Runs `pull` (the layers' pull_rows) with a recorder on each of `tables`; `masks[i]` (float
 // [rows of table i]) gets the rows this rank looks up.
 void record_rows(const std::vector<nn::Param*>& tables, const std::vector<at::Tensor>& masks,
                  const std::function<void()>& pull) {
   std::vector<std::unique_ptr<RowRecorder>> recorders;
+  std::vector<nn::SparseRows*> rows;
   for (size_t i = 0; i < tables.size(); ++i) {
     masks[i].zero_();
     recorders.push_back(std::make_unique<RowRecorder>(tables[i]->name, masks[i]));
-    tables[i]->sparse = recorders.back().get();
+    rows.push_back(recorders.back().get());
   }
-  try {
-    pull();
-  } catch (...) {
-    for (nn::Param* p : tables) p->sparse = nullptr;
-    throw;
-  }
-  for (nn::Param* p : tables) p->sparse = nullptr;
+  const StandIns recording(tables, rows);
+  pull();
+}
+
+// Every embedding table of `model`, in model order.
+std::vector<nn::Param*> embedding_tables(const models::Model& model) {
+  std::vector<nn::Param*> out;
+  for (nn::Param* p : model.params())
+    if (p->embedding) out.push_back(p);
+  return out;
 }
 
 int64_t rows_of(const nn::Param& p) { return p.numel() / p.full_shape[1]; }
@@ -97,12 +118,17 @@ class SparseTables::LazyRows final : public optim::RowFilter {
   dist::WorkPtr work_;
 };
 
-SparseTables::SparseTables(const std::vector<nn::Param*>& tables, const std::vector<TableContext>& contexts,
-                           dist::Communicator& group, dist::Communicator& tp, const TableOptions& options,
-                           const std::function<void()>& pull)
-    : group_(group), options_(options) {
+bool tables_measure(SparseMode mode, int64_t partitions) {
+  return mode == SparseMode::Auto || (mode == SparseMode::On && partitions == 0);
+}
+
+SparseTables::SparseTables(models::Model& model, dist::Communicator& group, dist::Communicator& tp,
+                           const TableOptions& options)
+    : model_(model), group_(group), options_(options) {
   set_ = options.partitions > 0;
-  const std::vector<bool> sparse = choose_paths(tables, contexts, tp, pull);
+  const std::vector<nn::Param*> tables = embedding_tables(model);
+  if (tables.empty()) return;  // a pipeline stage without an embedding, a model without tables
+  const std::vector<bool> sparse = choose_paths(tables, tp);
   std::vector<nn::Param*> lazy;
   for (size_t i = 0; i < tables.size(); ++i) {
     if (sparse[i]) {
@@ -116,31 +142,32 @@ SparseTables::SparseTables(const std::vector<nn::Param*>& tables, const std::vec
   if (!lazy.empty()) lazy_ = std::make_unique<LazyRows>(std::move(lazy));
 }
 
+void SparseTables::pull_rows(const std::vector<nn::MicroBatch>& microbatches) {
+  for (auto& layer : model_.chain) layer->pull_rows(microbatches);
+}
+
 SparseTables::~SparseTables() = default;
 
-std::vector<bool> SparseTables::choose_paths(const std::vector<nn::Param*>& tables,
-                                             const std::vector<TableContext>& contexts, dist::Communicator& tp,
-                                             const std::function<void()>& pull) {
+std::vector<bool> SparseTables::choose_paths(const std::vector<nn::Param*>& tables, dist::Communicator& tp) {
   const auto all = [&](bool sparse, const std::string& reason) {
     for (const nn::Param* p : tables) choices_.push_back({.table = p->name, .sparse = sparse, .reason = reason});
-    if (sparse) partitions_ = set_ ? options_.partitions : choose_partitions(tables, tp, pull);
+    if (sparse) partitions_ = set_ ? options_.partitions : choose_partitions(tables, tp);
     return std::vector<bool>(tables.size(), sparse);
   };
   if (options_.mode == SparseMode::On) return all(true, "parallel.sparse = on");
   if (options_.mode == SparseMode::Off) return all(false, "parallel.sparse = off");
   if (group_.size() == 1) return all(false, "auto: one replica, nothing to exchange");
-  if (!options_.saved.empty()) return saved_paths(tables, tp, pull);
+  if (!options_.saved.empty()) return saved_paths(tables, tp);
   at::Tensor too_big = at::full({1}, options_.dense_fits ? 0 : 1, at::kLong);  // any rank's verdict holds
   group_.all_reduce(too_big, dist::ReduceOp::Max);
   tp.all_reduce(too_big, dist::ReduceOp::Max);
   if (too_big.item<int64_t>() != 0) return all(true, "auto: dense tables would not fit in memory");
-  return measure_paths(tables, contexts, tp, pull);
+  return measure_paths(tables, tp);
 }
 
 // The saved run's choices, table by table (the tables of this rank must all be among them; else
 // they are measured as usual). Every rank of the group decides from the same manifest.
-std::vector<bool> SparseTables::saved_paths(const std::vector<nn::Param*>& tables, dist::Communicator& tp,
-                                            const std::function<void()>& pull) {
+std::vector<bool> SparseTables::saved_paths(const std::vector<nn::Param*>& tables, dist::Communicator& tp) {
   std::vector<bool> out;
   for (const nn::Param* p : tables) {
     const auto it = std::find_if(options_.saved.begin(), options_.saved.end(),
@@ -152,21 +179,21 @@ std::vector<bool> SparseTables::saved_paths(const std::vector<nn::Param*>& table
   if (std::find(out.begin(), out.end(), true) != out.end())
     partitions_ = set_                            ? options_.partitions
                   : options_.saved_partitions > 0 ? options_.saved_partitions
-                                                  : choose_partitions(tables, tp, pull);
+                                                  : choose_partitions(tables, tp);
   return out;
 }
 
 // NOTE [Table paths] (replicas/table_trials.h): the trials of both paths, agreed over the group and tp.
-std::vector<bool> SparseTables::measure_paths(const std::vector<nn::Param*>& tables,
-                                              const std::vector<TableContext>& contexts, dist::Communicator& tp,
-                                              const std::function<void()>& pull) {
-  partitions_ = set_ ? options_.partitions : choose_partitions(tables, tp, pull);
+std::vector<bool> SparseTables::measure_paths(const std::vector<nn::Param*>& tables, dist::Communicator& tp) {
+  const std::vector<TableContext> contexts =
+      table_contexts(model_, tables, options_.batch, options_.seq, options_.bucket_elements);
+  partitions_ = set_ ? options_.partitions : choose_partitions(tables, tp);
   int64_t companions = 0;  // the tables of one layer share a bucket: its dense rest
   for (const TableContext& c : contexts) companions = std::max(companions, c.companions);
-  const std::vector<double> sparse = sparse_trial(tables, partitions_, pull, companions);
+  const std::vector<double> sparse = sparse_trial(tables, partitions_, companions);
   std::vector<at::Tensor> looked_up;
   for (const nn::Param* p : tables) looked_up.push_back(at::zeros({rows_of(*p)}, at::kFloat));
-  if (options_.update == TableUpdate::Lazy) record_rows(tables, looked_up, pull);
+  if (options_.update == TableUpdate::Lazy) record_rows(tables, looked_up, [&] { pull_rows(options_.step0); });
   const auto n = static_cast<int64_t>(tables.size());
   at::Tensor seconds = at::zeros({2 * n}, at::kDouble);
   for (int64_t i = 0; i < n; ++i) {
@@ -190,20 +217,22 @@ std::vector<bool> SparseTables::measure_paths(const std::vector<nn::Param*>& tab
 }
 
 std::vector<double> SparseTables::sparse_trial(const std::vector<nn::Param*>& tables, int64_t partitions,
-                                               const std::function<void()>& pull, int64_t companions) {
+                                               int64_t companions) {
   at::Tensor bucket = at::zeros({companions}, at::TensorOptions().dtype(options_.dtype));
   std::vector<std::unique_ptr<parallel::SparseTable>> scratch;
+  std::vector<nn::SparseRows*> rows;
   for (nn::Param* p : tables) {
     scratch.push_back(
         std::make_unique<parallel::SparseTable>(*p, group_, partitions, options_.adamw, options_.update));
     scratch.back()->initialise_zeros(options_.dtype);
-    p->sparse = scratch.back().get();
+    rows.push_back(scratch.back().get());
   }
+  const StandIns trial(tables, rows);
   std::vector<std::vector<double>> runs(tables.size());
   for (int run = 0; run < 3; ++run) {
     group_.barrier();
     for (auto& t : scratch) t->reset_seconds();
-    pull();
+    pull_rows(options_.step0);
     dist::WorkPtr work = companions > 0 ? group_.all_reduce_async(bucket, dist::ReduceOp::Sum) : nullptr;
     for (auto& t : scratch) t->push();
     const auto waited = std::chrono::steady_clock::now();
@@ -213,7 +242,6 @@ std::vector<double> SparseTables::sparse_trial(const std::vector<nn::Param*>& ta
     for (size_t i = 0; i < scratch.size(); ++i)
       runs[i].push_back(scratch[i]->seconds() + rest / static_cast<double>(scratch.size()));
   }
-  for (nn::Param* p : tables) p->sparse = nullptr;
   std::vector<double> out;
   for (auto& r : runs) {
     std::sort(r.begin(), r.end());
@@ -232,8 +260,7 @@ std::vector<double> SparseTables::sparse_trial(const std::vector<nn::Param*>& ta
 // so all fit the same numbers and pick the same P. The partition count never changes the
 // numbers trained, to the last bit, only the time: a row's sum is the same on any owner and the
 // norm is the same sum over rows (NOTE [Table norms]).
-int64_t SparseTables::choose_partitions(const std::vector<nn::Param*>& tables, dist::Communicator& tp,
-                                        const std::function<void()>& pull) {
+int64_t SparseTables::choose_partitions(const std::vector<nn::Param*>& tables, dist::Communicator& tp) {
   const int64_t n = group_.size();
   if (n == 1) return 1;  // one owner: partitions change nothing
   int64_t rows = std::numeric_limits<int64_t>::max();
@@ -247,7 +274,7 @@ int64_t SparseTables::choose_partitions(const std::vector<nn::Param*>& tables, d
   at::Tensor seconds = at::zeros({static_cast<int64_t>(candidates.size())}, at::kDouble);
   for (size_t c = 0; c < candidates.size(); ++c) {
     double total = 0;
-    for (double s : sparse_trial(tables, candidates[c], pull)) total += s;
+    for (double s : sparse_trial(tables, candidates[c])) total += s;
     seconds[static_cast<int64_t>(c)] = total;
   }
   group_.all_reduce(seconds, dist::ReduceOp::Max);
@@ -268,11 +295,11 @@ void SparseTables::initialise(uint64_t seed, at::ScalarType dtype) {
   for (auto& t : tables_) t->initialise(seed, dtype);
 }
 
-void SparseTables::pull(const std::function<void()>& pull_rows) {
-  if (lazy_)
-    lazy_->record(pull_rows, group_);  // the tables on the sparse path pull in the same pass
+void SparseTables::pull(const std::vector<nn::MicroBatch>& microbatches) {
+  if (lazy_)  // the tables on the sparse path pull in the same pass
+    lazy_->record([&] { pull_rows(microbatches); }, group_);
   else if (!tables_.empty())
-    pull_rows();
+    pull_rows(microbatches);
 }
 
 const optim::RowFilter* SparseTables::row_filter() const { return lazy_.get(); }
@@ -302,6 +329,7 @@ void SparseTables::step(double lr, double clip_factor) {
 }
 
 std::string SparseTables::describe() const {
+  if (choices_.empty()) return "";
   std::string line = "tables:";
   const bool uniform = std::all_of(choices_.begin(), choices_.end(), [&](const TableChoice& c) {
     return c.sparse == choices_.front().sparse && c.reason == choices_.front().reason && c.dense_ms == 0;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "loom/core/options.h"
+#include "loom/models/model.h"
 #include "loom/parallel/sparse_table.h"
 #include "loom/replicas/table_trials.h"
 
@@ -37,25 +38,32 @@ struct TableOptions {
   // instead of measured again (NOTE [Resuming]); empty: choose.
   std::vector<TableChoice> saved;
   int64_t saved_partitions = 0;
+  // Where the tables sit in a step, for auto's trials (table_contexts): a micro-batch's samples
+  // and tokens on this rank, and the gradient buckets' size in elements.
+  int64_t batch = 1, seq = 1, bucket_elements = 0;
+  // This rank's micro-batches of step 0: the trials' traffic (unused when nothing is measured).
+  std::vector<nn::MicroBatch> step0;
 };
+
+// Whether choosing the tables' paths and partition count runs trials (and so reads step 0's
+// micro-batches for TableOptions::step0).
+bool tables_measure(SparseMode mode, int64_t partitions);
 
 
 class SparseTables {
  public:
-  // `tables`: every embedding table (Param::embedding) of this rank's layers, none allocated yet;
-  // `contexts[i]`: where table i sits in the step (table_contexts), for auto's trials. `pull`
-  // runs the layers' pull_rows for the step-0 micro-batches (the trials' traffic). Collective
-  // over `group` (the replicas) and, for auto's agreement, `tp`.
-  SparseTables(const std::vector<nn::Param*>& tables, const std::vector<TableContext>& contexts,
-               dist::Communicator& group, dist::Communicator& tp, const TableOptions& options,
-               const std::function<void()>& pull);
+  // The embedding tables (Param::embedding) of `model`, this rank's layers, none allocated yet: each
+  // on its path, chosen as options.mode says. The tables pull their rows through the layers'
+  // pull_rows. A model without tables gives an empty set, whose every call does nothing.
+  // Collective over `group` (the replicas) and, for auto's agreement, `tp`.
+  SparseTables(models::Model& model, dist::Communicator& group, dist::Communicator& tp, const TableOptions& options);
   ~SparseTables();
 
   // Tables on the sparse path.
   size_t size() const { return tables_.size(); }
   const std::vector<TableChoice>& choices() const { return choices_; }
   // One line: each table's path and why; then "N sparse tables in P partitions over R ranks" and
-  // how P was chosen, if any table is on the sparse path.
+  // how P was chosen, if any table is on the sparse path. "" when this rank has no table.
   std::string describe() const;
   // How to repeat the choices "auto" measured (NOTE [Reproducible table choices]); empty if none.
   std::string pin_hint() const;
@@ -66,14 +74,14 @@ class SparseTables {
   void initialise(uint64_t seed, at::ScalarType dtype);
   // The tables on the sparse path (for checkpoints).
   const std::vector<std::unique_ptr<parallel::SparseTable>>& tables() const { return tables_; }
-  // Collective over the group, before the step's forward: `pull_rows` runs the layers' pull_rows
-  // for this step's micro-batches; tables on the sparse path fetch their rows, lazy dense tables
-  // note the rows looked up, whose union over the group starts reducing (finished by push).
-  void pull(const std::function<void()>& pull_rows);
+  // Collective over the group, before the step's forward, with this step's micro-batches: tables
+  // on the sparse path fetch their rows, lazy dense tables note the rows looked up, whose union
+  // over the group starts reducing (finished by push).
+  void pull(const std::vector<nn::MicroBatch>& microbatches);
   // The same fetch for a forward-only pass (validation): rows on the sparse path only; nothing is
   // noted for an update, so the next step trains as if the pass had not run.
-  void pull_for_forward(const std::function<void()>& pull_rows) {
-    if (!tables_.empty()) pull_rows();
+  void pull_for_forward(const std::vector<nn::MicroBatch>& microbatches) {
+    if (!tables_.empty()) pull_rows(microbatches);
   }
   // What AdamW asks which elements of a lazy dense table update; null when there is none.
   const optim::RowFilter* row_filter() const;
@@ -88,21 +96,18 @@ class SparseTables {
 
  private:
   class LazyRows;
-  std::vector<bool> saved_paths(const std::vector<nn::Param*>& tables, dist::Communicator& tp,
-                                const std::function<void()>& pull);
-  std::vector<bool> choose_paths(const std::vector<nn::Param*>& tables, const std::vector<TableContext>& contexts,
-                                 dist::Communicator& tp, const std::function<void()>& pull);
-  std::vector<bool> measure_paths(const std::vector<nn::Param*>& tables, const std::vector<TableContext>& contexts,
-                                  dist::Communicator& tp, const std::function<void()>& pull);
+  void pull_rows(const std::vector<nn::MicroBatch>& microbatches);
+  std::vector<bool> saved_paths(const std::vector<nn::Param*>& tables, dist::Communicator& tp);
+  std::vector<bool> choose_paths(const std::vector<nn::Param*>& tables, dist::Communicator& tp);
+  std::vector<bool> measure_paths(const std::vector<nn::Param*>& tables, dist::Communicator& tp);
   // The partition count from timed trials, agreed over the group and tp (the same on every rank).
-  int64_t choose_partitions(const std::vector<nn::Param*>& tables, dist::Communicator& tp,
-                            const std::function<void()>& pull);
+  int64_t choose_partitions(const std::vector<nn::Param*>& tables, dist::Communicator& tp);
   // Seconds per step of each table on the sparse path at `partitions`: the median of three runs
   // of the step-0 exchange and update on scratch tables of zeros (one value per table), the
   // pushes made while `companions` elements are all-reduced (their wait shared by the tables).
-  std::vector<double> sparse_trial(const std::vector<nn::Param*>& tables, int64_t partitions,
-                                   const std::function<void()>& pull, int64_t companions = 0);
+  std::vector<double> sparse_trial(const std::vector<nn::Param*>& tables, int64_t partitions, int64_t companions = 0);
 
+  models::Model& model_;
   dist::Communicator& group_;
   TableOptions options_;
   int64_t partitions_ = 0;

@@ -50,7 +50,7 @@ void Trainer::check_resume(const std::string& spec) {
                      "--set checkpoint.dir=PATH, or --resume PATH/step-NNNNNNN");
     const std::optional<std::string> latest = ckpt::latest_checkpoint(config_.checkpoint.dir);
     if (!latest) {
-      resume_notes_.push_back(fmt::format("no checkpoint in {} yet: starting fresh", config_.checkpoint.dir));
+      resume_.notes.push_back(fmt::format("no checkpoint in {} yet: starting fresh", config_.checkpoint.dir));
       return;
     }
     dir = *latest;
@@ -73,7 +73,7 @@ void Trainer::check_resume(const std::string& spec) {
   // says so and exits 0 without training or touching an output. A checkpoint named by path, or
   // one past train.steps, is refused: that resume asks for steps that are not there.
   if (spec == "auto" && manifest.step == config_.train.steps) {
-    complete_ = dir;
+    resume_.complete = dir;
     return;
   }
   LOOM_CHECK_INPUT(manifest.step < config_.train.steps, "checkpoint {} is at step {}, and train.steps is {}: nothing "
@@ -81,20 +81,20 @@ void Trainer::check_resume(const std::string& spec) {
   run_id_ = ckpt::run_of(dir).value_or("");
   if (!own.empty()) ckpt::check_dir_for_run(own, run_id_);
   if (!changed.empty())
-    resume_notes_.push_back(fmt::format("resuming with changed settings: {}", fmt::join(changed, ", ")));
-  resume_dir_ = dir;
-  resume_ = std::move(manifest);
+    resume_.notes.push_back(fmt::format("resuming with changed settings: {}", fmt::join(changed, ", ")));
+  resume_.dir = dir;
+  resume_.manifest = std::move(manifest);
 }
 
 // Loads the checkpoint into the allocated state: every rank reads what its pieces need.
 void Trainer::restore() {
   const auto begin = std::chrono::steady_clock::now();
   const std::vector<ckpt::TensorPiece> pieces = optimizer_->state_pieces();
-  resume_bytes_ = ckpt::load(resume_dir_, *resume_, pieces, *base_world_);
-  resume_seconds_ = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
-  optimizer_->set_step_count(resume_->step);
+  resume_.bytes = ckpt::load(resume_.dir, *resume_.manifest, pieces, *base_world_);
+  resume_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  optimizer_->set_step_count(resume_.manifest->step);
   refresh_compute_values();
-  start_step_ = resume_->step;
+  resume_.start_step = resume_.manifest->step;
 }
 
 // The sparse path's choices of the saved run, when this run's layout is the same (its replica
@@ -102,8 +102,8 @@ void Trainer::restore() {
 // very same one.
 std::vector<replicas::TableChoice> Trainer::saved_table_choices(int64_t* partitions) const {
   std::vector<replicas::TableChoice> out;
-  if (!resume_ || !resume_->state.contains("sparse")) return out;
-  const nlohmann::json& s = resume_->state.at("sparse");
+  if (!resume_.manifest || !resume_.manifest->state.contains("sparse")) return out;
+  const nlohmann::json& s = resume_.manifest->state.at("sparse");
   if (s.value("replicas", -1) != replicas_size() || s.value("tp", -1) != config_.parallel.tp) return out;
   *partitions = s.value("partitions", int64_t{0});
   for (const auto& t : s.at("tables"))
@@ -153,6 +153,27 @@ double Trainer::save_checkpoint(int64_t steps_done) {
   const auto end = std::chrono::steady_clock::now();
   if (trace_) trace_->add("checkpoint_save", "checkpoint", begin, end);
   return std::chrono::duration<double>(end - begin).count();
+}
+
+std::unique_ptr<ckpt::Checkpointer> Trainer::make_checkpointer(const std::function<void(int, int64_t)>& hook) {
+  ckpt::SaveOptions options{.dir = config_.checkpoint.dir, .keep = config_.checkpoint.keep,
+                            .async = config_.checkpoint.async};
+  if (hook) options.after_file = [hook, rank = mesh_->rank()](int64_t step) { hook(rank, step); };
+  return std::make_unique<ckpt::Checkpointer>(std::move(options), *base_world_);
+}
+
+// After step `done` (from 1): every checkpoint.every steps, at the run's last step, and when the
+// run is stopped (a signal, --stop-after).
+bool Trainer::checkpoint_due(int64_t done, bool stopping) const {
+  if (!checkpointer_) return false;
+  const int64_t every = config_.checkpoint.every;
+  return stopping || done == config_.train.steps || (every > 0 && done % every == 0);
+}
+
+// "; checkpoint: DIR" for the closing lines, when a checkpoint was committed.
+std::string Trainer::saved_text() const {
+  const std::string last = last_checkpoint();
+  return last.empty() ? std::string() : fmt::format("; checkpoint: {}", last);
 }
 
 }  // namespace loom::train

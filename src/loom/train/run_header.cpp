@@ -74,21 +74,21 @@ std::string Trainer::header() const {
       data_->describe());
   text += fmt::format("loom: {}\n", build_line(build_info()));
   text += policy_words(plan_);
-  if (sparse_) text += fmt::format("loom: {}\n", sparse_->describe());
+  if (const std::string tables = optimizer_->tables().describe(); !tables.empty()) text += fmt::format("loom: {}\n", tables);
   if (valid_ != nullptr && config_.train.eval_every > 0) {
     const int64_t samples = eval_steps() * config_.train.global_batch;
     const models::Throughput unit = kind_->throughput(config_.model);
     text += fmt::format("loom: validation every {} steps on {} held-out samples ({} {}); valid: {}\n",
                         config_.train.eval_every, samples, samples * unit.per_sample, unit.items, valid_->describe());
   }
-  for (const std::string& note : resume_notes_) text += fmt::format("loom: {}\n", note);
-  if (resume_)
+  for (const std::string& note : resume_.notes) text += fmt::format("loom: {}\n", note);
+  if (resume_.manifest)
     text += fmt::format(
         "loom: resumed from {} at step {} (saved with {}, dp={} tp={} pp={} sp={}; rank 0 read {:.1f} MB in "
         "{:.3f} s)\n",
-        resume_dir_, start_step_, counted(resume_->layout.value("ranks", 0), "rank", "ranks"),
-        resume_->layout.value("dp", 0), resume_->layout.value("tp", 0), resume_->layout.value("pp", 0),
-        resume_->layout.value("sp", 0), static_cast<double>(resume_bytes_) / 1e6, resume_seconds_);
+        resume_.dir, resume_.start_step, counted(resume_.manifest->layout.value("ranks", 0), "rank", "ranks"),
+        resume_.manifest->layout.value("dp", 0), resume_.manifest->layout.value("tp", 0), resume_.manifest->layout.value("pp", 0),
+        resume_.manifest->layout.value("sp", 0), static_cast<double>(resume_.bytes) / 1e6, resume_.seconds);
   return text;
 }
 

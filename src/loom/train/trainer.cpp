@@ -3,7 +3,6 @@
 #include <ATen/Parallel.h>
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 #include <chrono>
 #include <thread>
@@ -21,7 +20,6 @@
 #include "loom/plan/run_plan.h"
 #include "loom/plan/gemm_peak.h"
 #include "loom/plan/mfu.h"
-#include "loom/train/step_measures.h"
 
 namespace loom::train {
 namespace {
@@ -48,8 +46,6 @@ int default_threads(const dist::Communicator& world) {
 Trainer::Trainer(Config config, dist::Communicator& world, const std::string& resume, const models::ModelKinds& kinds)
     : config_(std::move(config)),
       kinds_(kinds),
-      dtype_(nn::master_type(config_.model.dtype)),
-      activations_(nn::activation_type(config_.model.dtype)),
       world_rank_(world.rank()),
       base_world_(&world) {
   std::exception_ptr failure;
@@ -68,7 +64,7 @@ Trainer::Trainer(Config config, dist::Communicator& world, const std::string& re
   if (budget > 0) begin_budget(budget, plan_);
   try {
     allocate();
-    if (resume_) restore();
+    if (resume_.manifest) restore();
   } catch (const memory::OutOfMemory& e) {
     end_budget();
     throw Error(fmt::format("{} while setting up the run; {}", e.what(), plan::memory_text(plan_, estimate())));
@@ -83,8 +79,6 @@ Trainer::Trainer(Config config, int world_size, int rank, int local_ranks, const
                  const models::ModelKinds& kinds)
     : config_(std::move(config)),
       kinds_(kinds),
-      dtype_(nn::master_type(config_.model.dtype)),
-      activations_(nn::activation_type(config_.model.dtype)),
       world_rank_(rank) {
   check_input(world_size, local_ranks, resume);
 }
@@ -102,10 +96,12 @@ void Trainer::allocate() {
       pipeline::take_stages(model_, plan_.cuts, p.pp, mesh_->pp_rank(), p.chunks, policies());
   const optim::AdamWOptions adamw{.beta1 = config_.train.beta1, .beta2 = config_.train.beta2,
                                   .weight_decay = config_.train.weight_decay};
-  attach_sparse_tables(adamw);
+  // Each embedding table on its path (NOTE [Table paths]) before anything is allocated: a table on
+  // the sparse path is never whole on a rank.
+  auto tables = std::make_unique<replicas::SparseTables>(model_, replicas(), mesh_->tp(), table_options(adamw));
   const auto seed = static_cast<uint64_t>(config_.train.seed);
-  model_.initialise(seed, dtype_);
-  if (sparse_) sparse_->initialise(seed, dtype_);
+  model_.initialise(seed, dtype());
+  tables->initialise(seed, dtype());
   refresh_compute_values();
   std::vector<std::vector<nn::Param*>> layer_params;
   for (auto& layer : model_.chain) layer_params.push_back(layer->params());
@@ -116,12 +112,12 @@ void Trainer::allocate() {
       model_, replicas(), mesh_->tp(), mesh_->pp(),
       replicas::ReplicaOptions{.zero = config_.parallel.zero == 1, .bucket_mb = config_.parallel.bucket_mb,
                                .clip = config_.train.clip, .adamw = adamw, .grad_wire = grad_wire()},
-      sparse_.get());
+      std::move(tables));
   const auto& m = config_.model;
   const int64_t tokens = config_.parallel.tp_sequence ? local_seq() / config_.parallel.tp : local_seq();
   executor_ = std::make_unique<pipeline::PipelineExecutor>(
       plan_.schedule, mesh_->pp(), std::move(chunks), std::vector<int64_t>{config_.train.micro_batch, tokens, m.d_model},
-      activations_);
+      activations());
 }
 
 // parallel.grad_dtype: the type gradients cross the replicas in (nullopt: the parameters').
@@ -132,15 +128,12 @@ std::optional<at::ScalarType> Trainer::grad_wire() const {
 
 // The products' copies of the parameters after they change (NOTE [Mixed precision]).
 void Trainer::refresh_compute_values() {
-  for (nn::Param* p : model_.params()) nn::refresh_compute(*p, activations_);
+  for (nn::Param* p : model_.params()) nn::refresh_compute(*p, activations());
 }
 
 models::Model Trainer::build_model(dist::Communicator& tp, parallel::SpOptions sp) const {
   return kind_->build(config_.model, {.tp = tp, .tp_options = tp_options(), .sp = sp});
 }
-
-
-
 
 // Every check that can fail on bad input, on the plan: nothing is allocated and nothing sent.
 void Trainer::check_input(int world_size, int local_ranks, const std::string& resume) {
@@ -191,113 +184,27 @@ std::vector<nn::MicroBatch> Trainer::local_microbatches(int64_t step, const data
   return out;
 }
 
-// Each embedding table's path (NOTE [Table paths]): "auto" measures both, with the backward that
-// follows a table and the rest of its gradient bucket as they are in a step, and may choose dense
-// only where the plan found the run fits in memory with every table dense (plan::dense_tables_fit).
-void Trainer::attach_sparse_tables(const optim::AdamWOptions& adamw) {
+// "auto" measures both paths, with the backward that follows a table and the rest of its gradient
+// bucket as they are in a step, and may choose dense only where the plan found the run fits in
+// memory with every table dense (plan::dense_tables_fit); a run resuming one of the same layout
+// keeps its choices.
+replicas::TableOptions Trainer::table_options(const optim::AdamWOptions& adamw) const {
   const auto& p = config_.parallel;
-  std::vector<nn::Param*> tables;
-  for (nn::Param* param : model_.params())
-    if (param->embedding) tables.push_back(param);
-  if (tables.empty()) return;  // a pipeline stage without the embedding
-  const auto bucket = static_cast<int64_t>(p.bucket_mb * 1024 * 1024 / static_cast<double>(at::elementSize(dtype_)));
-  const bool given = p.sparse_partitions > 0 && p.sparse != SparseMode::Auto;
-  const std::vector<nn::MicroBatch> step0 = given || p.sparse == SparseMode::Off ? std::vector<nn::MicroBatch>{}
-                                                                                  : local_microbatches(0);
-  int64_t saved_partitions = 0;
-  std::vector<replicas::TableChoice> saved =
-      p.sparse == SparseMode::Auto ? saved_table_choices(&saved_partitions) : std::vector<replicas::TableChoice>{};
-  sparse_ = std::make_unique<replicas::SparseTables>(
-      tables, replicas::table_contexts(model_, tables, config_.train.micro_batch, local_seq(), bucket), replicas(),
-      mesh_->tp(),
-      replicas::TableOptions{.mode = p.sparse, .update = config_.train.table_update,
-                             .partitions = p.sparse_partitions, .adamw = adamw, .dtype = dtype_,
-                             .dense_fits = plan_.dense_tables_fit, .saved = std::move(saved),
-                             .saved_partitions = saved_partitions},
-      [&] {
-        for (auto& layer : model_.chain) layer->pull_rows(step0);
-      });
+  replicas::TableOptions options{
+      .mode = p.sparse, .update = config_.train.table_update, .partitions = p.sparse_partitions,
+      .adamw = adamw, .dtype = dtype(), .dense_fits = plan_.dense_tables_fit, .batch = config_.train.micro_batch,
+      .seq = local_seq(),
+      .bucket_elements = static_cast<int64_t>(p.bucket_mb * 1024 * 1024 / static_cast<double>(at::elementSize(dtype())))};
+  if (p.sparse == SparseMode::Auto) options.saved = saved_table_choices(&options.saved_partitions);
+  if (replicas::tables_measure(p.sparse, p.sparse_partitions)) options.step0 = local_microbatches(0);
+  return options;
 }
-
-
-// NOTE [Non-finite guard]: a step whose loss or gradient norm is not finite is stopped after the
-// norm is known and before any parameter changes (an infinite learning rate, a diverged run, bad
-// data): the weights stay those of the last good step and the outputs are closed. The loss is
-// summed over the replicas and the norm over every group, so all ranks see the same values and
-// stop together.
-void Trainer::check_finite(int64_t step, double loss, double norm) const {
-  if (std::isfinite(loss) && std::isfinite(norm)) return;
-  throw AgreedError(fmt::format("step {}: the loss is {} and the gradient norm {}; stopped before the optimizer "
-                                "applied it (the weights are {}); hint: lower train.lr (now {}), set train.clip, or "
-                                "check the data",
-                                step, loss, norm, step == 1 ? std::string("the initial ones") : fmt::format("those after step {}", step - 1),
-                                config_.train.lr),
-                    1);
-}
-
-// Every segment's and replica's share of the loss, summed (and over pp from the last stage).
-double Trainer::summed_loss(double local) {
-  at::Tensor loss = at::full({1}, local, at::TensorOptions().dtype(at::kDouble));
-  replicas().all_reduce(loss, dist::ReduceOp::Sum);
-  if (mesh_->pp().size() > 1) mesh_->pp().all_reduce(loss, dist::ReduceOp::Sum);  // only the last stage has it
-  return loss.item<double>();
-}
-
-// One optimizer step: the schedule's micro-batches, the loss summed over the replicas (and over pp
-// from the last stage), the guarded optimizer update, the peak memory over ranks; with pp > 1 also
-// the bubbles and each stage's peak.
-StepRecord Trainer::train_step(int64_t step, double lr) {
-  const auto start = Clock::now();
-  comm_stats_.clear();  // keep one step's records: a long run must not grow them without bound
-  StepRecord r;
-  r.step = step + 1;
-  r.lr = lr;
-  optimizer_->zero_grad();
-  const std::vector<nn::MicroBatch> microbatches = local_microbatches(step);
-  if (sparse_) {  // the rows this step looks up, from their owners (or noted, for lazy dense tables)
-    const auto begin = Clock::now();
-    sparse_->pull([&] {
-      for (auto& layer : model_.chain) layer->pull_rows(microbatches);
-    });
-    if (trace_) trace_->add("sparse_pull", "communication", begin, Clock::now());
-  }
-  pipeline::ExecutorHooks hooks;
-  hooks.microbatch = [&](int64_t i) { return microbatches[static_cast<size_t>(i)]; };
-  // A layer's gradients are final once the rank's last micro-batch has passed it: under
-  // tp_sequence its norms' partial gradients are summed over tp, then dp may reduce them.
-  hooks.layer_done = [&](size_t layer) {
-    sequence_grads_->layer_done(layer);
-    optimizer_->layer_done(layer);
-  };
-  if (trace_) hooks.trace = [&](const std::string& name, const char* category, auto begin, auto end) {
-    const bool copy = std::string_view(category) == pipeline::kSwapCategory;
-    trace_->add(name, category, begin, end, copy ? trace::kSwapTrack : trace::kComputeTrack);
-  };
-  const pipeline::StepResult result = executor_->run_step(hooks);
-  // The loss is summed once the gradients are (a blocking collective among the buckets' in-flight
-  // all-reduces would hold them up), and checked before the update.
-  replicas::Timeline timeline;
-  if (trace_) timeline = [&](const char* name, const char* category, auto begin, auto end) {
-    trace_->add(name, category, begin, end);
-  };
-  if (checkpointer_) checkpointer_->before_update();  // an async save's copy of the state is taken
-  r.grad_norm = optimizer_->step(lr, [&](double norm) {
-    r.loss = summed_loss(result.loss);
-    check_finite(r.step, r.loss, norm);
-  }, timeline);
-  refresh_compute_values();
-  r.comm_bytes = comm_stats_.bytes_by_axis();
-  measure_step(r, result, *mesh_, plan_.schedule, executor_->host_peak_bytes());
-  r.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
-  return r;
-}
-
 
 // This machine's GEMM peak in the type the products run in, measured outside memory.budget
 // (NOTE [Measurements outside the budget]).
 double Trainer::gemm_peak() const {
   const memory::BudgetLifted lifted;
-  return plan::measure_gemm_peak(activations_, 0.2);
+  return plan::measure_gemm_peak(activations(), 0.2);
 }
 
 // The whole job's model FLOPs of one step, as the simulator counts them (NOTE [MFU]).
@@ -305,10 +212,10 @@ double Trainer::flops_per_step() const { return plan::step_model_flops(plan_); }
 
 std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
   const auto& t = config_.train;
-  if (!complete_.empty()) {  // NOTE [A finished run resumes to nothing]
+  if (!resume_.complete.empty()) {  // NOTE [A finished run resumes to nothing]
     if (mesh_->rank() == 0 && options.progress != nullptr)
       *options.progress << fmt::format("loom: the run is complete: checkpoint {} is at its last step ({} of {}); "
-                                       "nothing to train\n", complete_, t.steps, t.steps)
+                                       "nothing to train\n", resume_.complete, t.steps, t.steps)
                         << std::flush;
     return {};
   }
@@ -318,10 +225,10 @@ std::vector<StepRecord> Trainer::run(const TrainOptions& options) {
 std::vector<StepRecord> Trainer::run_steps(const TrainOptions& options) {
   const auto& t = config_.train;
   // Every rank sees the same step and flag: all refuse together.
-  if (options.stop_after > 0 && options.stop_after <= start_step_)
+  if (options.stop_after > 0 && options.stop_after <= resume_.start_step)
     throw AgreedError(fmt::format("--stop-after {} is not after step {}, where the run resumes from {}: nothing to "
                                   "train; hint: a later step, or no --stop-after",
-                                  options.stop_after, start_step_, resume_dir_),
+                                  options.stop_after, resume_.start_step, resume_.dir),
                       2);
   const double peak_flops = options.peak_flops > 0 ? options.peak_flops : gemm_peak();
   const double flops = flops_per_step();
@@ -330,7 +237,7 @@ std::vector<StepRecord> Trainer::run_steps(const TrainOptions& options) {
   const int64_t last = options.stop_after > 0 ? std::min(options.stop_after, t.steps) : t.steps;
   RunReport report({.metrics_path = options.metrics_path, .trace_path = options.trace_path,
                     .console = options.progress, .steps = t.steps, .last_step = last, .log_every = t.log_every,
-                    .samples_per_step = t.global_batch, .resumed_step = start_step_,
+                    .samples_per_step = t.global_batch, .resumed_step = resume_.start_step,
                     .unit = kind_->throughput(config_.model), .ranks = mesh_->world().size()},
                    mesh_->rank() == 0, mesh_->world().size());
   const dist::PeerLossAction finalise(options.interrupts, [&report] { report.finalise_now(); });
@@ -342,7 +249,7 @@ std::vector<StepRecord> Trainer::run_steps(const TrainOptions& options) {
   if (!config_.checkpoint.dir.empty()) checkpointer_ = make_checkpointer(options.after_checkpoint_file);
   std::vector<StepRecord> records;
   const auto start = Clock::now();
-  for (int64_t step = start_step_; step < last; ++step) {
+  for (int64_t step = resume_.start_step; step < last; ++step) {
     if (options.before_step) options.before_step(mesh_->rank(), step);
     records.push_back(guarded_step(step, schedule.at(step)));
     StepRecord& record = records.back();
@@ -370,39 +277,6 @@ std::vector<StepRecord> Trainer::run_steps(const TrainOptions& options) {
                                      saved_text())
                       << std::flush;
   return records;
-}
-
-std::unique_ptr<ckpt::Checkpointer> Trainer::make_checkpointer(const std::function<void(int, int64_t)>& hook) {
-  ckpt::SaveOptions options{.dir = config_.checkpoint.dir, .keep = config_.checkpoint.keep,
-                            .async = config_.checkpoint.async};
-  if (hook) options.after_file = [hook, rank = mesh_->rank()](int64_t step) { hook(rank, step); };
-  return std::make_unique<ckpt::Checkpointer>(std::move(options), *base_world_);
-}
-
-// After step `done` (from 1): every checkpoint.every steps, at the run's last step, and when the
-// run is stopped (a signal, --stop-after).
-bool Trainer::checkpoint_due(int64_t done, bool stopping) const {
-  if (!checkpointer_) return false;
-  const int64_t every = config_.checkpoint.every;
-  return stopping || done == config_.train.steps || (every > 0 && done % every == 0);
-}
-
-// "; checkpoint: DIR" for the closing lines, when a checkpoint was committed.
-std::string Trainer::saved_text() const {
-  const std::string last = last_checkpoint();
-  return last.empty() ? std::string() : fmt::format("; checkpoint: {}", last);
-}
-
-// A step whose allocation fails names the memory estimate and the keys that size it.
-StepRecord Trainer::guarded_step(int64_t step, double lr) {
-  try {
-    StepRecord r = train_step(step, lr);
-    r.sparse_partitions = sparse_partitions();
-    if (sparse_) r.tables = sparse_->choices();
-    return r;
-  } catch (const memory::OutOfMemory& e) {
-    throw Error(fmt::format("{} in step {}; {}", e.what(), step + 1, plan::memory_text(plan_, estimate())));
-  }
 }
 
 }  // namespace loom::train

@@ -25,6 +25,7 @@
 #include "loom/dist/null_communicator.h"
 #include "loom/dist/recording_communicator.h"
 #include "loom/models/registry.h"
+#include "loom/nn/precision.h"
 #include "loom/optim/adamw.h"
 #include "loom/replicas/replica_optimizer.h"
 #include "loom/replicas/sparse_tables.h"
@@ -75,9 +76,9 @@ class Trainer {
   static plan::RunPlan check(const Config& config, int world_size, int local_ranks, const std::string& resume = "",
                              const models::ModelKinds& kinds = models::ModelKinds::builtin());
   // The step a resumed run starts from (0: a fresh run), and what it loaded.
-  int64_t start_step() const { return start_step_; }
-  const std::string& resumed_from() const { return resume_dir_; }
-  int64_t resumed_bytes() const { return resume_bytes_; }
+  int64_t start_step() const { return resume_.start_step; }
+  const std::string& resumed_from() const { return resume_.dir; }
+  int64_t resumed_bytes() const { return resume_.bytes; }
   // The last checkpoint this run committed ("" none), and the seconds its writing took.
   std::string last_checkpoint() const { return checkpointer_ ? checkpointer_->last_committed() : ""; }
   double last_checkpoint_seconds() const { return checkpointer_ ? checkpointer_->last_seconds() : 0; }
@@ -105,23 +106,19 @@ class Trainer {
   at::Tensor value_of(nn::Param& param) const {
     return param.sparse != nullptr ? param.sparse->gather_full() : param.value;
   }
-  // The sparse tables' partition count (0: no table on the sparse path), and the trials that
-  // chose it when parallel.sparse_partitions = 0: (P, seconds) per candidate.
-  int64_t sparse_partitions() const { return sparse_ ? sparse_->partitions() : 0; }
-  // This rank's embedding tables: each one's path and why (empty: none on this rank).
-  std::vector<replicas::TableChoice> table_choices() const {
-    return sparse_ ? sparse_->choices() : std::vector<replicas::TableChoice>{};
-  }
-  const std::vector<std::pair<int64_t, double>>& partition_trials() const {
-    static const std::vector<std::pair<int64_t, double>> none;
-    return sparse_ ? sparse_->trials() : none;
-  }
+  // This rank's embedding tables and their paths (NOTE [Table paths]): each one's path and why,
+  // the partition count (0: no table on the sparse path), and the trials that chose it when
+  // parallel.sparse_partitions = 0: (P, seconds) per candidate.
+  const replicas::SparseTables& tables() const { return optimizer_->tables(); }
+  int64_t sparse_partitions() const { return tables().partitions(); }
+  const std::vector<replicas::TableChoice>& table_choices() const { return tables().choices(); }
+  const std::vector<std::pair<int64_t, double>>& partition_trials() const { return tables().trials(); }
 
  private:
   Trainer(Config config, int world_size, int rank, int local_ranks, const std::string& resume,
           const models::ModelKinds& kinds);  // check() only
   void check_input(int world_size, int local_ranks, const std::string& resume);
-  // Checkpoints (train/checkpointing.cpp).
+  // Checkpoints and resuming (train/checkpointing.cpp).
   void check_resume(const std::string& spec);
   void restore();
   std::vector<replicas::TableChoice> saved_table_choices(int64_t* partitions) const;
@@ -133,14 +130,15 @@ class Trainer {
   std::string saved_text() const;
   int64_t replicas_size() const { return config_.parallel.dp * config_.parallel.sp; }
   void allocate();
+  // One step (train/train_step.cpp).
   StepRecord train_step(int64_t step, double lr);
+  StepRecord guarded_step(int64_t step, double lr);  // train_step, an allocation failure named
+  void check_finite(int64_t step, double loss, double norm) const;
   double summed_loss(double local);
   std::string header() const;       // the run's first console lines (train/run_header.cpp); collective
   int64_t model_param_count() const;  // the whole model's parameters; collective over the world
   double flops_per_step() const;    // the whole job's model FLOPs in one step (NOTE [MFU])
   double gemm_peak() const;         // for MFU, when TrainOptions::peak_flops is not given
-  StepRecord guarded_step(int64_t step, double lr);
-  void check_finite(int64_t step, double loss, double norm) const;
   models::Model build_model(dist::Communicator& tp, parallel::SpOptions sp) const;
   // Sample `index` of the global micro-batch order of `step`, cut to this rank's sp chunks.
   nn::MicroBatch microbatch(const data::Batches& batches, int64_t step, int64_t index) const;
@@ -153,9 +151,8 @@ class Trainer {
   bool eval_due(int64_t done, int64_t last) const;
   void validate_after(StepRecord& record);
   std::vector<StepRecord> run_steps(const TrainOptions& options);  // run(), once there is something to run
-  // Every embedding table on the sparse path (NOTE [Sparse exchange]) or dense, as parallel.sparse
-  // says or auto's trials choose (NOTE [Table paths]).
-  void attach_sparse_tables(const optim::AdamWOptions& adamw);
+  // How this rank's embedding tables choose their paths (replicas::SparseTables).
+  replicas::TableOptions table_options(const optim::AdamWOptions& adamw) const;
   void refresh_compute_values();
   std::optional<at::ScalarType> grad_wire() const;
   // This rank's slice of the full chain `model_` (the layers of its virtual stages, in chunk
@@ -168,10 +165,23 @@ class Trainer {
   int64_t local_seq() const { return plan_.local_tokens; }  // the tokens of each sequence this rank holds (its sp segment)
   dist::Communicator& replicas();  // the group weight gradients are summed over: dp, or dp x sp
 
+  // What --resume found (NOTE [Resuming]): set by check_resume and restore.
+  struct Resume {
+    std::string dir;                         // the checkpoint resumed from ("" none)
+    std::string complete;                    // --resume auto found the last step's checkpoint: nothing to run
+    std::optional<ckpt::Manifest> manifest;  // its manifest
+    std::vector<std::string> notes;          // for the header
+    int64_t start_step = 0;                  // the step the run starts from
+    int64_t bytes = 0;                       // what rank 0 read, and in how many seconds
+    double seconds = 0;
+  };
+
+  at::ScalarType dtype() const { return nn::master_type(config_.model.dtype); }  // the parameters' (master) type
+  // The activations' and products' type (NOTE [Mixed precision]).
+  at::ScalarType activations() const { return nn::activation_type(config_.model.dtype); }
+
   Config config_;
   models::ModelKinds kinds_;    // what model.kind may name; kind_ and plan_.kind point into it
-  at::ScalarType dtype_;        // the parameters' (master) type
-  at::ScalarType activations_;  // the activations' and products' type (NOTE [Mixed precision])
   int world_rank_;
   dist::Communicator* base_world_ = nullptr;  // unrecorded: the trainer's own agreements
   const models::ModelKind* kind_ = nullptr;  // model.kind
@@ -183,19 +193,12 @@ class Trainer {
   std::unique_ptr<dist::RecordingCommunicator> world_;
   std::unique_ptr<dist::Mesh> mesh_;
   std::unique_ptr<parallel::SequenceGradReducer> sequence_grads_;  // tp_sequence's partial gradients
-  std::unique_ptr<replicas::SparseTables> sparse_;  // this rank's tables on the sparse path, if any
   std::unique_ptr<replicas::ReplicaOptimizer> optimizer_;
   std::unique_ptr<trace::ChromeTrace> trace_;              // set while a run records a trace
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;  // set while a run saves checkpoints
-  std::optional<std::string> run_id_;       // the checkpoints' run (NOTE [A checkpoint folder belongs to one run])
-  std::string resume_dir_;                  // the checkpoint resumed from ("" none)
-  std::string complete_;                    // --resume auto found the last step's checkpoint: nothing to run
-  std::optional<ckpt::Manifest> resume_;    // its manifest, until restored
-  std::vector<std::string> resume_notes_;   // for the header
-  int64_t start_step_ = 0;
-  int64_t resume_bytes_ = 0;
-  double resume_seconds_ = 0;
+  std::optional<std::string> run_id_;  // the checkpoints' run (NOTE [A checkpoint folder belongs to one run])
+  Resume resume_;
 };
 
 }  // namespace loom::train

@@ -45,10 +45,7 @@ double Trainer::validation_loss() {
   try {
     for (int64_t e = 0; e < steps; ++e) {
       const std::vector<nn::MicroBatch> microbatches = local_microbatches(e, valid_.get());
-      if (sparse_)
-        sparse_->pull_for_forward([&] {
-          for (auto& layer : model_.chain) layer->pull_rows(microbatches);
-        });
+      optimizer_->pull_for_forward(microbatches);
       local += executor_->run_forward(static_cast<int64_t>(microbatches.size()),
                                       [&](int64_t i) { return microbatches[static_cast<size_t>(i)]; });
     }
