@@ -33,7 +33,7 @@ int64_t binding_budget(Config c, int ranks) {
   c.parallel.partition = Partition::Compute;
   auto largest = [&](const Config& config) {
     double most = 0;
-    for (const plan::StagePlan& s : plan::make_plan(config, ranks).stages) most = std::max(most, s.memory.total());
+    for (const plan::StagePlan& s : plan::make_plan(config, ranks, plan::CostModel{}).stages) most = std::max(most, s.memory.total());
     return most;
   };
   const double keep = largest(c);

@@ -351,7 +351,7 @@ TEST(Executor, RefusesAChunkWithoutAMemoryPolicyPerLayer) {
 TEST(Executor, TakeStagesGivesEachChunkItsLayersPolicies) {
   Log log;
   int live = 0;
-  models::Model model;
+  nn::Chain model;
   for (int l = 0; l < 6; ++l) model.chain.push_back(std::make_unique<ScaleLayer>(l, 1, l == 5, log, live));
   const Policies policy = {kRecompute, kKeep, kKeep, kRecompute, kRecompute, kKeep};
   // pp = 2, chunks = 2: virtual stages [0, 1) [1, 3) [3, 4) [4, 6); rank 1 runs stages 1 and 3.

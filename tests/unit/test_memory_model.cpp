@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "loom/nn/memory_policy.h"
-#include "loom/pipeline/partition.h"
+#include "loom/schedule/stage_cuts.h"
 #include "loom/plan/memory_model.h"
 #include "loom/schedule/schedule.h"
 #include "loom/schedule/simulator.h"
@@ -612,7 +612,7 @@ TEST(MemoryModel, BalancedCutsMinMaxWithImpossibleSlices) {
     const double impossible = (trial % 4) * 0.25;  // the share of (k, begin, end) that cannot be
     std::vector<double> table(static_cast<size_t>(parts * (n + 1) * (n + 1)));
     for (double& c : table) c = u(rng) < impossible ? kInf : std::floor(100 * u(rng));
-    const pipeline::SliceCost cost = [&](int64_t k, int64_t j, int64_t i) {
+    const schedule::SliceCost cost = [&](int64_t k, int64_t j, int64_t i) {
       return table[static_cast<size_t>((k * (n + 1) + j) * (n + 1) + i)];
     };
     auto worst = [&](const std::vector<int64_t>& c) {
@@ -622,7 +622,7 @@ TEST(MemoryModel, BalancedCutsMinMaxWithImpossibleSlices) {
     };
     double best = kInf;
     for (const auto& c : all_cuts(n, parts)) best = std::min(best, worst(c));
-    const std::vector<int64_t> cuts = pipeline::balanced_cuts(n, parts, cost);
+    const std::vector<int64_t> cuts = schedule::balanced_cuts(n, parts, cost);
     if (best == kInf) {
       EXPECT_TRUE(cuts.empty()) << "trial " << trial << " returned " << text(cuts);
       continue;
@@ -634,11 +634,11 @@ TEST(MemoryModel, BalancedCutsMinMaxWithImpossibleSlices) {
     EXPECT_EQ(worst(cuts), best) << "trial " << trial;
   }
   // Every slice impossible; and only one cut possible.
-  EXPECT_TRUE(pipeline::balanced_cuts(5, 2, [](int64_t, int64_t, int64_t) { return kInf; }).empty());
-  const pipeline::SliceCost one = [](int64_t k, int64_t j, int64_t i) {
+  EXPECT_TRUE(schedule::balanced_cuts(5, 2, [](int64_t, int64_t, int64_t) { return kInf; }).empty());
+  const schedule::SliceCost one = [](int64_t k, int64_t j, int64_t i) {
     return (k == 0 && j == 0 && i == 3) || (k == 1 && j == 3 && i == 5) ? 1.0 : kInf;
   };
-  EXPECT_EQ(pipeline::balanced_cuts(5, 2, one), (std::vector<int64_t>{0, 3, 5}));
+  EXPECT_EQ(schedule::balanced_cuts(5, 2, one), (std::vector<int64_t>{0, 3, 5}));
 }
 
 }  // namespace

@@ -45,7 +45,7 @@ Config tiny_config() {
 
 std::vector<std::string> chain_names(const Config& c) {
   std::vector<std::string> names;
-  for (const LayerPlan& layer : make_plan(c, 1).chain) names.push_back(layer.name);
+  for (const LayerPlan& layer : make_plan(c, 1, CostModel{}).chain) names.push_back(layer.name);  // the names only
   return names;
 }
 
@@ -207,8 +207,8 @@ TEST_F(ProfileFile, AnotherThreadCountThanTheRunsIsWarnedOf) {
   Config c = tiny_config();
   write(to_json(sample_profile(c)));  // measured with 3 threads
   c.memory.profile = path_;
-  EXPECT_EQ(make_plan(c, 1).profile_threads, 3);
-  EXPECT_EQ(make_plan(tiny_config(), 1).profile_threads, 0);
+  EXPECT_EQ(make_plan(c, 1, CostModel::for_config(c)).profile_threads, 3);
+  EXPECT_EQ(make_plan(tiny_config(), 1, CostModel::for_config(tiny_config())).profile_threads, 0);
   EXPECT_EQ(profile_threads_warning(path_, 3, 3), "");
   EXPECT_EQ(profile_threads_warning("", 0, 2), "");
   EXPECT_THAT(profile_threads_warning(path_, 3, 1),
@@ -245,7 +245,7 @@ TEST(ProfileRun, MeasuresEveryLayerOfTheChain) {
   dist::NullCommunicator world;
   const Profile p = train::measure_profile(c, world, {.repeats = 2});
   at::set_num_threads(threads);
-  const RunPlan plan = make_plan(c, 1);
+  const RunPlan plan = make_plan(c, 1, CostModel::for_config(c));
   ASSERT_EQ(p.layers.size(), plan.chain.size());
   EXPECT_EQ(p.identity, profile_identity(c));
   EXPECT_EQ(p.threads, 1);

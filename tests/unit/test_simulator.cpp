@@ -48,7 +48,7 @@ TEST(Simulator, OneStageStepIsTheSumOfItsCosts) {
   const Config c = gpt(1, 1);
   const StepPrediction p = simulate_step(c, cluster, 1);
   double per_microbatch = 0;
-  for (const LayerPlan& l : timed_chain(c, &cluster)) per_microbatch += l.forward_s + l.backward_input_s + l.backward_weight_s;
+  for (const LayerPlan& l : timed_chain(c, CostModel::for_config(c, &cluster))) per_microbatch += l.forward_s + l.backward_input_s + l.backward_weight_s;
   const double microbatches = 8;
   EXPECT_NEAR(p.pipeline_s, microbatches * per_microbatch, near(p.pipeline_s));
   EXPECT_NEAR(p.step_s, p.pipeline_s + p.optimizer_s, near(p.step_s));
@@ -149,9 +149,9 @@ TEST(Simulator, ActivationsAreTheValidatorsStashTimesTheKeptBytes) {
 TEST(Simulator, BudgetHintNamesTheMemoryPolicyItChose) {
   Config c = gpt(1, 2);
   c.memory.budget = "1GiB";
-  EXPECT_NE(budget_hint(make_plan(c, 2)).find("memory.recompute"), std::string::npos);
+  EXPECT_NE(budget_hint(make_plan(c, 2, CostModel{})).find("memory.recompute"), std::string::npos);
   c.memory.policy = PolicyMode::Auto;
-  const std::string hint = budget_hint(make_plan(c, 2));
+  const std::string hint = budget_hint(make_plan(c, 2, CostModel{}));
   EXPECT_NE(hint.find("memory.policy = \"auto\""), std::string::npos) << hint;
   EXPECT_EQ(hint.find("memory.recompute"), std::string::npos) << hint;
 }

@@ -1,22 +1,9 @@
 #pragma once
-// A model is a flat chain of layers at sub-block granularity. It knows nothing about parallelism:
-// a layout decides how the chain is cut, sharded and replicated.
-#include <memory>
-#include <vector>
-
-#include "loom/nn/layer.h"
+// A model is a flat chain of layers (nn/chain.h), built by its kind (models/registry.h).
+#include "loom/nn/chain.h"
 
 namespace loom::models {
 
-struct Model {
-  std::vector<std::unique_ptr<nn::Layer>> chain;
-
-  std::vector<nn::Param*> params() const;
-  int64_t param_count() const;
-  // Every dense parameter from (seed, name): the same values whatever the layout (tables on the
-  // sparse path initialise their owned rows the same way: SparseTable::initialise).
-  void initialise(uint64_t seed, at::ScalarType dtype);
-  nn::Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const;
-};
+using Model = nn::Chain;
 
 }  // namespace loom::models

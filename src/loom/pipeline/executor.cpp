@@ -218,7 +218,7 @@ PipelineExecutor::PipelineExecutor(const schedule::Schedule& schedule, dist::Com
       }
   for (const schedule::Action& a : schedule.ranks[pp.rank()])
     if (a.op == schedule::Op::W || a.op == schedule::Op::BW) last_backward_[a.chunk] = a.mb;
-  LOOM_CHECK(schedule.virtual_stages() == 1 || message_tags(schedule) <= kMaxTags,
+  LOOM_CHECK(schedule.virtual_stages() == 1 || schedule::message_tags(schedule) <= schedule::kMaxTags,
              "[pp] {} micro-batches x {} virtual stages exceed the message tags", schedule.microbatches,
              schedule.virtual_stages());
 }

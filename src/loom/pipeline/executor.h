@@ -49,11 +49,6 @@ struct StepResult {
   std::vector<schedule::StageCosts> measured;
 };
 
-// Messages are tagged by (micro-batch, virtual stage, direction): the tags a schedule needs, and
-// the most every MPI guarantees (MPI_TAG_UB >= 32767).
-inline int64_t message_tags(const schedule::Schedule& s) { return s.microbatches * s.virtual_stages() * 2; }
-inline constexpr int64_t kMaxTags = 32768;
-
 class PipelineExecutor {
  public:
   // `boundary_shape`: the activation passed between stages ([micro_batch, tokens per rank,

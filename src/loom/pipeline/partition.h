@@ -1,39 +1,18 @@
 #pragma once
-// Stage boundaries: a chain of layers cut into `parts` contiguous slices (pp x chunks virtual
-// stages). Returns parts + 1 boundaries: slice i is [cuts[i], cuts[i+1]).
+// A rank's pipeline stages taken out of the chain, at cuts chosen by the plan
+// (schedule/stage_cuts.h: parts + 1 boundaries, slice i is [cuts[i], cuts[i+1])).
 #include <cstdint>
-#include <functional>
 #include <vector>
 
-#include "loom/models/model.h"
+#include "loom/nn/chain.h"
 #include "loom/nn/memory_policy.h"
 #include "loom/pipeline/executor.h"
 
 namespace loom::pipeline {
 
-// Refuses more slices than layers (InputError naming both).
-void check_stage_count(int64_t layers, int64_t parts);
-
-// The cut that minimises the largest slice's cost (dynamic programming over the chain); every
-// slice holds at least one layer.
-std::vector<int64_t> balanced_cuts(const std::vector<double>& layer_costs, int64_t parts);
-// The same for a slice cost that depends on the slice's place: slice_cost(k, begin, end) of
-// layers [begin, end) as slice k; +infinity marks a slice that cannot be. Returns {} when every
-// cut has such a slice.
-using SliceCost = std::function<double(int64_t slice, int64_t begin, int64_t end)>;
-std::vector<int64_t> balanced_cuts(int64_t layers, int64_t parts, const SliceCost& slice_cost);
-
-// parallel.pp_cuts: the first chain index of every slice but the first, strictly increasing in
-// (0, layers). Throws InputError otherwise.
-std::vector<int64_t> explicit_cuts(const std::vector<int64_t>& pp_cuts, int64_t layers, int64_t parts);
-
-// Merak's stage-aware recomputation: the share of its layers pipeline stage k of S recomputes,
-// r_k = 1 - (1 - r0)(S - 1)/(S - 1 - k), clamped to [0, 1]; the last stage recomputes none.
-double stage_recompute_ratio(double first_stage_ratio, int64_t stage, int64_t stages);
-
 // Moves the layers of this rank's virtual stages (chunk c is stage c x pp + pp_rank) out of
 // `model`, which keeps only them, in chunk order; `policy` holds every chain layer's memory policy.
-std::vector<StageChunk> take_stages(models::Model& model, const std::vector<int64_t>& cuts, int64_t pp,
+std::vector<StageChunk> take_stages(nn::Chain& model, const std::vector<int64_t>& cuts, int64_t pp,
                                     int64_t pp_rank, int64_t chunks, const std::vector<nn::MemoryPolicy>& policy);
 
 }  // namespace loom::pipeline

@@ -6,7 +6,7 @@
 #include <tuple>
 #include <utility>
 
-#include "loom/pipeline/partition.h"
+#include "loom/schedule/stage_cuts.h"
 #include "loom/plan/memory_model.h"
 #include "loom/schedule/simulator.h"
 
@@ -99,12 +99,12 @@ double time_of(const LayerCosts& c) { return c.forward_s + c.backward_input_s + 
 std::vector<int64_t> compute_cuts(const MemoryModel& m) {
   std::vector<double> times;
   for (const LayerCosts& c : m.layers) times.push_back(time_of(c));
-  return pipeline::balanced_cuts(times, m.schedule.virtual_stages());
+  return schedule::balanced_cuts(times, m.schedule.virtual_stages());
 }
 
 std::vector<int64_t> memory_cuts(const MemoryModel& m) {
   const std::vector<int64_t> held = schedule::simulate(m.schedule).peak_stashed;
-  return pipeline::balanced_cuts(static_cast<int64_t>(m.layers.size()), m.schedule.stages,
+  return schedule::balanced_cuts(static_cast<int64_t>(m.layers.size()), m.schedule.stages,
                                  [&](int64_t k, int64_t j, int64_t i) {
                                    double bytes = 0, transient = 0;
                                    for (int64_t l = j; l < i; ++l) {
@@ -161,7 +161,7 @@ std::vector<int64_t> auto_cuts(const MemoryModel& m) {
     std::map<std::tuple<int64_t, int64_t, int64_t>, SliceCheck> seen;
     // Cuts whose slices all fit, minimising the slowest slice: the binary search over the
     // bottleneck time, done exactly by the min-max recursion over the slices that fit.
-    const std::vector<int64_t> cuts = pipeline::balanced_cuts(n, stages, [&](int64_t k, int64_t j, int64_t i) {
+    const std::vector<int64_t> cuts = schedule::balanced_cuts(n, stages, [&](int64_t k, int64_t j, int64_t i) {
       auto [it, fresh] = seen.try_emplace({k, j, i});
       if (fresh) it->second = check_slice(m, held[k], j, i, m.budget - slack[k]);
       return it->second.fits ? it->second.time : std::numeric_limits<double>::infinity();

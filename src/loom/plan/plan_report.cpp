@@ -84,7 +84,8 @@ void check_memory(const RunPlan& plan, int local_ranks, double in_use) {
                    format_bytes(per_rank), format_bytes(machine), hint);
 }
 
-bool dense_tables_fit(const RunPlan& plan, int local_ranks, double in_use, const models::ModelKinds& kinds) {
+bool dense_tables_fit(const RunPlan& plan, int local_ranks, double in_use, const CostModel& costs,
+                      const models::ModelKinds& kinds) {
   const auto has_table = [](const LayerPlan& layer) {
     return std::any_of(layer.params.begin(), layer.params.end(), [](const ParamInfo& p) { return p.table; });
   };
@@ -92,7 +93,7 @@ bool dense_tables_fit(const RunPlan& plan, int local_ranks, double in_use, const
   Config dense = plan.config;
   dense.parallel.sparse = SparseMode::Off;
   try {
-    check_memory(make_plan(dense, plan.world_size, nullptr, kinds), local_ranks, in_use);
+    check_memory(make_plan(dense, plan.world_size, costs, kinds), local_ranks, in_use);
   } catch (const InputError&) {
     return false;
   }

@@ -10,7 +10,7 @@
 #include "loom/core/error.h"
 #include "loom/core/units.h"
 #include "loom/models/registry.h"
-#include "loom/pipeline/partition.h"
+#include "loom/schedule/stage_cuts.h"
 #include "loom/schedule/schedule.h"
 
 namespace loom::plan {
@@ -90,10 +90,15 @@ class Search {
  public:
   Search(const Config& config, const Cluster& cluster, int64_t gpus, const SearchOptions& options,
          const models::ModelKinds& kinds)
-      : base_(searchable(config, cluster)), cluster_(cluster), gpus_(gpus), options_(options), kinds_(kinds) {
+      : base_(searchable(config, cluster)),
+        cluster_(cluster),
+        costs_(CostModel::for_config(config, &cluster)),
+        gpus_(gpus),
+        options_(options),
+        kinds_(kinds) {
     Config serial = config;
     serial.parallel = ParallelConfig{};
-    const std::vector<LayerPlan> chain = timed_chain(serial, nullptr, kinds_);
+    const std::vector<LayerPlan> chain = timed_chain(serial, CostModel{}, kinds_);  // its size only
     chain_layers_ = static_cast<int64_t>(chain.size());
     for (const LayerPlan& l : chain)
       for (const ParamInfo& p : l.params) params_ += static_cast<double>(p.numel);
@@ -124,6 +129,7 @@ class Search {
 
   const Config base_;
   const Cluster& cluster_;
+  const CostModel costs_;  // on cluster_, read once (NOTE [Cost model])
   int64_t gpus_;
   SearchOptions options_;
   const models::ModelKinds& kinds_;
@@ -144,7 +150,7 @@ double Search::bound(const Config& c) {
   auto it = chain_times_.find(shape);
   if (it == chain_times_.end()) {
     std::pair<std::vector<double>, std::vector<double>> times;  // all passes; the forward
-    for (const LayerPlan& l : timed_chain(c, &cluster_, kinds_)) {
+    for (const LayerPlan& l : timed_chain(c, costs_, kinds_)) {
       times.first.push_back(l.forward_s + l.backward_input_s + l.backward_weight_s);
       times.second.push_back(l.forward_s);
     }
@@ -158,7 +164,7 @@ double Search::bound(const Config& c) {
     if (recompute)
       for (size_t i = 0; i < layer.size(); ++i) layer[i] += it->second.second[i];
     std::vector<double> rank(static_cast<size_t>(p.pp), 0.0);  // per pipeline rank, over its chunks
-    const std::vector<int64_t> cuts = pipeline::balanced_cuts(layer, stages);  // add() checked stages <= layers
+    const std::vector<int64_t> cuts = schedule::balanced_cuts(layer, stages);  // add() checked stages <= layers
     for (int64_t v = 0; v < stages; ++v)
       for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) rank[v % p.pp] += layer[i];
     cut = cuts_.emplace(std::tuple{shape, p.pp, p.chunks, recompute}, *std::max_element(rank.begin(), rank.end())).first;
@@ -266,7 +272,7 @@ void Search::simulate(std::vector<Candidate> candidates, PlanResult& result) {
     ++result.simulated;
     StepPrediction p;
     try {
-      p = simulate_step(candidates[i].config, cluster_, gpus_, kinds_);
+      p = simulate_step(candidates[i].config, costs_, gpus_, kinds_);
     } catch (const InputError& e) {  // the plan's own checks: stages against the chain, a schedule's counts
       if (result.refused++ == 0) result.first_refusal = e.what();
       continue;

@@ -171,14 +171,23 @@ std::string profile_threads_warning(const std::string& path, int64_t profile_thr
                      path, profile_threads, run_threads, run_threads, path);
 }
 
-Profile read_profile(const std::string& path, const Config& config, const std::vector<std::string>& layer_names) {
+Profile read_profile_file(const std::string& path) {
   std::ifstream in(path);
   LOOM_CHECK_INPUT(in.good(), "profile {} cannot be read (it does not exist or is not readable); {}", path, kHint);
   std::stringstream text;
   text << in.rdbuf();
-  Profile p = profile_from_json(text.str(), path);
-  check_identity(p, config, path);
-  check_layers(p, layer_names, path);
+  return profile_from_json(text.str(), path);
+}
+
+void check_profile(const Profile& profile, const Config& config, const std::vector<std::string>& layer_names,
+                   const std::string& where) {
+  check_identity(profile, config, where);
+  check_layers(profile, layer_names, where);
+}
+
+Profile read_profile(const std::string& path, const Config& config, const std::vector<std::string>& layer_names) {
+  Profile p = read_profile_file(path);
+  check_profile(p, config, layer_names, path);
   return p;
 }
 

@@ -66,8 +66,13 @@ Profile profile_from_json(const std::string& text, const std::string& where);
 // (profile_threads 0).
 std::string profile_threads_warning(const std::string& path, int64_t profile_threads, int64_t run_threads);
 
-// Reads `path` and checks it belongs to `config` (identity, then the chain's layer count and
-// names against `layer_names`). InputError naming the key and both values otherwise.
+// Reads and parses `path` (profile_from_json). InputError when it cannot be read or is not a profile.
+Profile read_profile_file(const std::string& path);
+// Checks `profile` (read from `where`) belongs to `config`: its identity, then the chain's layer
+// count and names against `layer_names`. InputError naming the key and both values otherwise.
+void check_profile(const Profile& profile, const Config& config, const std::vector<std::string>& layer_names,
+                   const std::string& where);
+// read_profile_file, then check_profile.
 Profile read_profile(const std::string& path, const Config& config, const std::vector<std::string>& layer_names);
 
 }  // namespace loom::plan

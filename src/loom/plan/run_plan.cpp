@@ -11,8 +11,7 @@
 #include "loom/dist/null_communicator.h"
 #include "loom/models/registry.h"
 #include "loom/nn/precision.h"
-#include "loom/pipeline/executor.h"
-#include "loom/pipeline/partition.h"
+#include "loom/schedule/stage_cuts.h"
 #include "loom/plan/profile.h"
 #include "loom/schedule/simulator.h"
 
@@ -60,39 +59,6 @@ std::vector<LayerPlan> describe_chain(const models::ModelKind& kind, const Confi
   return chain;
 }
 
-// Each layer's seconds: measured (memory.profile, checked against this config and chain) or its
-// FLOPs at the nominal rate. Returns the swap tier's bandwidth to assume; `profile_threads` (where
-// given) gets the threads the profile was measured with.
-double time_chain(const Config& c, std::vector<LayerPlan>& chain, const Cluster* cluster,
-                  int64_t* profile_threads = nullptr) {
-  if (cluster != nullptr && c.memory.profile.empty()) {  // a profile's measured times win over the model
-    const dist::MeshShape mesh = dist::mesh_shape(c.parallel);
-    for (LayerPlan& l : chain) {
-      const PassTimes t = pass_times(*cluster, l.cost, c.model.dtype, mesh);
-      l.forward_s = t.forward_s, l.backward_input_s = t.backward_input_s, l.backward_weight_s = t.backward_weight_s;
-    }
-    return cluster->host_bytes_per_s;
-  }
-  if (c.memory.profile.empty()) {
-    for (LayerPlan& l : chain) {
-      l.forward_s = l.cost.forward_flops / kNominalFlops;
-      l.backward_input_s = l.cost.backward_input_flops / kNominalFlops;
-      l.backward_weight_s = l.cost.backward_weight_flops / kNominalFlops;
-    }
-    return kNominalCopyBytesPerS;
-  }
-  std::vector<std::string> names;
-  for (const LayerPlan& l : chain) names.push_back(l.name);
-  const Profile profile = read_profile(c.memory.profile, c, names);
-  if (profile_threads != nullptr) *profile_threads = profile.threads;
-  for (size_t i = 0; i < chain.size(); ++i) {
-    chain[i].forward_s = profile.layers[i].forward_s;
-    chain[i].backward_input_s = profile.layers[i].backward_input_s;
-    chain[i].backward_weight_s = profile.layers[i].backward_weight_s;
-  }
-  return std::min(profile.device_to_host_bytes_per_s, profile.host_to_device_bytes_per_s);
-}
-
 // memory.recompute and memory.swap as written, per layer. "stage-aware" (Merak): pipeline rank k
 // recomputes the first round(r_k x its layers) of each of its slices, earlier ranks more (they
 // stash more). memory.swap = "all" swaps every layer that does not recompute.
@@ -104,7 +70,7 @@ std::vector<nn::MemoryPolicy> manual_policies(const Config& config, const std::v
   for (int64_t v = 0; v < p.pp * p.chunks; ++v) {
     double ratio = mode == Recompute::Full ? 1.0 : 0.0;
     if (mode == Recompute::StageAware)
-      ratio = pipeline::stage_recompute_ratio(config.memory.recompute_ratio, v % p.pp, p.pp);
+      ratio = schedule::stage_recompute_ratio(config.memory.recompute_ratio, v % p.pp, p.pp);
     const int64_t begin = cuts[v], end = cuts[v + 1];
     const auto recomputed = static_cast<int64_t>(std::lround(ratio * static_cast<double>(end - begin)));
     for (int64_t i = begin; i < begin + recomputed; ++i) policy[i] = nn::MemoryPolicy::Recompute;
@@ -241,14 +207,14 @@ bool fits_budget(const MemoryModel& model, const MemoryDecision& d) {
 MemoryDecision decide_memory(const RunPlan& plan, const MemoryModel& model) {
   const auto& p = plan.config.parallel;
   const auto n = static_cast<int64_t>(plan.chain.size());
-  if (!p.pp_cuts.empty()) return policies_on(plan, model, pipeline::explicit_cuts(p.pp_cuts, n, p.pp * p.chunks));
+  if (!p.pp_cuts.empty()) return policies_on(plan, model, schedule::explicit_cuts(p.pp_cuts, n, p.pp * p.chunks));
   if (p.partition == Partition::Memory) return policies_on(plan, model, memory_cuts(model));
   if (p.partition == Partition::Compute) {
     if (plan.profiled || plan.cluster) return policies_on(plan, model, compute_cuts(model));
     std::vector<double> flops;  // without a profile or a cluster: the FLOPs, exactly as they are
     for (const LayerPlan& layer : plan.chain)
       flops.push_back(layer.cost.forward_flops + layer.cost.backward_input_flops + layer.cost.backward_weight_flops);
-    return policies_on(plan, model, pipeline::balanced_cuts(flops, p.pp * p.chunks));
+    return policies_on(plan, model, schedule::balanced_cuts(flops, p.pp * p.chunks));
   }
   std::vector<MemoryDecision> tried;
   for (auto cuts : {auto_cuts(model), compute_cuts(model), memory_cuts(model)})
@@ -298,13 +264,14 @@ PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, 
           .backward_weight_s = cluster.compute_seconds(cost.backward_weight_flops, cost.gemm_dim, 0, 0, dtype)};
 }
 
-std::vector<LayerPlan> timed_chain(const Config& config, const Cluster* cluster, const models::ModelKinds& kinds) {
+std::vector<LayerPlan> timed_chain(const Config& config, const CostModel& costs, const models::ModelKinds& kinds) {
   std::vector<LayerPlan> chain = describe_chain(kinds.find(config.model.kind), config, config.model.seq_len / config.parallel.sp);
-  time_chain(config, chain, cluster);
+  costs.time(config, chain);
   return chain;
 }
 
-RunPlan make_plan(const Config& config, int world_size, const Cluster* cluster, const models::ModelKinds& kinds) {
+RunPlan make_plan(const Config& config, int world_size, const CostModel& costs, const models::ModelKinds& kinds) {
+  const Cluster* cluster = costs.cluster();
   RunPlan plan{.config = config,
                .kind = &kinds.find(config.model.kind),
                .world_size = world_size,
@@ -314,19 +281,20 @@ RunPlan make_plan(const Config& config, int world_size, const Cluster* cluster, 
   plan.local_tokens = config.model.seq_len / p.sp;
   plan.chain = describe_chain(*plan.kind, config, plan.local_tokens);
   // Stages against the chain first: a huge parallel.pp must be refused, not simulated.
-  pipeline::check_stage_count(static_cast<int64_t>(plan.chain.size()), p.pp * p.chunks);
-  plan.profiled = !config.memory.profile.empty();
-  plan.copy_bytes_per_s = time_chain(config, plan.chain, cluster, &plan.profile_threads);
+  schedule::check_stage_count(static_cast<int64_t>(plan.chain.size()), p.pp * p.chunks);
+  plan.profiled = costs.profiled();
+  plan.profile_threads = costs.profile_threads();
+  plan.copy_bytes_per_s = costs.time(config, plan.chain);
   if (cluster != nullptr && p.pp > 1)
     plan.p2p_s = cluster->collective_seconds(CommOp::SendRecv, 2, input_bytes(plan),
                                              group_spans_nodes(plan.mesh, "pp", cluster->devices_per_node) &&
                                                  p.sp * p.tp % cluster->devices_per_node == 0);
   plan.schedule = schedule::schedule_for(p.schedule, p.pp, config.microbatch_count() / p.dp, p.chunks);
-  LOOM_CHECK_INPUT(cluster != nullptr || p.pp == 1 || pipeline::message_tags(plan.schedule) <= pipeline::kMaxTags,
+  LOOM_CHECK_INPUT(cluster != nullptr || p.pp == 1 || schedule::message_tags(plan.schedule) <= schedule::kMaxTags,
                    "{} micro-batches per data-parallel rank x {} virtual stages need {} message tags, more than "
                    "the {} MPI guarantees; hint: fewer, larger micro-batches",
-                   plan.schedule.microbatches, plan.schedule.virtual_stages(), pipeline::message_tags(plan.schedule),
-                   pipeline::kMaxTags);
+                   plan.schedule.microbatches, plan.schedule.virtual_stages(), schedule::message_tags(plan.schedule),
+                   schedule::kMaxTags);
   const MemoryModel model = memory_model(plan);
   MemoryDecision decision = decide_memory(plan, model);  // its simulations refuse a bad schedule
   // The micro-batches each rank holds: the schedule's own (unit costs); on a cluster, the timed

@@ -24,6 +24,7 @@
 #include "loom/nn/layer.h"
 #include "loom/nn/memory_policy.h"
 #include "loom/plan/cluster.h"
+#include "loom/plan/cost_model.h"
 #include "loom/plan/memory_model.h"
 #include "loom/schedule/schedule.h"
 
@@ -38,7 +39,7 @@ struct ParamInfo {
 struct LayerPlan {
   std::string name;
   nn::Cost cost;  // one micro-batch on one rank
-  // Seconds of one micro-batch on one rank: from memory.profile, or the FLOPs at kNominalFlops.
+  // Seconds of one micro-batch on one rank, from the plan's cost model (NOTE [Cost model]).
   double forward_s = 0, backward_input_s = 0, backward_weight_s = 0;
   std::vector<ParamInfo> params;
   nn::MemoryPolicy policy = nn::MemoryPolicy::Keep;
@@ -90,9 +91,9 @@ struct RunPlan {
   Prediction prediction;                         // the memory cost model's, for the chosen cuts and policies
   double copy_bytes_per_s = 0;                   // the swap tier's bandwidth the plan assumed
   double p2p_s = 0;                              // a stage boundary's send (on a cluster)
-  bool profiled = false;                         // times from memory.profile (else analytic)
-  int64_t profile_threads = 0;                   // the intra-op threads memory.profile was measured with (0: none)
-  const Cluster* cluster = nullptr;              // times from this cluster's cost model (NOTE [Step simulator])
+  bool profiled = false;                         // times measured by `loom profile` (else analytic)
+  int64_t profile_threads = 0;                   // the intra-op threads the profile was measured with (0: none)
+  const Cluster* cluster = nullptr;              // a plan for this cluster (NOTE [Cost model]); null: this machine
   // Under parallel.sparse = "auto", whether the run fits with every embedding table dense, so that
   // auto may choose dense (NOTE [Table paths]); set with the memory check (dense_tables_fit).
   bool dense_tables_fit = true;
@@ -120,15 +121,15 @@ inline constexpr double kPlannedBudgetShare = 0.9;
 // Throws InputError (naming the keys) for a config that passed models::validate_config but whose
 // layout cannot run on `world_size` ranks: stages against the chain, the schedule, message tags,
 // explicit cuts, the mesh against the world.
-// With a `cluster`, every layer's times come from its cost model (NOTE [Cluster cost model]), the
-// swap tier copies at its host link and the stages' boundaries cost a send; the message-tag limit
-// of this build's MPI executor is not checked (the plan is for that cluster).
-RunPlan make_plan(const Config& config, int world_size, const Cluster* cluster = nullptr,
+// The layers' times and the swap tier's bandwidth come from `costs` (NOTE [Cost model]); on a
+// cluster the stages' boundaries cost a send, and the message-tag limit of this build's executor
+// is not checked (the plan is for that cluster).
+RunPlan make_plan(const Config& config, int world_size, const CostModel& costs,
                   const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
-// The chain of `config` (tp rank 0's shard, one micro-batch), each layer timed on `cluster` (or,
-// without one, as make_plan times it): what a planner's bounds need, without a schedule.
-std::vector<LayerPlan> timed_chain(const Config& config, const Cluster* cluster,
+// The chain of `config` (tp rank 0's shard, one micro-batch), each layer timed by `costs`: what a
+// planner's bounds need, without a schedule.
+std::vector<LayerPlan> timed_chain(const Config& config, const CostModel& costs,
                                    const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
 // A layer's pass times on `cluster` (forward, backward input, backward weight), its collectives
@@ -144,8 +145,8 @@ void check_memory(const RunPlan& plan, int local_ranks, double in_use);
 
 // Whether `plan`'s run with every embedding table dense (parallel.sparse = "off") passes
 // check_memory; a plan with no table on the sparse path is that run already, and `plan` is assumed
-// to have passed it. `kinds`: the registry `plan` was made from.
-bool dense_tables_fit(const RunPlan& plan, int local_ranks, double in_use,
+// to have passed it. `costs` and `kinds`: what `plan` was made with.
+bool dense_tables_fit(const RunPlan& plan, int local_ranks, double in_use, const CostModel& costs,
                       const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
 // How many of a stage's layers the plan recomputes and swaps (the rest keep their activations).

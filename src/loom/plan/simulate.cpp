@@ -149,6 +149,13 @@ std::vector<std::pair<std::string, std::string>> sources(const RunPlan& plan, co
 
 StepPrediction simulate_step(const Config& config, const Cluster& cluster, int64_t gpus,
                              const models::ModelKinds& kinds) {
+  return simulate_step(config, CostModel::for_config(config, &cluster), gpus, kinds);
+}
+
+StepPrediction simulate_step(const Config& config, const CostModel& costs, int64_t gpus,
+                             const models::ModelKinds& kinds) {
+  LOOM_CHECK(costs.cluster() != nullptr, "simulate_step needs a cluster's costs");
+  const Cluster& cluster = *costs.cluster();
   check_gpus(cluster, gpus);
   const auto& q = config.parallel;
   LOOM_CHECK_INPUT(q.dp * q.tp * q.pp * q.sp == gpus,
@@ -158,7 +165,7 @@ StepPrediction simulate_step(const Config& config, const Cluster& cluster, int64
   Config c = config;
   // Without a budget, a stage must fit the device (memory.policy = "auto" plans for it).
   if (c.memory.budget.empty()) c.memory.budget = fmt::format("{}B", static_cast<int64_t>(cluster.memory_bytes));
-  StepPrediction out{.plan = make_plan(c, static_cast<int>(gpus), &cluster, kinds), .cluster = cluster.name, .gpus = gpus};
+  StepPrediction out{.plan = make_plan(c, static_cast<int>(gpus), costs, kinds), .cluster = cluster.name, .gpus = gpus};
   RunPlan& plan = out.plan;
   plan.cluster = nullptr;  // the cluster is the caller's: do not keep its address
   out.device_bytes = static_cast<double>(c.budget_bytes());

@@ -66,6 +66,10 @@ std::vector<Span> timeline(const StepPrediction& prediction);
 // name (NOTE [Model kinds are a value]); the prediction's plan points into it.
 StepPrediction simulate_step(const Config& config, const Cluster& cluster, int64_t gpus,
                              const models::ModelKinds& kinds = models::ModelKinds::builtin());
+// The same with the costs given (NOTE [Cost model]; they must be a cluster's): what a planner
+// simulating many layouts passes, so that a profile is read once.
+StepPrediction simulate_step(const Config& config, const CostModel& costs, int64_t gpus,
+                             const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
 // InputError naming each stage's need against the device's memory.
 void refuse_unfit(const StepPrediction& prediction);

@@ -69,4 +69,9 @@ Schedule schedule_for(const std::string& spec, int64_t stages, int64_t microbatc
 // last), sendB after it (not on the first).
 std::vector<std::vector<Action>> lower(const Schedule& schedule);
 
+// The executor tags a message by (micro-batch, virtual stage, direction): the tags a schedule
+// needs, and the most every MPI guarantees (MPI_TAG_UB >= 32767).
+inline int64_t message_tags(const Schedule& s) { return s.microbatches * s.virtual_stages() * 2; }
+inline constexpr int64_t kMaxTags = 32768;
+
 }  // namespace loom::schedule

@@ -145,11 +145,12 @@ void Trainer::check_input(int world_size, int local_ranks, const std::string& re
   kind_ = &kinds_.find(config_.model.kind);
   data_ = kind_->open_data(config_);
   valid_ = open_valid(*kind_, config_);
-  plan_ = plan::make_plan(config_, world_size, nullptr, kinds_);
+  const plan::CostModel costs = plan::CostModel::for_config(config_);  // this machine's (NOTE [Cost model])
+  plan_ = plan::make_plan(config_, world_size, costs, kinds_);
   const auto live = static_cast<double>(memory::live_bytes());
   plan::check_memory(plan_, local_ranks, live);
   if (config_.parallel.sparse == SparseMode::Auto)
-    plan_.dense_tables_fit = plan::dense_tables_fit(plan_, local_ranks, live, kinds_);
+    plan_.dense_tables_fit = plan::dense_tables_fit(plan_, local_ranks, live, costs, kinds_);
 }
 
 // The plan's memory policy of every chain layer.

@@ -1,29 +1,29 @@
-#include "loom/models/model.h"
+#include "loom/nn/chain.h"
 
-namespace loom::models {
+namespace loom::nn {
 
-std::vector<nn::Param*> Model::params() const {
+std::vector<Param*> Chain::params() const {
   std::vector<nn::Param*> all;
   for (const auto& layer : chain)
     for (nn::Param* p : layer->params()) all.push_back(p);
   return all;
 }
 
-int64_t Model::param_count() const {
+int64_t Chain::param_count() const {
   int64_t n = 0;
   for (const nn::Param* p : params()) n += p->numel();
   return n;
 }
 
-void Model::initialise(uint64_t seed, at::ScalarType dtype) {
+void Chain::initialise(uint64_t seed, at::ScalarType dtype) {
   for (nn::Param* p : params())
     if (p->sparse == nullptr) nn::initialise(*p, seed, dtype);  // a sparse table initialises its own rows
 }
 
-nn::Cost Model::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
+Cost Chain::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
   nn::Cost total;
   for (const auto& layer : chain) total += layer->cost(batch, seq, dtype_bytes);
   return total;
 }
 
-}  // namespace loom::models
+}  // namespace loom::nn
