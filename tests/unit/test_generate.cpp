@@ -14,6 +14,7 @@
 #include "loom/generate/sampling.h"
 #include "loom/models/registry.h"
 #include "loom/nn/precision.h"
+#include "tiny_configs.h"
 #include "unit/input_error.h"
 
 namespace loom {
@@ -29,17 +30,15 @@ struct Shape {
 
 void PrintTo(const Shape& s, std::ostream* os) { *os << s.kind << " kv_heads " << s.kv_heads << (s.tied ? " tied" : ""); }
 
+// small_gpt's or small_llama's model (only `.model` is used: the batch sizes 1, 1 are placeholders)
+// with 4 query heads, and the Llama's SwiGLU hidden rounded to 8.
 ModelConfig tiny(const Shape& s) {
-  ModelConfig m;
-  m.kind = s.kind;
-  m.vocab = 53;
-  m.d_model = 32;
-  m.n_layers = 2;
+  ModelConfig m = s.kind == "llama"
+                      ? test::small_llama(53, /*n_layers=*/2, /*seq_len=*/24, 1, 1, s.kv_heads, s.tied).model
+                      : test::small_gpt(53, /*n_layers=*/2, /*seq_len=*/24, 1, 1).model;
   m.n_heads = 4;
-  m.seq_len = 24;
   m.attn_tile = 5;  // tiles that do not divide the sequence, so the cache's keys span several
-  m.dtype = DType::Float64;
-  if (s.kind == "llama") m.n_kv_heads = s.kv_heads, m.tie_embeddings = s.tied, m.ffn_multiple_of = 8;
+  if (s.kind == "llama") m.ffn_multiple_of = 8;
   return m;
 }
 

@@ -15,29 +15,22 @@
 #include "loom/dist/null_communicator.h"
 #include "loom/models/registry.h"
 #include "loom/train/trainer.h"
+#include "tiny_configs.h"
 
 namespace loom::train {
 namespace {
 
-// A small Llama: 4 query heads sharing 2 kv heads, SwiGLU hidden 96 (ffn_multiple_of 16).
+// A small Llama: 4 query heads sharing 2 kv heads, SwiGLU hidden 96 (ffn_multiple_of 16), trained
+// 40 steps in float32 with the default gradient buckets and table path (auto).
 Config small_llama(int64_t vocab, bool tied) {
-  Config c;
-  c.model.kind = "llama";
-  c.model.vocab = vocab;
-  c.model.d_model = 32;
-  c.model.n_layers = 2;
+  Config c = test::small_llama(vocab, /*n_layers=*/2, /*seq_len=*/32, /*global_batch=*/4, /*micro_batch=*/2,
+                               /*kv_heads=*/2, tied);
   c.model.n_heads = 4;
-  c.model.n_kv_heads = 2;
-  c.model.ffn_multiple_of = 16;
-  c.model.tie_embeddings = tied;
-  c.model.seq_len = 32;
-  c.model.attn_tile = 8;
   c.train.steps = 40;
-  c.train.global_batch = 4;
-  c.train.micro_batch = 2;
-  c.train.lr = 1e-2;
   c.train.warmup = 4;
-  c.train.threads = 1;
+  c.model.dtype = "float32";
+  c.parallel.bucket_mb = 25;
+  c.parallel.sparse = SparseMode::Auto;
   return c;
 }
 

@@ -23,6 +23,7 @@
 #include "loom/models/registry.h"
 #include "loom/nn/precision.h"
 #include "loom/plan/gemm_peak.h"
+#include "tiny_configs.h"
 #include "unit/layer_check.h"
 
 namespace loom {
@@ -32,16 +33,15 @@ constexpr double kUnitRoundoff = 1.0 / 256;  // bfloat16: 2^-8
 constexpr double kRoundings = 12;
 const double kTolerance = std::sqrt(kRoundings) * kUnitRoundoff;
 
+// small_gpt's and small_llama's models (only `.model` is used: the batch sizes 1, 1 are placeholders)
+// at d_model 64, 4 query heads (the Llama's sharing 2 kv heads).
 ModelConfig small_model(const std::string& kind) {
-  ModelConfig m;
-  m.kind = kind;
-  m.vocab = 97;
+  ModelConfig m = kind == "llama"
+                      ? test::small_llama(97, /*n_layers=*/1, /*seq_len=*/32, 1, 1, /*kv_heads=*/2).model
+                      : test::small_gpt(97, /*n_layers=*/1, /*seq_len=*/32, 1, 1).model;
   m.d_model = 64;
-  m.n_layers = 1;
   m.n_heads = 4;
-  m.seq_len = 32;
-  m.attn_tile = 8;
-  if (kind == "llama") m.n_kv_heads = 2, m.ffn_multiple_of = 16;
+  m.dtype = "float32";  // build() sets the type under test
   return m;
 }
 

@@ -29,6 +29,7 @@
 #include "loom/data/markov_source.h"
 #include "loom/dist/null_communicator.h"
 #include "loom/train/trainer.h"
+#include "tiny_configs.h"
 #include "unit/layer_check.h"
 #include "unit/reference_step.h"
 
@@ -37,26 +38,19 @@ namespace {
 
 using namespace reference;  // NOLINT: the shared reference pieces (unit/reference_step.h)
 
+// small_gpt: float64, attention tiles of 8 (two key tiles per sequence: the online softmax's
+// rescaling runs), lr 1e-2, and the table path "off" (the token table's gradient is dense and
+// lives in Param::grad).
 Config reference_config(double clip, int64_t steps, int64_t warmup) {
-  Config c;
-  c.model.dtype = "float64";
-  c.model.vocab = 64;
-  c.model.d_model = 32;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.seq_len = 16;
-  c.model.attn_tile = 8;  // two key tiles per sequence: the online softmax's rescaling runs
+  Config c = test::small_gpt(/*vocab=*/64, /*n_layers=*/2, /*seq_len=*/16, /*global_batch=*/4,
+                             /*micro_batch=*/2);  // two micro-batches: gradient accumulation
   c.train.steps = steps;
   c.train.warmup = warmup;
-  c.train.global_batch = 4;
-  c.train.micro_batch = 2;  // two micro-batches: gradient accumulation
-  c.train.lr = 1e-2;
   c.train.weight_decay = 0.1;
   c.train.beta1 = kBeta1;
   c.train.beta2 = kBeta2;
   c.train.clip = clip;
-  c.train.threads = 1;
-  c.parallel.sparse = "off";  // the token table's gradient is dense and lives in Param::grad
+  c.parallel.bucket_mb = 25;  // one bucket
   c.data.source = "synthetic";
   return c;
 }

@@ -14,24 +14,21 @@
 #include "loom/memory/accounting_allocator.h"
 #include "loom/train/progress.h"
 #include "loom/train/trainer.h"
+#include "tiny_configs.h"
 #include "unit/layer_check.h"
 
 namespace loom::train {
 namespace {
 
+// small_gpt (attention tiles of 8: several per sequence) as a user runs it: float32, the default
+// learning rate, gradient buckets and table path (auto), 4 steps.
 Config small_config() {
-  Config c;
-  c.model.vocab = 64;
-  c.model.d_model = 32;
-  c.model.n_layers = 2;
-  c.model.n_heads = 4;
-  c.model.seq_len = 24;
-  c.model.attn_tile = 8;  // several tiles per sequence
+  Config c = test::small_gpt(/*vocab=*/64, /*n_layers=*/2, /*seq_len=*/24, /*global_batch=*/4, /*micro_batch=*/2);
   c.train.steps = 4;
-  c.train.global_batch = 4;
-  c.train.micro_batch = 2;
-  c.train.warmup = 1;
-  c.train.threads = 1;
+  c.model.dtype = "float32";
+  c.train.lr = 1e-3;
+  c.parallel.bucket_mb = 25;
+  c.parallel.sparse = SparseMode::Auto;
   return c;
 }
 
