@@ -99,12 +99,15 @@ class GPT(nn.Module):
             nn.init.ones_(m.weight)
             nn.init.zeros_(m.bias)
 
-    def forward(self, idx, targets):
+    def logits(self, idx):
         t = idx.shape[1]
         x = self.tok(idx) + self.pos(torch.arange(t, device=idx.device))
         for blk in self.blocks:
             x = blk(x)
-        logits = self.head(self.ln_f(x))
+        return self.head(self.ln_f(x))
+
+    def forward(self, idx, targets):
+        logits = self.logits(idx)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 
@@ -186,14 +189,17 @@ class Llama(nn.Module):
             nn.init.normal_(blk.proj.weight, 0.0, 0.02 / math.sqrt(2 * layers))
             nn.init.normal_(blk.down.weight, 0.0, 0.02 / math.sqrt(2 * layers))
 
-    def forward(self, idx, targets):
+    def logits(self, idx):
         t = idx.shape[1]
         x = self.tok(idx)
         cos, sin = self.cos[:t].to(x.dtype), self.sin[:t].to(x.dtype)
         for blk in self.blocks:
             x = blk(x, cos, sin, self.masked[:t, :t])
         x = self.norm(x)
-        logits = x @ self.tok.weight.t() if self.head is None else self.head(x)
+        return x @ self.tok.weight.t() if self.head is None else self.head(x)
+
+    def forward(self, idx, targets):
+        logits = self.logits(idx)
         return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
 
 

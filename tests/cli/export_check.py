@@ -68,15 +68,15 @@ def loom_to_llama(w, layers):
     return sd
 
 
-def main():
-    weights, tokens, seq, heads, ffn_mult, loss = sys.argv[1:7]
-    seq, heads, ffn_mult, loss = int(seq), int(heads), int(ffn_mult), float(loss)
+def reference_model(weights, seq, heads, ffn_mult, llama=None):
+    """The reference GPT, or with llama = (kv_heads, multiple_of, theta) its Llama, holding the
+    float32 weights of the export file `weights`."""
     w = read_safetensors(weights)
     assert all(t.dtype == torch.float32 for t in w.values()), "export must be float32"
     vocab, d = w["embedding.wte"].shape
     layers = len({k.split(".")[1] for k in w if k.startswith("blocks.")})
-    if sys.argv[7:8] == ["--llama"]:
-        kv_heads, multiple_of, theta = int(sys.argv[8]), int(sys.argv[9]), float(sys.argv[10])
+    if llama:
+        kv_heads, multiple_of, theta = llama
         model = Llama(vocab, d, layers, heads, kv_heads, seq, swiglu_hidden(d, ffn_mult, multiple_of), theta,
                       tied="head.weight" not in w)
         sd = loom_to_llama(w, layers)
@@ -86,7 +86,25 @@ def main():
     missing = set(model.state_dict()) - set(sd)
     assert not missing, f"no loom tensor for {sorted(missing)}"
     model.load_state_dict(sd, strict=True)
-    ids = torch.frombuffer(bytearray(open(tokens, "rb").read()), dtype=torch.int16).to(torch.long)
+    return model
+
+
+def llama_args(argv):
+    """[--llama KV_HEADS MULTIPLE_OF THETA] -> (kv_heads, multiple_of, theta), or None."""
+    if argv[:1] != ["--llama"]:
+        return None
+    return int(argv[1]), int(argv[2]), float(argv[3])
+
+
+def read_tokens(path):
+    return torch.frombuffer(bytearray(open(path, "rb").read()), dtype=torch.int16).to(torch.long)
+
+
+def main():
+    weights, tokens, seq, heads, ffn_mult, loss = sys.argv[1:7]
+    seq, heads, ffn_mult, loss = int(seq), int(heads), int(ffn_mult), float(loss)
+    model = reference_model(weights, seq, heads, ffn_mult, llama_args(sys.argv[7:]))
+    ids = read_tokens(tokens)
     assert ids.numel() == seq + 1, f"the token file holds {ids.numel()} tokens, not seq + 1 = {seq + 1}"
     with torch.no_grad():
         got = model(ids[:-1].unsqueeze(0), ids[1:].unsqueeze(0)).item()
