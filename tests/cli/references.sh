@@ -37,14 +37,21 @@ llama=(-c "$src/configs/llama-tiny.toml" "${common[@]}" --set model.n_heads=8 --
 llama_shape=(32 8 4)
 llama_ref=(--llama 2 16 10000)
 
-# bfloat16, tp = 2: checkpoint after step 3, export it, resume for step 4's loss and norm.
-bf16() {  # bf16 NAME CONFIG... -- REFERENCE ARGS...
-  local name=$1
-  shift
-  local config=() ref=()
+# each CHECK NAME CONFIG... -- REFERENCE ARGS...: CHECK NAME, with `config` (loom's arguments) and
+# `ref` (the reference's shape: SEQ HEADS FFN_MULT, then any --llama ...) set.
+each() {
+  local fn=$1 name=$2
+  shift 2
+  config=() ref=()
   while [ "$1" != "--" ]; do config+=("$1"); shift; done
   shift
   ref=("$@")
+  "$fn" "$name"
+}
+
+# bfloat16, tp = 2: checkpoint after step 3, export it, resume for step 4's loss and norm.
+bf16() {
+  local name=$1
   local run=("${config[@]}" --set model.dtype=bfloat16 --set parallel.tp=2 --set train.steps=6 --set train.lr=5e-2
              --set checkpoint.dir="$dir/$name")
   "${mpiexec[@]}" -n 2 "$loom" train "${run[@]}" --stop-after 3
@@ -54,17 +61,12 @@ bf16() {  # bf16 NAME CONFIG... -- REFERENCE ARGS...
   check bf16 "$dir/$name.safetensors" "$dir/one.bin" "${ref[0]}" "${ref[1]}" "${ref[2]}" \
     "$(metric "$dir/$name.jsonl" 4 loss)" "$(metric "$dir/$name.jsonl" 4 grad_norm)" "${ref[@]:3}"
 }
-bf16 gpt "${gpt[@]}" -- "${gpt_shape[@]}"
-bf16 llama "${llama[@]}" -- "${llama_shape[@]}" "${llama_ref[@]}"
+each bf16 gpt "${gpt[@]}" -- "${gpt_shape[@]}"
+each bf16 llama "${llama[@]}" -- "${llama_shape[@]}" "${llama_ref[@]}"
 
 # Greedy generation, float32: trained until the sentence is learnt, then continued from its start.
-greedy() {  # greedy NAME CONFIG... -- REFERENCE ARGS...
+greedy() {
   local name=$1
-  shift
-  local config=() ref=()
-  while [ "$1" != "--" ]; do config+=("$1"); shift; done
-  shift
-  ref=("$@")
   "$loom" train "${config[@]}" --set train.steps=40 --set train.lr=2e-2 --set checkpoint.dir="$dir/g$name"
   "$loom" ckpt export "$dir/g$name" --out "$dir/g$name.safetensors" >/dev/null
   local said
@@ -72,6 +74,6 @@ greedy() {  # greedy NAME CONFIG... -- REFERENCE ARGS...
   echo "$name, greedy: 'loom trains' -> '$said'"
   check greedy "$dir/g$name.safetensors" "${ref[0]}" "${ref[1]}" "${ref[2]}" "loom trains" "$said" "${ref[@]:3}"
 }
-greedy gpt "${gpt[@]}" -- "${gpt_shape[@]}"
-greedy llama "${llama[@]}" -- "${llama_shape[@]}" "${llama_ref[@]}"
+each greedy gpt "${gpt[@]}" -- "${gpt_shape[@]}"
+each greedy llama "${llama[@]}" -- "${llama_shape[@]}" "${llama_ref[@]}"
 echo "ok: loom agrees with the PyTorch references"
