@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <numeric>
+#include <thread>
 
 #include "loom/core/error.h"
 
@@ -170,6 +171,26 @@ TEST(RecordingCommunicator, CountsOperationsAndBytesByAxis) {
   EXPECT_EQ(stats.count("all_reduce", "world"), 2);
   EXPECT_EQ(stats.count("all_gather", "world"), 1);
   EXPECT_EQ(stats.bytes_by_axis().at("world"), 120);
+}
+
+// A race planted for the ThreadSanitizer build (NOTE [MPI under ThreadSanitizer]): another thread
+// writes a send's buffer while the send is pending, with nothing ordering the write with the
+// send's completion. tests/sanitizers/planted_race.sh runs it there and expects the report; it is
+// disabled everywhere else, where it would be a real data race.
+TEST(Collectives, DISABLED_PlantedRaceBufferWrittenDuringSend) {
+  if (world().size() != 2) GTEST_SKIP() << "two ranks";
+  at::Tensor buffer = at::ones({256}, at::TensorOptions().dtype(at::kFloat));
+  if (world().rank() == 1) {
+    world().recv_async(buffer, 0, 5)->wait();
+    return;
+  }
+  WorkPtr send = world().send_async(buffer, 1, 5);
+  float* values = buffer.data_ptr<float>();
+  std::thread writer([values] {
+    for (int i = 0; i < 256; ++i) values[i] = 2.0F;  // the planted write
+  });
+  send->wait();
+  writer.join();
 }
 
 }  // namespace

@@ -3,11 +3,6 @@
 // calls, so Work::test() (an MPI_Test) is what the data-parallel reducer calls between layers to
 // let its bucket all-reduces overlap backward; wait() polls with MPI_Test so that a peer that
 // never arrives ends in a timeout error rather than a hang.
-// The C API only: the deprecated C++ bindings would need their own library.
-#define OMPI_SKIP_MPICXX 1
-#define MPICH_SKIP_MPICXX 1
-#include <mpi.h>
-
 #include <c10/util/BFloat16.h>
 
 #include <chrono>
@@ -20,12 +15,9 @@
 #include <thread>
 
 #include "loom/core/error.h"
-#include "loom/dist/null_communicator.h"
-#include "loom/mpi/runtime.h"
-#include "loom/mpi/watchdog.h"
+#include "loom/mpi/mpi_shared.h"
 
 namespace loom::dist {
-namespace {
 
 std::string mpi_error(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -34,11 +26,17 @@ std::string mpi_error(int code) {
   return std::string(text, static_cast<size_t>(length));
 }
 
-#define LOOM_MPI(call, what)                                                                          \
-  do {                                                                                                \
-    const int loom_mpi_rc = (call);                                                                   \
-    LOOM_CHECK(loom_mpi_rc == MPI_SUCCESS, "[dist] {} failed: {}", what, mpi_error(loom_mpi_rc)); \
-  } while (false)
+namespace {
+
+// The buffers an operation reads and writes, marked as MPI's accesses (NOTE [MPI under
+// ThreadSanitizer]); a no-op in other builds.
+struct Buffers {
+  std::vector<at::Tensor> read, written;
+  void mark() const {
+    for (const at::Tensor& t : read) detail::mark_mpi_read(t);
+    for (const at::Tensor& t : written) detail::mark_mpi_write(t);
+  }
+};
 
 void bf16_sum(void* in, void* inout, int* len, MPI_Datatype*) {
   auto* a = static_cast<const c10::BFloat16*>(in);
@@ -53,48 +51,22 @@ void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
 
 }  // namespace
 
-// Owned by the Runtime, created after MPI_Init and released before MPI_Finalize; the world and
-// every communicator split from it hold a pointer, so nothing here is process-wide.
-struct MpiShared {
-  MpiShared(double timeout_s, int rank, int node_ranks, bool multiple)
-      : thread_multiple(multiple),
-        local_ranks(node_ranks),
-        watchdog(std::make_unique<detail::Watchdog>(timeout_s, rank, multiple)) {
-    MPI_Type_contiguous(2, MPI_BYTE, &bf16);
-    MPI_Type_commit(&bf16);
-    MPI_Op_create(&bf16_sum, 1, &bf16_sum_op);
-    MPI_Op_create(&bf16_max, 1, &bf16_max_op);
-  }
-  ~MpiShared() {
-    watchdog.reset();  // its thread ends before the MPI objects go
-    MPI_Op_free(&bf16_sum_op);
-    MPI_Op_free(&bf16_max_op);
-    MPI_Type_free(&bf16);
-  }
-  MpiShared(const MpiShared&) = delete;
-  MpiShared& operator=(const MpiShared&) = delete;
+MpiShared::MpiShared(double timeout_s, int rank, int node_ranks, bool multiple)
+    : thread_multiple(multiple),
+      local_ranks(node_ranks),
+      watchdog(std::make_unique<detail::Watchdog>(timeout_s, rank, multiple)) {
+  MPI_Type_contiguous(2, MPI_BYTE, &bf16);
+  MPI_Type_commit(&bf16);
+  MPI_Op_create(&bf16_sum, 1, &bf16_sum_op);
+  MPI_Op_create(&bf16_max, 1, &bf16_max_op);
+}
 
-  MPI_Datatype type_of(const at::Tensor& t) const {
-    switch (t.scalar_type()) {
-      case at::kFloat: return MPI_FLOAT;
-      case at::kDouble: return MPI_DOUBLE;
-      case at::kLong: return MPI_INT64_T;
-      default: return bf16;
-    }
-  }
-  MPI_Op op_of(const at::Tensor& t, ReduceOp op) const {
-    const bool is_bf16 = t.scalar_type() == at::kBFloat16;
-    if (op == ReduceOp::Max) return is_bf16 ? bf16_max_op : MPI_MAX;
-    return is_bf16 ? bf16_sum_op : MPI_SUM;
-  }
-
-  bool thread_multiple;  // whether MPI granted MPI_THREAD_MULTIPLE
-  int local_ranks;       // ranks of the job on this machine
-  // bfloat16 travels as two bytes with user-defined reductions.
-  MPI_Datatype bf16 = MPI_DATATYPE_NULL;
-  MPI_Op bf16_sum_op = MPI_OP_NULL, bf16_max_op = MPI_OP_NULL;
-  std::unique_ptr<detail::Watchdog> watchdog;  // NOTE [Watchdog]
-};
+MpiShared::~MpiShared() {
+  watchdog.reset();  // its thread ends before the MPI objects go
+  MPI_Op_free(&bf16_sum_op);
+  MPI_Op_free(&bf16_max_op);
+  MPI_Type_free(&bf16);
+}
 
 namespace {
 
@@ -105,8 +77,11 @@ int count_of(int64_t n, const char* op) {
 
 class MpiWork final : public Work {
  public:
-  MpiWork(std::string what, double timeout_s, std::vector<at::Tensor> keep, std::function<void()> finish = {})
-      : what_(std::move(what)), timeout_s_(timeout_s), keep_(std::move(keep)), finish_(std::move(finish)) {}
+  // `buffers`: marked as MPI's accesses now, as the operation is posted, and when it completes.
+  MpiWork(std::string what, double timeout_s, Buffers buffers, std::function<void()> finish = {})
+      : what_(std::move(what)), timeout_s_(timeout_s), buffers_(std::move(buffers)), finish_(std::move(finish)) {
+    buffers_.mark();
+  }
   ~MpiWork() override {
     // Destroyed unfinished only while an error unwinds the stack, on the way to MPI_Abort: waiting
     // here could block forever (the peer may be the failure), and a collective cannot be
@@ -114,8 +89,11 @@ class MpiWork final : public Work {
     // still write into them.
     if (done_ || request_ == MPI_REQUEST_NULL) return;
     int flag = 0;
-    MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
-    if (!flag) new std::vector<at::Tensor>(std::move(keep_));  // NOLINT: intentional leak
+    {
+      const detail::MpiOwnAccesses own;
+      MPI_Test(&request_, &flag, MPI_STATUS_IGNORE);
+    }
+    if (!flag) new Buffers(std::move(buffers_));  // NOLINT: intentional leak
   }
   MPI_Request* request() { return &request_; }
   std::vector<int>& counts() { return counts_; }
@@ -126,8 +104,9 @@ class MpiWork final : public Work {
     LOOM_MPI(MPI_Test(&request_, &flag, MPI_STATUS_IGNORE), what_);
     if (flag) {
       done_ = true;
+      buffers_.mark();  // what MPI did to them, seen complete by this thread
       if (finish_) finish_();
-      keep_.clear();
+      buffers_ = {};
     }
     return done_;
   }
@@ -146,7 +125,7 @@ class MpiWork final : public Work {
  private:
   std::string what_;
   double timeout_s_;
-  std::vector<at::Tensor> keep_;  // the operation's buffers stay alive until it completes
+  Buffers buffers_;  // the operation's buffers stay alive until it completes
   std::function<void()> finish_;
   std::vector<int> counts_;       // all_to_allv's counts and displacements
   MPI_Request request_ = MPI_REQUEST_NULL;
@@ -172,7 +151,7 @@ class MpiCommunicator final : public Communicator {
     check_all_reduce(t, op);
     std::function<void()> finish;
     if (op == ReduceOp::Avg) finish = [t, n = size_]() mutable { t.div_(n); };
-    auto work = make("all_reduce", {t}, std::move(finish));
+    auto work = make("all_reduce", {.written = {t}}, std::move(finish));
     LOOM_MPI(MPI_Iallreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t.numel(), "all_reduce"), mpi_type(t),
                             mpi_op(t, op), comm_, work->request()),
              "all_reduce");
@@ -183,7 +162,7 @@ class MpiCommunicator final : public Communicator {
     check_reduce_scatter(in, out, op);
     std::function<void()> finish;
     if (op == ReduceOp::Avg) finish = [out, n = size_]() mutable { out.div_(n); };
-    auto work = make("reduce_scatter", {in, out}, std::move(finish));
+    auto work = make("reduce_scatter", {.read = {in}, .written = {out}}, std::move(finish));
     LOOM_MPI(MPI_Ireduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out.numel(), "reduce_scatter"),
                                        mpi_type(in), mpi_op(in, op), comm_, work->request()),
              "reduce_scatter");
@@ -193,7 +172,7 @@ class MpiCommunicator final : public Communicator {
   WorkPtr all_gather_async(const at::Tensor& in, at::Tensor& out) override {
     check_all_gather(in, out);
     const int n = count_of(in.numel(), "all_gather");
-    auto work = make("all_gather", {in, out});
+    auto work = make("all_gather", {.read = {in}, .written = {out}});
     LOOM_MPI(MPI_Iallgather(in.data_ptr(), n, mpi_type(in), out.data_ptr(), n, mpi_type(out), comm_, work->request()),
              "all_gather");
     return work;
@@ -206,7 +185,7 @@ class MpiCommunicator final : public Communicator {
                "[dist] all_to_all on '{}': {} and {} elements are not {} equal blocks", axis_, in.numel(), out.numel(),
                size_);
     const int n = count_of(in.numel() / size_, "all_to_all");
-    auto work = make("all_to_all", {in, out});
+    auto work = make("all_to_all", {.read = {in}, .written = {out}});
     LOOM_MPI(MPI_Ialltoall(in.data_ptr(), n, mpi_type(in), out.data_ptr(), n, mpi_type(out), comm_, work->request()),
              "all_to_all");
     return work;
@@ -220,7 +199,7 @@ class MpiCommunicator final : public Communicator {
     LOOM_CHECK(send_counts.size() == ranks && recv_counts.size() == ranks,
                "[dist] all_to_allv on '{}': need {} send and receive counts, got {} and {}", axis_, size_,
                send_counts.size(), recv_counts.size());
-    auto work = make("all_to_allv", {in, out});
+    auto work = make("all_to_allv", {.read = {in}, .written = {out}});
     std::vector<int>& c = work->counts();  // [send counts | send displs | recv counts | recv displs]
     c.assign(4 * ranks, 0);
     int64_t send_total = 0, recv_total = 0;
@@ -243,7 +222,7 @@ class MpiCommunicator final : public Communicator {
   WorkPtr broadcast_async(at::Tensor& t, int root) override {
     detail::check_tensor(t, "broadcast", axis_);
     LOOM_CHECK(root >= 0 && root < size_, "[dist] broadcast on '{}' from rank {} of {}", axis_, root, size_);
-    auto work = make("broadcast", {t});
+    auto work = make("broadcast", root == rank_ ? Buffers{.read = {t}} : Buffers{.written = {t}});
     LOOM_MPI(MPI_Ibcast(t.data_ptr(), count_of(t.numel(), "broadcast"), mpi_type(t), root, comm_, work->request()),
              "broadcast");
     return work;
@@ -252,7 +231,7 @@ class MpiCommunicator final : public Communicator {
   WorkPtr send_async(const at::Tensor& t, int peer, int tag) override {
     detail::check_tensor(t, "send", axis_);
     check_peer(peer, "send");
-    auto work = make(fmt::format("send to rank {}", peer), {t});
+    auto work = make(fmt::format("send to rank {}", peer), {.read = {t}});
     LOOM_MPI(MPI_Isend(t.data_ptr(), count_of(t.numel(), "send"), mpi_type(t), peer, tag, comm_, work->request()),
              "send");
     return work;
@@ -261,7 +240,7 @@ class MpiCommunicator final : public Communicator {
   WorkPtr recv_async(at::Tensor& t, int peer, int tag) override {
     detail::check_tensor(t, "recv", axis_);
     check_peer(peer, "recv");
-    auto work = make(fmt::format("recv from rank {}", peer), {t});
+    auto work = make(fmt::format("recv from rank {}", peer), {.written = {t}});
     LOOM_MPI(MPI_Irecv(t.data_ptr(), count_of(t.numel(), "recv"), mpi_type(t), peer, tag, comm_, work->request()),
              "recv");
     return work;
@@ -271,6 +250,7 @@ class MpiCommunicator final : public Communicator {
     check_all_reduce(t, op);
     {
       detail::Deadline deadline(shared_->watchdog.get(), describe("all_reduce"));
+      detail::mark_mpi_write(t);
       LOOM_MPI(MPI_Allreduce(MPI_IN_PLACE, t.data_ptr(), count_of(t.numel(), "all_reduce"), mpi_type(t),
                              mpi_op(t, op), comm_),
                "all_reduce");
@@ -282,6 +262,7 @@ class MpiCommunicator final : public Communicator {
     check_reduce_scatter(in, out, op);
     {
       detail::Deadline deadline(shared_->watchdog.get(), describe("reduce_scatter"));
+      Buffers{.read = {in}, .written = {out}}.mark();
       LOOM_MPI(MPI_Reduce_scatter_block(in.data_ptr(), out.data_ptr(), count_of(out.numel(), "reduce_scatter"),
                                         mpi_type(in), mpi_op(in, op), comm_),
                "reduce_scatter");
@@ -293,6 +274,7 @@ class MpiCommunicator final : public Communicator {
     check_all_gather(in, out);
     const int n = count_of(in.numel(), "all_gather");
     detail::Deadline deadline(shared_->watchdog.get(), describe("all_gather"));
+    Buffers{.read = {in}, .written = {out}}.mark();
     LOOM_MPI(MPI_Allgather(in.data_ptr(), n, mpi_type(in), out.data_ptr(), n, mpi_type(out), comm_), "all_gather");
   }
 
@@ -300,6 +282,7 @@ class MpiCommunicator final : public Communicator {
     detail::check_tensor(t, "broadcast", axis_);
     LOOM_CHECK(root >= 0 && root < size_, "[dist] broadcast on '{}' from rank {} of {}", axis_, root, size_);
     detail::Deadline deadline(shared_->watchdog.get(), describe("broadcast"));
+    (root == rank_ ? Buffers{.read = {t}} : Buffers{.written = {t}}).mark();
     LOOM_MPI(MPI_Bcast(t.data_ptr(), count_of(t.numel(), "broadcast"), mpi_type(t), root, comm_), "broadcast");
   }
 
@@ -339,9 +322,8 @@ class MpiCommunicator final : public Communicator {
   std::string describe(const std::string& op) const {
     return fmt::format("{} on '{}' (rank {} of {})", op, axis_, rank_, size_);
   }
-  std::unique_ptr<MpiWork> make(const std::string& op, std::vector<at::Tensor> keep,
-                                std::function<void()> finish = {}) {
-    return std::make_unique<MpiWork>(describe(op), timeout_s_, std::move(keep), std::move(finish));
+  std::unique_ptr<MpiWork> make(const std::string& op, Buffers buffers, std::function<void()> finish = {}) {
+    return std::make_unique<MpiWork>(describe(op), timeout_s_, std::move(buffers), std::move(finish));
   }
   MPI_Datatype mpi_type(const at::Tensor& t) const { return shared_->type_of(t); }
   MPI_Op mpi_op(const at::Tensor& t, ReduceOp op) const { return shared_->op_of(t, op); }
@@ -360,69 +342,8 @@ class MpiCommunicator final : public Communicator {
 
 }  // namespace
 
-bool launched_by_mpi() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-    if (std::getenv(var) != nullptr) return true;
-  return false;
-}
-
-namespace {
-// The other ranks on this machine and their processes (NOTE [Interrupts]).
-std::vector<LocalPeer> local_peers(MPI_Comm node, int rank) {
-  int size = 0;
-  MPI_Comm_size(node, &size);
-  const long long mine[2] = {rank, static_cast<long long>(::getpid())};
-  std::vector<long long> all(2 * static_cast<size_t>(size));
-  MPI_Allgather(mine, 2, MPI_LONG_LONG, all.data(), 2, MPI_LONG_LONG, node);
-  std::vector<LocalPeer> peers;
-  for (int i = 0; i < size; ++i)
-    if (all[2 * i] != rank) peers.push_back({static_cast<int>(all[2 * i]), static_cast<pid_t>(all[2 * i + 1])});
-  return peers;
-}
-
-// srun without an MPI plugin (`--mpi=none`, a cluster whose MpiDefault is none) starts its tasks
-// with no PMI: each would run alone as rank 0 of 1, and all of them would write the same outputs.
-void check_srun_has_pmi() {
-  const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");  // set in an srun step, not in the batch script
-  LOOM_CHECK_INPUT(tasks == nullptr || std::atoi(tasks) <= 1,
-                   "[dist] srun started {} tasks without PMI, so each would run alone as rank 0 of 1; "
-                   "hint: srun --mpi=pmix (srun --mpi=list shows the plugins; docs/slurm.md)",
-                   tasks);
-}
-}  // namespace
-
-Runtime::Runtime(double timeout_s) : interrupts_(std::make_unique<InterruptHandler>()) {
-  if (!launched_by_mpi()) {
-    check_srun_has_pmi();
-    world_ = std::make_unique<NullCommunicator>();
-    return;
-  }
-  int provided = 0;
-  LOOM_MPI(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
-  mpi_ = true;
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  // Ranks sharing this machine, whatever the launcher (mpirun, srun with PMI/PMIx).
-  int local_ranks = 1;
-  MPI_Comm node = MPI_COMM_NULL;
-  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
-    MPI_Comm_size(node, &local_ranks);
-    interrupts_->watch_local_peers(rank, local_peers(node, rank));
-    MPI_Comm_free(&node);
-  }
-  shared_ = std::make_unique<MpiShared>(timeout_s, rank, local_ranks, provided >= MPI_THREAD_MULTIPLE);
-  world_ = std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false, "world", timeout_s, shared_.get());
-}
-
-Runtime::~Runtime() {
-  world_.reset();
-  if (!mpi_) return;
-  shared_.reset();  // stops the watchdog, frees the bfloat16 type and reductions
-  MPI_Finalize();
-}
-
-void Runtime::abort_all(int code) {
-  if (mpi_) MPI_Abort(MPI_COMM_WORLD, code);
+std::unique_ptr<Communicator> mpi_world(double timeout_s, const MpiShared* shared) {
+  return std::make_unique<MpiCommunicator>(MPI_COMM_WORLD, false, "world", timeout_s, shared);
 }
 
 }  // namespace loom::dist

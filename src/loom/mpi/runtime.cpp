@@ -1,0 +1,79 @@
+// Process start-up (runtime.h): MPI initialised under a launcher, else a world of one.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <vector>
+
+#include "loom/dist/null_communicator.h"
+#include "loom/mpi/mpi_shared.h"
+#include "loom/mpi/runtime.h"
+
+namespace loom::dist {
+
+bool launched_by_mpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
+    if (std::getenv(var) != nullptr) return true;
+  return false;
+}
+
+namespace {
+// The other ranks on this machine and their processes (NOTE [Interrupts]).
+std::vector<LocalPeer> local_peers(MPI_Comm node, int rank) {
+  int size = 0;
+  MPI_Comm_size(node, &size);
+  const long long mine[2] = {rank, static_cast<long long>(::getpid())};
+  std::vector<long long> all(2 * static_cast<size_t>(size));
+  MPI_Allgather(mine, 2, MPI_LONG_LONG, all.data(), 2, MPI_LONG_LONG, node);
+  std::vector<LocalPeer> peers;
+  for (int i = 0; i < size; ++i)
+    if (all[2 * i] != rank) peers.push_back({static_cast<int>(all[2 * i]), static_cast<pid_t>(all[2 * i + 1])});
+  return peers;
+}
+
+// srun without an MPI plugin (`--mpi=none`, a cluster whose MpiDefault is none) starts its tasks
+// with no PMI: each would run alone as rank 0 of 1, and all of them would write the same outputs.
+void check_srun_has_pmi() {
+  const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");  // set in an srun step, not in the batch script
+  LOOM_CHECK_INPUT(tasks == nullptr || std::atoi(tasks) <= 1,
+                   "[dist] srun started {} tasks without PMI, so each would run alone as rank 0 of 1; "
+                   "hint: srun --mpi=pmix (srun --mpi=list shows the plugins; docs/slurm.md)",
+                   tasks);
+}
+}  // namespace
+
+Runtime::Runtime(double timeout_s) : interrupts_(std::make_unique<InterruptHandler>()) {
+  if (!launched_by_mpi()) {
+    check_srun_has_pmi();
+    world_ = std::make_unique<NullCommunicator>();
+    return;
+  }
+  int provided = 0;
+  LOOM_MPI(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_MULTIPLE, &provided), "MPI_Init_thread");
+  mpi_ = true;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  // Ranks sharing this machine, whatever the launcher (mpirun, srun with PMI/PMIx).
+  int local_ranks = 1;
+  MPI_Comm node = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+    MPI_Comm_size(node, &local_ranks);
+    interrupts_->watch_local_peers(rank, local_peers(node, rank));
+    MPI_Comm_free(&node);
+  }
+  shared_ = std::make_unique<MpiShared>(timeout_s, rank, local_ranks, provided >= MPI_THREAD_MULTIPLE);
+  world_ = mpi_world(timeout_s, shared_.get());
+}
+
+Runtime::~Runtime() {
+  world_.reset();
+  if (!mpi_) return;
+  shared_.reset();  // stops the watchdog, frees the bfloat16 type and reductions
+  const detail::MpiOwnAccesses own;
+  MPI_Finalize();
+}
+
+void Runtime::abort_all(int code) {
+  if (mpi_) MPI_Abort(MPI_COMM_WORLD, code);
+}
+
+}  // namespace loom::dist
