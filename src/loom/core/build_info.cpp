@@ -36,6 +36,9 @@ BuildInfo build_info() {
 #ifdef LOOM_CUDA_VERSION
   b.cuda = LOOM_CUDA_VERSION;
 #endif
+#if defined(LOOM_WITH_MPI) && !LOOM_WITH_MPI
+  b.mpi = false;  // LOOM_MPI=OFF
+#endif
   return b;
 }
 

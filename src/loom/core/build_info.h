@@ -14,7 +14,7 @@ struct BuildInfo {
   std::string torch_blas;     // the BLAS behind the loaded libtorch's GEMMs (mkl, openblas, ...)
   std::string cuda;           // loom's own CUDA sources (LOOM_CUDA): the toolkit's version, "" when off
   bool nccl = false;          // the NCCL backend
-  bool mpi = true;            // the MPI backend
+  bool mpi = true;            // the MPI backend (LOOM_MPI; OFF: one process)
 };
 
 BuildInfo build_info();

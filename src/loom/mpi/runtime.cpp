@@ -1,20 +1,14 @@
 // Process start-up (runtime.h): MPI initialised under a launcher, else a world of one.
 #include <unistd.h>
 
-#include <cstdlib>
 #include <vector>
 
 #include "loom/dist/null_communicator.h"
+#include "loom/mpi/launcher.h"
 #include "loom/mpi/mpi_shared.h"
 #include "loom/mpi/runtime.h"
 
 namespace loom::dist {
-
-bool launched_by_mpi() {
-  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
-    if (std::getenv(var) != nullptr) return true;
-  return false;
-}
 
 namespace {
 // The other ranks on this machine and their processes (NOTE [Interrupts]).
@@ -30,15 +24,6 @@ std::vector<LocalPeer> local_peers(MPI_Comm node, int rank) {
   return peers;
 }
 
-// srun without an MPI plugin (`--mpi=none`, a cluster whose MpiDefault is none) starts its tasks
-// with no PMI: each would run alone as rank 0 of 1, and all of them would write the same outputs.
-void check_srun_has_pmi() {
-  const char* tasks = std::getenv("SLURM_STEP_NUM_TASKS");  // set in an srun step, not in the batch script
-  LOOM_CHECK_INPUT(tasks == nullptr || std::atoi(tasks) <= 1,
-                   "[dist] srun started {} tasks without PMI, so each would run alone as rank 0 of 1; "
-                   "hint: srun --mpi=pmix (srun --mpi=list shows the plugins; docs/slurm.md)",
-                   tasks);
-}
 }  // namespace
 
 Runtime::Runtime(double timeout_s) : interrupts_(std::make_unique<InterruptHandler>()) {
