@@ -56,7 +56,7 @@ step configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM
 step build cmake --build "$build" -j "$(nproc)" --target loom_cli loom_unit_tests loom_plan_tests || exit 1
 step version "$build/bin/loom" --version
 step cuda_kernel cuda_kernel
-step unit_tests "$build/bin/loom_unit_tests" --gtest_brief=1
+step unit_tests env LOOM_SOURCE_DIR="$PWD" "$build/bin/loom_unit_tests" --gtest_brief=1
 step plan_tests env LOOM_SOURCE_DIR="$PWD" "$build/bin/loom_plan_tests" --gtest_brief=1
 step train "$build/bin/loom" train -c configs/gpt-tiny.toml --set train.steps=20 --peak-flops 1e12 --quiet \
   --metrics "$out/train.jsonl"

@@ -10,7 +10,10 @@ trap 'rm -rf "$dir"' EXIT
 said=$("$loom" --version)
 grep -q '^loom [0-9]' <<<"$said"
 grep -qE '^libtorch 2\.[0-9]+\.[0-9]+ \(BLAS [a-z]+, ' <<<"$said"
-grep -qE '^built in: CUDA (no|[0-9.]+), NCCL no, MPI yes$' <<<"$said"
+# MPI is built in exactly when the binary loads it (a build with LOOM_MPI=OFF says no).
+mpi=no
+ldd "$loom" | grep -qE 'libmpi[._]' && mpi=yes
+grep -qE "^built in: CUDA (no|[0-9.]+), NCCL no, MPI $mpi\$" <<<"$said"
 # `loom help` and `loom help COMMAND` are --help; every option's default is shown.
 said=$("$loom" help)
 grep -q '^  train ' <<<"$said"
