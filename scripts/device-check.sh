@@ -44,8 +44,8 @@ trap report EXIT
 
 # Passes when the CUDA test ran on the device: a skip (no usable GPU) is a failure here.
 cuda_kernel() {
-  "$build/bin/loom_unit_tests" --gtest_filter='Cuda.*' || return 1
-  "$build/bin/loom_unit_tests" --gtest_filter='Cuda.*' 2>&1 | grep -q '\[  SKIPPED \]' && return 1
+  "$build/bin/loom_unit_tests" --gtest_filter='Gpu.*' || return 1
+  "$build/bin/loom_unit_tests" --gtest_filter='Gpu.*' 2>&1 | grep -q '\[  SKIPPED \]' && return 1
   return 0
 }
 

@@ -1,5 +1,6 @@
 // loom's own CUDA code (src/loom/cuda): its kernel on a GPU where one exists, skipped with the
-// reason where none does (a build without CUDA, a machine without a driver or GPU).
+// reason where none does (a build without CUDA, a machine without a driver or GPU). Tests that need a
+// GPU are the suite Gpu, which ctest labels `gpu` (tests/CMakeLists.txt).
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -11,7 +12,7 @@
 namespace loom {
 namespace {
 
-TEST(Cuda, ScaleKernelOnTheDevice) {
+TEST(Gpu, LoomKernelScalesOnTheDevice) {
   const cuda::Devices d = cuda::devices();
   if (d.count == 0) GTEST_SKIP() << d.why_none;
   std::vector<float> x(100003);  // not a multiple of the block size, more than one block
