@@ -91,7 +91,6 @@ class Search {
   Search(const Config& config, const Cluster& cluster, int64_t gpus, const SearchOptions& options,
          const models::ModelKinds& kinds)
       : base_(searchable(config, cluster)),
-        cluster_(cluster),
         costs_(CostModel::for_config(config, &cluster)),
         gpus_(gpus),
         options_(options),
@@ -128,8 +127,8 @@ class Search {
   }
 
   const Config base_;
-  const Cluster& cluster_;
-  const CostModel costs_;  // on cluster_, read once (NOTE [Cost model])
+  const Cluster& cluster() const { return *costs_.cluster(); }
+  const CostModel costs_;  // on the cluster searched, the profile read once (NOTE [Cost model])
   int64_t gpus_;
   SearchOptions options_;
   const models::ModelKinds& kinds_;
@@ -196,7 +195,7 @@ void Search::add(Config c, MemoryMode memory, PlanResult& result, std::vector<Ca
     ++result.refused;
     return;
   }
-  if (weight_bound(c, params_) > cluster_.memory_bytes) {
+  if (weight_bound(c, params_) > cluster().memory_bytes) {
     ++result.over_memory;
     return;
   }
@@ -227,7 +226,7 @@ void Search::add_schedules(Config c, PlanResult& result, std::vector<Candidate>&
 
 std::vector<Candidate> Search::enumerate(PlanResult& result) {
   std::vector<Candidate> out;
-  const int64_t node = cluster_.devices_per_node;
+  const int64_t node = cluster().devices_per_node;
   for (int64_t tp : choices("tp", base_.parallel.tp, divisors(gpus_, node)))
     for (int64_t sp : choices("sp", base_.parallel.sp, divisors(gpus_ / tp, node / tp)))
       for (int64_t pp : choices("pp", base_.parallel.pp, divisors(gpus_ / (tp * sp), gpus_))) {

@@ -49,7 +49,6 @@ struct TableOptions {
 // micro-batches for TableOptions::step0).
 bool tables_measure(SparseMode mode, int64_t partitions);
 
-
 class SparseTables {
  public:
   // The embedding tables (Param::embedding) of `model`, this rank's layers, none allocated yet: each
