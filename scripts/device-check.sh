@@ -44,9 +44,10 @@ trap report EXIT
 
 # Passes when the CUDA test ran on the device: a skip (no usable GPU) is a failure here.
 cuda_kernel() {
-  "$build/bin/loom_unit_tests" --gtest_filter='Gpu.*' || return 1
-  "$build/bin/loom_unit_tests" --gtest_filter='Gpu.*' 2>&1 | grep -q '\[  SKIPPED \]' && return 1
-  return 0
+  local said
+  said=$("$build/bin/loom_unit_tests" --gtest_filter='Gpu.*' 2>&1) || { echo "$said"; return 1; }
+  echo "$said"
+  ! grep -q '\[  SKIPPED \]' <<<"$said"
 }
 
 step gpu nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader

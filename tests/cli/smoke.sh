@@ -11,8 +11,10 @@ said=$("$loom" --version)
 grep -q '^loom [0-9]' <<<"$said"
 grep -qE '^libtorch 2\.[0-9]+\.[0-9]+ \(BLAS [a-z]+, ' <<<"$said"
 # MPI is built in exactly when the binary loads it (a build with LOOM_MPI=OFF says no).
+# (ldd's text first: grep -q quitting early would fail the pipe under pipefail, now and then.)
 mpi=no
-ldd "$loom" | grep -qE 'libmpi[._]' && mpi=yes
+libs=$(ldd "$loom")
+grep -qE 'libmpi[._]' <<<"$libs" && mpi=yes
 grep -qE "^built in: CUDA (no|[0-9.]+), NCCL no, MPI $mpi\$" <<<"$said"
 # `loom help` and `loom help COMMAND` are --help; every option's default is shown.
 said=$("$loom" help)
