@@ -44,7 +44,9 @@ void use(const loom::plan::Cluster& c) {
   const loom::dist::MeshShape mesh{.dp = 2, .pp = 2, .sp = 1, .tp = 2};
   for (const char* axis : {"tp", "sp", "pp", "dp", "dp_sp"}) (void)loom::plan::group_spans_nodes(mesh, axis, c.devices_per_node);
   for (const auto& [dtype, flops] : c.peak_flops) {
-    const double t = c.compute_seconds(1e12, 1024, 1e11, 1e9, dtype);
+    const double t = c.compute_seconds({.gemm_flops = 1e12, .gemm_dim = 1024, .attention_flops = 1e11,
+                                        .elementwise_bytes = 1e9, .fusable_bytes = 5e8, .score_bytes = 1e9},
+                                       dtype);
     loom::fuzz::require(!std::isnan(t) && t >= 0, "a compute time is NaN or negative");
   }
   for (auto op : {loom::CommOp::AllReduce, loom::CommOp::AllGather, loom::CommOp::SendRecv})

@@ -8,6 +8,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "loom/core/error.h"
 #include "loom/plan/cluster.h"
@@ -29,6 +30,9 @@ using loom::testing::input_error;
 Cluster full_cluster() {
   return {.name = "test",
           .source = "unit test",
+          .kind = DeviceKind::Cpu,
+          .attention_kernel = Fusion::Fused,
+          .elementwise_kernel = Fusion::Unfused,
           .devices_per_node = 8,
           .max_nodes = 2,
           .peak_flops = {{DType::BFloat16, 312e12}, {DType::Float32, 19.5e12}},
@@ -82,8 +86,11 @@ TEST(Cluster, ShippedFilesParse) {
   EXPECT_EQ(a100.peak(DType::BFloat16), 312e12);
   EXPECT_EQ(a100.intra_node.bytes_per_s, 300e9);
   EXPECT_EQ(a100.inter_node.bytes_per_s, 25e9);
+  EXPECT_EQ(a100.kind, DeviceKind::Gpu);
   const Cluster h100 = read_cluster("dgx-h100");
   EXPECT_EQ(h100.peak(DType::BFloat16), 989e12);
+  EXPECT_EQ(h100.attention_kernel, Fusion::Fused);
+  EXPECT_EQ(h100.elementwise_kernel, Fusion::Fused);
   EXPECT_EQ(h100.memory_bytes_per_s, 3.35e12);
   // This machine, as `loom profile --cluster-out` measured it: one host, every number measured.
   const Cluster local = read_cluster("local");
@@ -93,7 +100,43 @@ TEST(Cluster, ShippedFilesParse) {
   EXPECT_GT(local.peak(DType::Float32), 0);
   EXPECT_GT(local.peak(DType::Float64), 0);
   EXPECT_EQ(local.intra_node, local.inter_node);
+  EXPECT_EQ(local.kind, DeviceKind::Cpu);
+  EXPECT_EQ(local.attention_kernel, Fusion::Unfused);
   EXPECT_FALSE(local.collectives.empty());
+}
+
+// NOTE [Kernel fusion]: [kernels] defaults to what device.kind runs, key by key; a file without
+// device.kind is a GPU's spec sheet unless loom measured it.
+TEST(Cluster, KernelsDefaultToTheDeviceKind) {
+  Cluster c = full_cluster();
+  c.measured.reset();
+  std::string text = to_toml(c);
+  text.erase(text.find("[kernels]"), text.find("elementwise = \"unfused\"\n") - text.find("[kernels]") + 24);
+  const auto kernels = [](const Cluster& read) { return std::pair(read.attention_kernel, read.elementwise_kernel); };
+  const auto replaced = [&](const std::string& from, const std::string& to) {
+    std::string t = text;
+    return t.replace(t.find(from), from.size(), to);
+  };
+  EXPECT_EQ(kernels(cluster_from_toml(text, "cpu")), std::pair(Fusion::Unfused, Fusion::Unfused));
+  const std::string gpu = replaced("kind = \"cpu\"", "kind = \"gpu\"");
+  EXPECT_EQ(kernels(cluster_from_toml(gpu, "gpu")), std::pair(Fusion::Fused, Fusion::Fused));
+  const Cluster spec_sheet = cluster_from_toml(replaced("kind = \"cpu\"\n", ""), "no kind");
+  EXPECT_EQ(spec_sheet.kind, DeviceKind::Gpu);
+  EXPECT_EQ(kernels(spec_sheet), std::pair(Fusion::Fused, Fusion::Fused));
+  const std::string measured = to_toml(full_cluster());
+  const Cluster profiled = cluster_from_toml(measured.substr(0, measured.find("kind = ")) +
+                                                 measured.substr(measured.find("per_node")),
+                                             "measured, no kind");
+  EXPECT_EQ(profiled.kind, DeviceKind::Cpu);
+  // One key given, the other from the kind.
+  const Cluster one = cluster_from_toml(gpu + "\n[kernels]\nattention = \"unfused\"\n", "one key");
+  EXPECT_EQ(kernels(one), std::pair(Fusion::Unfused, Fusion::Fused));
+  EXPECT_THAT(refusal(edited("attention = \"fused\"", "attention = \"flash\"")),
+              HasSubstr("bad.toml: kernels.attention = \"flash\" is not one of: fused, unfused"));
+  EXPECT_THAT(refusal(edited("kind = \"cpu\"", "kind = \"tpu\"")),
+              HasSubstr("bad.toml: device.kind = \"tpu\" is not one of: cpu, gpu"));
+  EXPECT_THAT(refusal(edited("elementwise = ", "softmax = \"fused\"\nelementwise = ")),
+              HasSubstr("bad.toml: unknown key kernels.softmax"));
 }
 
 TEST(Cluster, RefusesABadFileNamingTheKey) {

@@ -209,10 +209,13 @@ nn::Cost AttentionBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) c
   c.attention_flops = attention;
   c.gemm_dim = static_cast<double>(std::min({rows, d_model, local_kv}));
   // Without rotary: the biases, q, k and v to heads, the merge; with it: rotary on q and k, to
-  // heads, the merge.
+  // heads, the merge. Fused (NOTE [Kernel fusion]): the biases in the GEMMs' epilogues, the
+  // attention kernel reading and writing the heads in place, rotary one pass over q and k.
   const int64_t passes = shape_.rope_theta > 0 ? 6 * (local + local_kv) : 6 * local;
-  c.elementwise_bytes = static_cast<double>(rows * passes * dtype_bytes) +
-                        nn::causal_attention_score_bytes(batch, local_heads_, n * seq, dtype_bytes) / static_cast<double>(n);
+  const int64_t fused_passes = shape_.rope_theta > 0 ? 2 * (local + local_kv) : 0;
+  c.elementwise_bytes = static_cast<double>(rows * passes * dtype_bytes);
+  c.fusable_bytes = static_cast<double>(rows * (passes - fused_passes) * dtype_bytes);
+  c.score_bytes = nn::causal_attention_score_bytes(batch, local_heads_, n * seq, dtype_bytes) / static_cast<double>(n);
   add_skeleton_costs(c, batch, seq, dtype_bytes);
   for (nn::CommUse& u : core_->comm(batch, local_heads_, local_kv_heads_, seq, head_dim_, dtype_bytes)) c.comm.push_back(u);
   return c;

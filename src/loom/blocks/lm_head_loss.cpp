@@ -125,7 +125,10 @@ nn::Cost LmHeadLoss::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const
   const int64_t wide = std::max<int64_t>(dtype_bytes, 4);
   c.workspace_bytes = static_cast<double>(rows * rows_ * (2 * wide - dtype_bytes));
   c.gemm_dim = static_cast<double>(std::min({rows, rows_, d_model_}));
-  c.elementwise_bytes = static_cast<double>(3 * rows * rows_ * wide);  // logits -> log-softmax -> gradient
+  // logits -> log-softmax -> gradient; a fused cross-entropy reads the logits once and writes the
+  // gradient in their place (NOTE [Kernel fusion]).
+  c.elementwise_bytes = static_cast<double>(3 * rows * rows_ * wide);
+  c.fusable_bytes = static_cast<double>(rows * rows_ * wide);
   if (tp_.size() > 1) {  // the row maxima and the loss statistics; dx summed (or scattered) over tp
     using nn::CommOp, nn::CommPass;
     const double x = static_cast<double>(rows * d_model_ * dtype_bytes), stats = static_cast<double>(rows * 3 * 8);

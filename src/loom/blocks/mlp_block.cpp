@@ -94,9 +94,11 @@ nn::Cost MlpBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
       static_cast<double>(((groups + 1) * d_model * local + bias_elements + norm.param_elements()) * dtype_bytes);
   c.gemm_dim = static_cast<double>(std::min({rows, d_model, local}));
   // The activation reads u and writes a (GELU: 2 x [rows, hidden / tp]; SwiGLU reads gate and up:
-  // 3); a bias is read and written once more on the hidden.
+  // 3); a bias is read and written once more on the hidden, but not by a kernel that fuses it
+  // with the activation (NOTE [Kernel fusion]).
   const int64_t activation_passes = groups + 1, bias_passes = shape_.bias ? 2 : 0;
   c.elementwise_bytes = static_cast<double>((activation_passes + bias_passes) * rows * local * dtype_bytes);
+  c.fusable_bytes = static_cast<double>(bias_passes * rows * local * dtype_bytes);
   add_skeleton_costs(c, batch, seq, dtype_bytes);
   return c;
 }

@@ -117,6 +117,23 @@ struct OptionNames<CommOp> {
                                                          "send_recv"};
 };
 
+// A cluster file's device.kind (NOTE [Cluster cost model]): what its devices are, which sets the
+// kernels it is priced with unless its [kernels] section says otherwise.
+enum class DeviceKind : uint8_t { Cpu, Gpu };
+template <>
+struct OptionNames<DeviceKind> {
+  static constexpr std::array<std::string_view, 2> names{"cpu", "gpu"};
+};
+
+// A cluster file's kernels.attention and kernels.elementwise (NOTE [Kernel fusion]): "fused" keeps
+// the attention scores on chip (flash / memory-efficient attention), or runs a chain of elementwise
+// operations as one kernel; "unfused" moves every pass through memory, as loom's CPU kernels do.
+enum class Fusion : uint8_t { Fused, Unfused };
+template <>
+struct OptionNames<Fusion> {
+  static constexpr std::array<std::string_view, 2> names{"fused", "unfused"};
+};
+
 // "a, b, c": the accepted names, for messages and docs.
 std::string option_list(const std::string_view* names, size_t count);
 template <class E>

@@ -14,6 +14,8 @@ Cost& Cost::operator+=(const Cost& o) {
   attention_flops += o.attention_flops;
   gemm_dim = std::max(gemm_dim, o.gemm_dim);
   elementwise_bytes += o.elementwise_bytes;
+  score_bytes += o.score_bytes;
+  fusable_bytes += o.fusable_bytes;
   comm.insert(comm.end(), o.comm.begin(), o.comm.end());
   return *this;
 }

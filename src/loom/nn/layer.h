@@ -61,10 +61,14 @@ struct Cost {
   // forward_flops (backward_input holds twice it), the smallest dimension of the layer's largest
   // GEMM on this rank (small GEMMs run below peak), the bytes its non-GEMM kernels read and write
   // in a forward (norms, bias and activation functions, residual adds, lookups; a backward moves
-  // about twice them), and its collectives.
+  // about twice them), and its collectives. NOTE [Kernel fusion]: score_bytes are the attention
+  // scores' passes through memory, which a fused attention kernel does not make; fusable_bytes is
+  // the part of elementwise_bytes that fused elementwise kernels do not move.
   double attention_flops = 0;
   double gemm_dim = 0;
   double elementwise_bytes = 0;
+  double score_bytes = 0;
+  double fusable_bytes = 0;
   std::vector<CommUse> comm;
   Cost& operator+=(const Cost& o);
 };

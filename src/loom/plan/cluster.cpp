@@ -32,11 +32,13 @@ double Cluster::gemm_efficiency(double gemm_dim) const {
   return gemm_max * gemm_dim / (gemm_dim + gemm_half_dim);
 }
 
-double Cluster::compute_seconds(double gemm_flops, double gemm_dim, double attention_flops, double elementwise_bytes,
-                                DType dtype) const {
+double Cluster::compute_seconds(const PassWork& w, DType dtype) const {
   const double flops = peak(dtype);
-  return gemm_flops / (flops * gemm_efficiency(gemm_dim)) + attention_flops / (flops * attention_efficiency) +
-         elementwise_bytes / (memory_bytes_per_s * memory_efficiency);
+  double bytes = w.elementwise_bytes;
+  if (elementwise_kernel == Fusion::Fused) bytes -= w.fusable_bytes;
+  if (attention_kernel == Fusion::Unfused) bytes += w.score_bytes;
+  return w.gemm_flops / (flops * gemm_efficiency(w.gemm_dim)) + w.attention_flops / (flops * attention_efficiency) +
+         bytes / (memory_bytes_per_s * memory_efficiency);
 }
 
 double Cluster::collective_seconds(nn::CommOp op, int64_t ranks, double bytes, bool spans_nodes) const {
@@ -188,6 +190,20 @@ Measurement read_measurement(const toml::table& t, const std::string& where) {
   return m;
 }
 
+// [kernels] (NOTE [Kernel fusion]): each key optional, by default what a device of `kind` runs.
+void read_kernels(const toml::table& root, Cluster& c, const std::string& where) {
+  const Fusion usual = c.kind == DeviceKind::Gpu ? Fusion::Fused : Fusion::Unfused;
+  c.attention_kernel = c.elementwise_kernel = usual;
+  if (!root.contains("kernels")) return;
+  const toml::table* t = root.get_as<toml::table>("kernels");
+  LOOM_CHECK_INPUT(t != nullptr, "{}: kernels must be a table ([kernels])", where);
+  Reader r(*t, where, "kernels.");
+  const std::string usual_name(name_of(usual));
+  c.attention_kernel = option_from<Fusion>(where + ": kernels.attention", r.text("attention", usual_name));
+  c.elementwise_kernel = option_from<Fusion>(where + ": kernels.elementwise", r.text("elementwise", usual_name));
+  r.done();
+}
+
 }  // namespace
 
 Cluster cluster_from_toml(const std::string& text, const std::string& where) {
@@ -202,6 +218,10 @@ Cluster cluster_from_toml(const std::string& text, const std::string& where) {
   Cluster c{.name = top.text("name", ""), .source = top.text("source", "")};
   LOOM_CHECK_INPUT(!c.name.empty(), "{}: name is missing; hint: name = \"my-cluster\"", where);
   Reader device(top.table("device"), where, "device.");
+  // A file without device.kind is a spec sheet's (a GPU's) unless loom measured it: `loom profile`
+  // measured only CPUs before it wrote the key.
+  const std::string kind = device.text("kind", root.contains("measured") ? "cpu" : "gpu");
+  c.kind = option_from<DeviceKind>(where + ": device.kind", kind);
   c.devices_per_node = device.count("per_node", 1);
   c.max_nodes = device.count("max_nodes", 0, 0);
   c.memory_bytes = device.positive("memory_bytes");
@@ -227,6 +247,8 @@ Cluster cluster_from_toml(const std::string& text, const std::string& where) {
   c.attention_efficiency = eff.fraction("attention");
   c.memory_efficiency = eff.fraction("memory");
   eff.done();
+  top.known("kernels");
+  read_kernels(root, c, where);
   top.known("collective");
   c.collectives = read_collectives(root, where);
   if (root.contains("measured")) c.measured = read_measurement(top.table("measured"), where);
@@ -265,13 +287,15 @@ std::string to_toml(const Cluster& c) {
   for (const auto& [dtype, flops] : c.peak_flops)
     peaks += fmt::format("{}{} = {:.6g}", peaks.empty() ? "" : ", ", name_of(dtype), flops);
   std::string out = fmt::format(
-      "name = \"{}\"\nsource = \"{}\"\n\n[device]\nper_node = {}\nmax_nodes = {}\nmemory_bytes = {:.6g}\n"
+      "name = \"{}\"\nsource = \"{}\"\n\n[device]\nkind = \"{}\"\nper_node = {}\nmax_nodes = {}\nmemory_bytes = {:.6g}\n"
       "memory_bandwidth = {:.6g}\npeak_flops = {{ {} }}\n\n[links]\nintra_node = {{ bandwidth = {:.6g}, latency = "
       "{:.6g} }}\ninter_node = {{ bandwidth = {:.6g}, latency = {:.6g} }}\nhost = {:.6g}\n\n[efficiency]\n"
-      "gemm_max = {:.6g}\ngemm_half_dim = {:.6g}\nattention = {:.6g}\nmemory = {:.6g}\n",
-      c.name, c.source, c.devices_per_node, c.max_nodes, c.memory_bytes, c.memory_bytes_per_s, peaks,
+      "gemm_max = {:.6g}\ngemm_half_dim = {:.6g}\nattention = {:.6g}\nmemory = {:.6g}\n\n[kernels]\n"
+      "attention = \"{}\"\nelementwise = \"{}\"\n",
+      c.name, c.source, name_of(c.kind), c.devices_per_node, c.max_nodes, c.memory_bytes, c.memory_bytes_per_s, peaks,
       c.intra_node.bytes_per_s, c.intra_node.latency_s, c.inter_node.bytes_per_s, c.inter_node.latency_s,
-      c.host_bytes_per_s, c.gemm_max, c.gemm_half_dim, c.attention_efficiency, c.memory_efficiency);
+      c.host_bytes_per_s, c.gemm_max, c.gemm_half_dim, c.attention_efficiency, c.memory_efficiency,
+      name_of(c.attention_kernel), name_of(c.elementwise_kernel));
   if (const std::optional<Measurement>& m = c.measured)
     out += fmt::format("\n[measured]\nunix_time = {}\nranks = {}\nthreads = {}\nloom = \"{}\"\npeak_spread = {:.6g}\n",
                        m->unix_time, m->ranks, m->threads, m->loom_version, m->peak_spread);

@@ -15,8 +15,22 @@
 //               bytes / bw + 2 (n-1) latency; all-gather, reduce-scatter, all-to-all: half that)
 //               or tree (2 log2 n latency + 2 bytes / bw), whichever is faster, over the slowest
 //               link the group spans
+//   kernels     which kernels the device runs (NOTE [Kernel fusion]), by default those of its kind
 // A layer's pass then costs gemm + attention + elementwise + its collectives (those issued beside
 // the compute overlap it: the longer of the two).
+//
+// NOTE [Kernel fusion]
+// The same layer moves different bytes on different kernels. loom's CPU kernels make every pass
+// through memory: attention's score tiles are written, widened, reduced and read again (4a + 24
+// bytes per score for a-byte products, nn::causal_attention_score_bytes), and each elementwise
+// operation reads and writes its operands. A GPU run uses fused attention (flash / memory-
+// efficient: the scores stay in on-chip memory, and the attention's time is its FLOPs at
+// efficiency.attention) and fused elementwise kernels (bias with activation, rotary in one pass,
+// no copies to and from the heads' layout, a cross-entropy that writes its gradient in place of
+// the logits). A layer's nn::Cost says both: elementwise_bytes as unfused kernels move them,
+// fusable_bytes what fused ones do not, score_bytes what fused attention does not. The cluster
+// file says which kernels its runs use ([kernels] attention, elementwise = "fused" | "unfused");
+// absent, device.kind decides: a gpu fuses both, a cpu neither.
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -53,9 +67,21 @@ struct Measurement {
   bool operator==(const Measurement&) const = default;
 };
 
+// One pass of a layer on one device, as Cluster::compute_seconds prices it (NOTE [Kernel fusion]).
+struct PassWork {
+  double gemm_flops = 0;  // the attention's excluded
+  double gemm_dim = 0;    // the smallest dimension of the largest GEMM
+  double attention_flops = 0;
+  double elementwise_bytes = 0;  // as unfused kernels move them
+  double fusable_bytes = 0;      // the part of elementwise_bytes that fused kernels do not move
+  double score_bytes = 0;        // the attention scores' passes, which fused attention does not make
+};
+
 struct Cluster {
   std::string name;
   std::string source;  // where the numbers come from
+  DeviceKind kind = DeviceKind::Gpu;
+  Fusion attention_kernel = Fusion::Fused, elementwise_kernel = Fusion::Fused;
   int64_t devices_per_node = 1;
   int64_t max_nodes = 0;                   // 0: as many as asked
   std::map<DType, double> peak_flops;      // dense FLOP/s per dtype the device runs
@@ -73,9 +99,8 @@ struct Cluster {
   // InputError naming the dtype when the device has no peak for it.
   double peak(DType dtype) const;
   double gemm_efficiency(double gemm_dim) const;
-  // One pass of a layer: its GEMM FLOPs (attention excluded), attention FLOPs and elementwise bytes.
-  double compute_seconds(double gemm_flops, double gemm_dim, double attention_flops, double elementwise_bytes,
-                         DType dtype) const;
+  // One pass of a layer on this cluster's kernels.
+  double compute_seconds(const PassWork& work, DType dtype) const;
   // One collective of `bytes` over `ranks` ranks whose group lies inside one node or not.
   double collective_seconds(nn::CommOp op, int64_t ranks, double bytes, bool spans_nodes) const;
 };

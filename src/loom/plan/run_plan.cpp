@@ -255,13 +255,19 @@ PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, 
                                                 group_spans_nodes(mesh, tp ? "tp" : "sp", dpn));
     (u.overlapped ? hidden : comm)[u.pass == nn::CommPass::Forward ? 0 : 1] += t;
   }
-  const double f = cluster.compute_seconds(cost.forward_flops - cost.attention_flops, cost.gemm_dim,
-                                           cost.attention_flops, cost.elementwise_bytes, dtype);
-  const double b = cluster.compute_seconds(cost.backward_input_flops - 2 * cost.attention_flops, cost.gemm_dim,
-                                           2 * cost.attention_flops, 2 * cost.elementwise_bytes, dtype);
-  return {.forward_s = std::max(f, hidden[0]) + comm[0],
-          .backward_input_s = std::max(b, hidden[1]) + comm[1],
-          .backward_weight_s = cluster.compute_seconds(cost.backward_weight_flops, cost.gemm_dim, 0, 0, dtype)};
+  // The backward's attention and elementwise kernels do about twice the forward's work.
+  auto pass = [&](double flops, double times) {
+    return cluster.compute_seconds({.gemm_flops = flops - times * cost.attention_flops,
+                                    .gemm_dim = cost.gemm_dim,
+                                    .attention_flops = times * cost.attention_flops,
+                                    .elementwise_bytes = times * cost.elementwise_bytes,
+                                    .fusable_bytes = times * cost.fusable_bytes,
+                                    .score_bytes = times * cost.score_bytes},
+                                   dtype);
+  };
+  return {.forward_s = std::max(pass(cost.forward_flops, 1), hidden[0]) + comm[0],
+          .backward_input_s = std::max(pass(cost.backward_input_flops, 2), hidden[1]) + comm[1],
+          .backward_weight_s = pass(cost.backward_weight_flops, 0)};
 }
 
 std::vector<LayerPlan> timed_chain(const Config& config, const CostModel& costs, const models::ModelKinds& kinds) {

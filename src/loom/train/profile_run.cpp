@@ -337,6 +337,9 @@ void measure_compute(const Config& config, plan::Cluster& c, const ProfileOption
   c.memory_bytes_per_s = measure_memory_bandwidth(repeats);
   c.attention_efficiency = measure_attention(models::attention_kernel(config.model), peak, c.memory_bytes_per_s, repeats);
   c.memory_efficiency = 1;  // the measured rate is what a kernel gets
+  // loom's CPU kernels, as measured: measure_attention charged the score passes to memory.
+  c.kind = DeviceKind::Cpu;
+  c.attention_kernel = c.elementwise_kernel = Fusion::Unfused;
 }
 
 std::string host_name() {
