@@ -1,6 +1,7 @@
 // loom's own CUDA code (src/loom/cuda): its kernel on a GPU where one exists, skipped with the
 // reason where none does (a build without CUDA, a machine without a driver or GPU). Tests that need a
 // GPU are the suite Gpu, which ctest labels `gpu` (tests/CMakeLists.txt).
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <vector>
@@ -8,6 +9,8 @@
 #include "loom/core/build_info.h"
 #include "loom/core/error.h"
 #include "loom/cuda/devices.h"
+#include "loom/cuda/placement.h"
+#include "unit/input_error.h"
 
 namespace loom {
 namespace {
@@ -39,6 +42,62 @@ TEST(BuildInfo, NamesTheLibtorchItRunsOn) {
   EXPECT_NE(text.find("libtorch " + b.torch_running), std::string::npos) << text;
   // Whether MPI is built in (LOOM_MPI) is checked against the binary's libraries by cli.smoke.
   EXPECT_NE(build_line(b).find(b.mpi ? "MPI yes" : "MPI no"), std::string::npos);
+}
+
+// NOTE [Devices]: train.device and parallel.backend resolved per rank from what the node shows.
+Config placed(TrainDevice device, Backend backend) {
+  Config c;
+  c.train.device = device;
+  c.parallel.backend = backend;
+  return c;
+}
+
+constexpr const char* kNoGpu = "no GPU on this machine";
+
+cuda::NodeView node(int local_rank, int local_ranks, int gpus, bool nccl) {
+  return {.local_rank = local_rank,
+          .local_ranks = local_ranks,
+          .devices = {.count = gpus, .why_none = gpus == 0 ? kNoGpu : ""},
+          .nccl_built = nccl};
+}
+
+TEST(Placement, AutoTakesAGpuWhereOneIsUsableAndNcclWhereItCanRun) {
+  using cuda::Placement;
+  const Config automatic = placed(TrainDevice::Auto, Backend::Auto);
+  EXPECT_EQ(cuda::place_rank(automatic, node(0, 1, 0, true)), (Placement{TrainDevice::Cpu, -1, Backend::Mpi}));
+  EXPECT_EQ(cuda::place_rank(automatic, node(3, 4, 4, true)), (Placement{TrainDevice::Cuda, 3, Backend::Nccl}));
+  // More ranks than GPUs, or no NCCL: MPI through host buffers, ranks sharing GPUs in turn.
+  EXPECT_EQ(cuda::place_rank(automatic, node(3, 4, 2, true)), (Placement{TrainDevice::Cuda, 1, Backend::Mpi}));
+  EXPECT_EQ(cuda::place_rank(automatic, node(1, 2, 2, false)), (Placement{TrainDevice::Cuda, 1, Backend::Mpi}));
+  // "cpu" stays on the CPU whatever the node has; "mpi" is kept on a GPU.
+  EXPECT_EQ(cuda::place_rank(placed(TrainDevice::Cpu, Backend::Auto), node(0, 1, 8, true)),
+            (Placement{TrainDevice::Cpu, -1, Backend::Mpi}));
+  EXPECT_EQ(cuda::place_rank(placed(TrainDevice::Cuda, Backend::Mpi), node(5, 8, 8, true)),
+            (Placement{TrainDevice::Cuda, 5, Backend::Mpi}));
+  EXPECT_EQ(cuda::describe({TrainDevice::Cuda, 5, Backend::Nccl}), "cuda:5, backend nccl");
+}
+
+TEST(Placement, RefusesWhatTheNodeCannotRun) {
+  using ::testing::HasSubstr;
+  using loom::testing::input_error;
+  EXPECT_THAT(input_error([] { cuda::place_rank(placed(TrainDevice::Cuda, Backend::Auto), node(0, 1, 0, true)); }),
+              HasSubstr("train.device = \"cuda\", but this rank has no GPU to train on: no GPU on this machine; "
+                        "hint: train.device = \"cpu\""));
+  EXPECT_THAT(input_error([] { cuda::place_rank(placed(TrainDevice::Auto, Backend::Nccl), node(0, 1, 0, true)); }),
+              HasSubstr("parallel.backend = \"nccl\" carries GPU tensors, but train.device = \"auto\" trains on "
+                        "the CPU here (no GPU on this machine)"));
+  EXPECT_THAT(input_error([] { cuda::place_rank(placed(TrainDevice::Cuda, Backend::Nccl), node(0, 4, 2, true)); }),
+              HasSubstr("parallel.backend = \"nccl\" needs a GPU per rank, but 4 ranks of the job run on this "
+                        "node and it shows 2 GPUs"));
+  EXPECT_THAT(input_error([] { cuda::place_rank(placed(TrainDevice::Cuda, Backend::Nccl), node(0, 1, 1, false)); }),
+              HasSubstr("parallel.backend = \"nccl\", but this loom was built without NCCL"));
+  // A config that asks for NCCL on the CPU is refused before any node is looked at.
+  EXPECT_THAT(input_error([] { validate(placed(TrainDevice::Cpu, Backend::Nccl)); }),
+              HasSubstr("parallel.backend = \"nccl\" carries GPU tensors, but train.device = \"cpu\""));
+  // Until the GPU path is built, a placement on a GPU is refused rather than trained on the CPU.
+  EXPECT_THAT(input_error([] { cuda::check_trainable({TrainDevice::Cuda, 0, Backend::Mpi}); }),
+              HasSubstr("train.device resolves to a GPU (cuda:0) on this rank, but this loom trains on the CPU only"));
+  EXPECT_NO_THROW(cuda::check_trainable({}));
 }
 
 }  // namespace

@@ -23,7 +23,8 @@ namespace {
 using FieldPtr = std::variant<int64_t*, double*, bool*, std::string*, std::vector<int64_t>*, Option<DType>*,
                               Option<SpMode>*, Option<Recompute>*, Option<SparseMode>*, Option<TokenWidth>*,
                               Option<TableUpdate>*, Option<GradDType>*,
-                              Option<Swap>*, Option<PolicyMode>*, Option<Partition>*, Option<AttnKernel>*>;
+                              Option<Swap>*, Option<PolicyMode>*, Option<Partition>*, Option<AttnKernel>*, Option<TrainDevice>*,
+                              Option<Backend>*>;
 
 template <class T>
 struct IsOption : std::false_type {};
@@ -64,6 +65,7 @@ const std::vector<KeySpec>& key_specs() {
       LOOM_KEY(parallel, sparse),      LOOM_KEY(parallel, sparse_partitions),
       LOOM_KEY(parallel, grad_dtype),  LOOM_KEY(parallel, partition),
       KeySpec{"parallel", "auto", [](Config& c) -> FieldPtr { return &c.parallel.auto_layout; }},
+      LOOM_KEY(parallel, backend),
       LOOM_KEY(memory, budget),        LOOM_KEY(memory, recompute),
       LOOM_KEY(memory, recompute_ratio), LOOM_KEY(memory, swap),
       LOOM_KEY(memory, policy),        LOOM_KEY(memory, profile),
@@ -74,6 +76,7 @@ const std::vector<KeySpec>& key_specs() {
       LOOM_KEY(train, beta2),          LOOM_KEY(train, clip),
       LOOM_KEY(train, seed),           LOOM_KEY(train, threads),
       LOOM_KEY(train, log_every),      LOOM_KEY(train, table_update),
+      LOOM_KEY(train, device),
       LOOM_KEY(train, eval_every),     LOOM_KEY(train, eval_tokens),
       LOOM_KEY(data, source),          LOOM_KEY(data, token_dtype),
       LOOM_KEY(data, zipf),            LOOM_KEY(data, valid),

@@ -66,6 +66,7 @@ struct ParallelConfig {
   // parallel.auto (`auto` is a C++ keyword): `loom train` plans the layout for its world size on
   // the `local` cluster (train/auto_layout.h) and replaces the layout keys with the plan's.
   bool auto_layout = false;
+  Option<Backend> backend = Backend::Auto;  // NOTE [Devices]
   bool operator==(const ParallelConfig&) const = default;
 };
 
@@ -94,6 +95,7 @@ struct TrainConfig {
   int64_t threads = 0;  // libtorch intra-op threads per rank; 0 = cores / ranks on this machine
   int64_t log_every = 1;
   Option<TableUpdate> table_update = TableUpdate::Dense;
+  Option<TrainDevice> device = TrainDevice::Cpu;  // NOTE [Devices]
   // Validation (data.valid): a forward-only pass over a fixed set of held-out sequences every
   // eval_every steps and after the last (0 = never), of at least eval_tokens tokens (rounded up to
   // whole global batches, so every layout evaluates the same sequences).

@@ -191,6 +191,9 @@ void validate(const Config& config) {
                    "parallel.grad_dtype = \"{}\" needs model.dtype = \"bfloat16\" (it is \"{}\"): a {} model "
                    "reduces its gradients in its own dtype; hint: drop parallel.grad_dtype, or train in bfloat16",
                    config.parallel.grad_dtype.name(), config.model.dtype.name(), config.model.dtype.name());
+  LOOM_CHECK_INPUT(config.parallel.backend != Backend::Nccl || config.train.device != TrainDevice::Cpu,
+                   "parallel.backend = \"nccl\" carries GPU tensors, but train.device = \"cpu\"; hint: "
+                   "train.device = \"cuda\" (or \"auto\"), or parallel.backend = \"mpi\" (or \"auto\")");
   LOOM_CHECK_INPUT(config.train.micro_batch % config.parallel.tp_overlap == 0,
                    "[tp] parallel.tp_overlap ({}) must divide train.micro_batch ({}): each micro-batch is cut into "
                    "tp_overlap equal chunks",

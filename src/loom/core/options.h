@@ -117,6 +117,21 @@ struct OptionNames<CommOp> {
                                                          "send_recv"};
 };
 
+// train.device (NOTE [Devices]): where a rank's tensors live; "auto": a GPU when one is visible.
+enum class TrainDevice : uint8_t { Cpu, Cuda, Auto };
+template <>
+struct OptionNames<TrainDevice> {
+  static constexpr std::array<std::string_view, 3> names{"cpu", "cuda", "auto"};
+};
+
+// parallel.backend (NOTE [Devices]): what carries the collectives. "nccl" needs GPU tensors and a
+// GPU per rank; "mpi" takes any tensors (GPU ones through host buffers); "auto": NCCL where it can.
+enum class Backend : uint8_t { Auto, Mpi, Nccl };
+template <>
+struct OptionNames<Backend> {
+  static constexpr std::array<std::string_view, 3> names{"auto", "mpi", "nccl"};
+};
+
 // A cluster file's device.kind (NOTE [Cluster cost model]): what its devices are, which sets the
 // kernels it is priced with unless its [kernels] section says otherwise.
 enum class DeviceKind : uint8_t { Cpu, Gpu };

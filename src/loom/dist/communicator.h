@@ -47,6 +47,8 @@ class Communicator {
   // every communicator split from it; 1 without MPI): the default thread count per rank is the
   // cores divided by it, and this machine's memory is shared by as many.
   virtual int local_ranks() const { return 1; }
+  // This rank's index among them (0 .. local_ranks() - 1): which GPU it takes (NOTE [Devices]).
+  virtual int local_rank() const { return 0; }
 
   virtual WorkPtr all_reduce_async(at::Tensor& tensor, ReduceOp op) = 0;
   virtual WorkPtr reduce_scatter_async(const at::Tensor& input, at::Tensor& output, ReduceOp op) = 0;

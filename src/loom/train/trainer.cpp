@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "loom/ckpt/checkpoint_dir.h"
+#include "loom/core/build_info.h"
 #include "loom/core/error.h"
 #include "loom/data/sampler.h"
 #include "loom/data/token_source.h"
@@ -51,6 +52,13 @@ Trainer::Trainer(Config config, dist::Communicator& world, const std::string& re
   std::exception_ptr failure;
   try {
     check_input(world.size(), world.local_ranks(), resume);
+    // This rank's device and backend from this node's GPUs (NOTE [Devices]), before anything is
+    // allocated: one rank's refusal ends every rank below.
+    placement_ = cuda::place_rank(config_, {.local_rank = world.local_rank(),
+                                            .local_ranks = world.local_ranks(),
+                                            .devices = cuda::devices(),
+                                            .nccl_built = build_info().nccl});
+    cuda::check_trainable(placement_);
   } catch (const InputError&) {
     failure = std::current_exception();
   }
