@@ -4,6 +4,9 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <ATen/ATen.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+
 #include <vector>
 
 #include "loom/core/build_info.h"
@@ -23,6 +26,28 @@ TEST(Gpu, LoomKernelScalesOnTheDevice) {
   const std::vector<float> y = cuda::scaled_on_device(x, -0.25f);
   ASSERT_EQ(y.size(), x.size());
   for (size_t i = 0; i < x.size(); ++i) ASSERT_EQ(y[i], x[i] * -0.25f) << i;  // one exact product each
+}
+
+// libtorch on the GPU, its CUDA library loaded on demand: a tensor made, computed and copied back.
+TEST(Gpu, LibtorchComputesOnTheDeviceOnceLoaded) {
+  const cuda::Devices d = cuda::devices();
+  if (d.count == 0) GTEST_SKIP() << d.why_none;
+  ASSERT_EQ(cuda::load_torch_cuda(), "");
+  const at::Tensor x = at::arange(5, at::dtype(at::kDouble).device(at::kCUDA));
+  EXPECT_TRUE(at::equal((x * 0.5).cpu(), at::arange(5, at::kDouble) * 0.5));
+}
+
+// Where this build has CUDA, libtorch's CUDA half loads whether or not a GPU is here: its CUDA
+// device guard is registered by it, and a second load finds it loaded.
+TEST(Cuda, LibtorchCudaLoadsOnDemand) {
+  const std::string why = cuda::load_torch_cuda();
+  if (build_info().cuda.empty()) {
+    EXPECT_NE(why.find("loom was built without CUDA"), std::string::npos) << why;
+    return;
+  }
+  ASSERT_EQ(why, "");
+  EXPECT_TRUE(c10::impl::hasDeviceGuardImpl(c10::DeviceType::CUDA));
+  EXPECT_EQ(cuda::load_torch_cuda(), "");
 }
 
 TEST(Cuda, NoDeviceSaysWhyAndRefusesWork) {

@@ -2,6 +2,7 @@
 #include "loom/cuda/devices.h"
 
 #include <cuda_runtime_api.h>
+#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include "loom/core/error.h"
@@ -25,6 +26,15 @@ Devices devices() {
   }
   if (count == 0) return {.count = 0, .why_none = "no GPU on this machine"};
   return {.count = count};
+}
+
+std::string load_torch_cuda() {
+  // dlopen keeps one handle per library: a second call finds it loaded. RTLD_GLOBAL, so that the
+  // kernels it registers with libtorch's dispatcher resolve the symbols they share with it.
+  const std::string path = LOOM_TORCH_LIBRARY_DIR "/libtorch_cuda.so";
+  if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) != nullptr) return "";
+  const char* why = dlerror();
+  return fmt::format("libtorch's CUDA library {} does not load: {}", path, why ? why : "(no reason given)");
 }
 
 std::vector<float> scaled_on_device(const std::vector<float>& x, float a) {

@@ -16,6 +16,12 @@ struct Devices {
 // Never throws: a build without CUDA, or a machine without a driver or GPU, has none.
 Devices devices();
 
+// Loads libtorch's CUDA half (libtorch_cuda: its CUDA kernels, cuBLAS, cuDNN) into this process,
+// once: loom links libtorch's CPU library alone, so that a CPU run does not pay its start-up time
+// and memory (cmake/torch.cmake); a rank that trains on a GPU loads it first. Returns "" when it
+// is loaded, else why not (a build without CUDA, the library missing or refusing to load).
+std::string load_torch_cuda();
+
 // x * a computed on GPU 0 by loom's own kernel (copied there and back). Throws loom::Error where
 // devices() has none.
 std::vector<float> scaled_on_device(const std::vector<float>& x, float a);

@@ -10,6 +10,8 @@ constexpr const char* kNone = "loom was built without CUDA (LOOM_CUDA=" LOOM_CUD
 
 Devices devices() { return {.count = 0, .why_none = kNone}; }
 
+std::string load_torch_cuda() { return kNone; }
+
 std::vector<float> scaled_on_device(const std::vector<float>&, float) { throw Error(kNone); }
 
 }  // namespace loom::cuda
