@@ -159,7 +159,7 @@ esac
 rank_pid() {
   local p
   for p in $(pgrep -P "$1"); do
-    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=$2" && { echo "$p"; return 0; }
+    grep -qx "OMPI_COMM_WORLD_RANK=$2" <<<"$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null)" && { echo "$p"; return 0; }
   done
   return 1
 }

@@ -32,6 +32,7 @@ class NoisyCommunicator final : public dist::Communicator {
   const std::string& axis() const override { return inner_->axis(); }
   bool concurrent_progress() const override { return false; }  // one generator, one thread
   int local_ranks() const override { return inner_->local_ranks(); }
+  int local_rank() const override { return inner_->local_rank(); }
 
   dist::WorkPtr all_reduce_async(at::Tensor& t, dist::ReduceOp op) override {
     return noisy(inner_->all_reduce_async(t, op), kReduction);

@@ -58,8 +58,8 @@ cmake -S "$work/example" -B "$work/example/build" -DCMAKE_BUILD_TYPE=Release -DC
 cmake --build "$work/example/build" -j 2 >"$work/build.log" 2>&1 || { cat "$work/build.log"; fail "building the example failed"; }
 # libtorch may live in the source tree (.venv/, cmake/torch.cmake): its paths are libtorch's, not loom's.
 torch_root=$(sed -n 's|^Torch_DIR:PATH=\(.*\)/share/cmake/Torch$|\1|p' "$build/CMakeCache.txt")
-if cat "$work/example/build/CMakeFiles/custom_model.dir/flags.make" "$work/example/build/CMakeFiles/custom_model.dir/link.txt" |
-   sed "s|$torch_root||g" | grep -q -- "$src"; then
+flags=$(cat "$work/example/build/CMakeFiles/custom_model.dir/flags.make" "$work/example/build/CMakeFiles/custom_model.dir/link.txt")
+if grep -q -- "$src" <<<"${flags//$torch_root/}"; then
   fail "the example's build refers to loom's source tree"
 fi
 app=$work/example/build/custom_model

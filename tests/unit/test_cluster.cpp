@@ -3,6 +3,7 @@
 // formulas (ring or tree over the slowest link a group spans; measured alpha / beta inside a node).
 // `loom profile --cluster-out`'s pieces that need no second rank are checked here too: the GEMM
 // curve's fit and the job it refuses.
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -128,6 +129,14 @@ TEST(Cluster, KernelsDefaultToTheDeviceKind) {
                                                  measured.substr(measured.find("per_node")),
                                              "measured, no kind");
   EXPECT_EQ(profiled.kind, DeviceKind::Cpu);
+  // An older `loom profile --cluster-out` wrote neither device.kind nor [measured]: its source says.
+  Cluster older = full_cluster();
+  older.measured.reset();
+  older.source = fmt::format("{} on vm: 2 ranks, one thread each", kMeasuredSource);
+  std::string old_text = to_toml(older);
+  old_text.erase(old_text.find("kind = "), old_text.find("per_node") - old_text.find("kind = "));
+  old_text.erase(old_text.find("[kernels]"));
+  EXPECT_EQ(kernels(cluster_from_toml(old_text, "older")), std::pair(Fusion::Unfused, Fusion::Unfused));
   // One key given, the other from the kind.
   const Cluster one = cluster_from_toml(gpu + "\n[kernels]\nattention = \"unfused\"\n", "one key");
   EXPECT_EQ(kernels(one), std::pair(Fusion::Unfused, Fusion::Fused));

@@ -13,6 +13,7 @@
 #include "loom/plan/gemm_peak.h"
 #include "loom/plan/profile.h"
 #include "loom/train/profile_run.h"
+#include "loom/cuda/placement.h"
 #include "loom/dist/input_agreement.h"
 #include "loom/train/auto_layout.h"
 #include "loom/train/trainer.h"
@@ -75,6 +76,9 @@ Action add_train(CLI::App& app) {
     std::exception_ptr failure;
     try {
       loaded = config->load();
+      // NOTE [Devices]: a device this rank cannot train on is refused before parallel.auto measures.
+      cuda::check_trainable(loaded, cuda::place_this_rank(loaded, runtime.world().local_rank(),
+                                                           runtime.world().local_ranks()));
       if (loaded.parallel.auto_layout)
         cluster_cache = train::local_cluster_cache(std::getenv("XDG_CACHE_HOME"), std::getenv("HOME"));
       LOOM_CHECK_INPUT(peak->count() == 0 || (std::isfinite(options->peak_flops) && options->peak_flops > 0),

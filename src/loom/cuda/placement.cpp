@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "loom/core/build_info.h"
 #include "loom/core/error.h"
 
 namespace loom::cuda {
@@ -44,16 +45,19 @@ Placement place_rank(const Config& config, const NodeView& node) {
   return p;
 }
 
-void check_trainable(const Placement& placement) {
-  LOOM_CHECK_INPUT(placement.device == TrainDevice::Cpu,
-                   "train.device resolves to a GPU (cuda:{}) on this rank, but this loom trains on the CPU only: "
-                   "the GPU path (device tensors, the NCCL backend) is not built yet; hint: train.device = \"cpu\"",
-                   placement.gpu);
+Placement place_this_rank(const Config& config, int local_rank, int local_ranks) {
+  NodeView node;
+  node.local_rank = local_rank, node.local_ranks = local_ranks, node.nccl_built = build_info().nccl;
+  if (config.train.device != TrainDevice::Cpu) node.devices = devices();
+  return place_rank(config, node);
 }
 
-std::string describe(const Placement& placement) {
-  const std::string device = placement.device == TrainDevice::Cuda ? fmt::format("cuda:{}", placement.gpu) : "cpu";
-  return fmt::format("{}, backend {}", device, name_of(placement.backend));
+void check_trainable(const Config& config, const Placement& placement) {
+  LOOM_CHECK_INPUT(placement.device == TrainDevice::Cpu,
+                   "train.device = \"{}\" places this rank on a GPU (cuda:{}), but this loom trains on the CPU "
+                   "only: the GPU path (device tensors, the NCCL backend) is not built yet; hint: train.device = "
+                   "\"cpu\"",
+                   config.train.device.name(), placement.gpu);
 }
 
 }  // namespace loom::cuda

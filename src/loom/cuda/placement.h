@@ -6,7 +6,6 @@
 // build has and what this node shows, before anything is allocated; a choice that cannot run is
 // an InputError that names the keys, the values and what the node has. Every rank resolves
 // before the ranks agree on their input (dist/input_agreement.h), so one rank's refusal ends all.
-#include <string>
 
 #include "loom/core/config.h"
 #include "loom/cuda/devices.h"
@@ -32,11 +31,12 @@ struct NodeView {
 // train.device and parallel.backend resolved for one rank (InputError when they cannot run).
 Placement place_rank(const Config& config, const NodeView& node);
 
+// place_rank on this process's node. The GPUs are asked for only when train.device is not "cpu":
+// asking starts the CUDA driver, which a CPU rank never pays for.
+Placement place_this_rank(const Config& config, int local_rank, int local_ranks);
+
 // This build trains on the CPU only (the GPU path is issue 36's next step): InputError for a
 // placement on a GPU, so that a run never trains on the CPU while its config says "cuda".
-void check_trainable(const Placement& placement);
-
-// One line for a run's header: "cpu, backend mpi" or "cuda:1, backend nccl".
-std::string describe(const Placement& placement);
+void check_trainable(const Config& config, const Placement& placement);
 
 }  // namespace loom::cuda

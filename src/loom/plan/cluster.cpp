@@ -219,8 +219,9 @@ Cluster cluster_from_toml(const std::string& text, const std::string& where) {
   LOOM_CHECK_INPUT(!c.name.empty(), "{}: name is missing; hint: name = \"my-cluster\"", where);
   Reader device(top.table("device"), where, "device.");
   // A file without device.kind is a spec sheet's (a GPU's) unless loom measured it: `loom profile`
-  // measured only CPUs before it wrote the key.
-  const std::string kind = device.text("kind", root.contains("measured") ? "cpu" : "gpu");
+  // measured only CPUs before it wrote the key (and earlier still, wrote no [measured]).
+  const bool measured = root.contains("measured") || c.source.starts_with(kMeasuredSource);
+  const std::string kind = device.text("kind", measured ? "cpu" : "gpu");
   c.kind = option_from<DeviceKind>(where + ": device.kind", kind);
   c.devices_per_node = device.count("per_node", 1);
   c.max_nodes = device.count("max_nodes", 0, 0);

@@ -20,10 +20,12 @@
 // the compute overlap it: the longer of the two).
 //
 // NOTE [Kernel fusion]
-// The same layer moves different bytes on different kernels. loom's CPU kernels make every pass
-// through memory: attention's score tiles are written, widened, reduced and read again (4a + 24
-// bytes per score for a-byte products, nn::causal_attention_score_bytes), and each elementwise
-// operation reads and writes its operands. A GPU run uses fused attention (flash / memory-
+// The same layer moves different bytes on different kernels. "unfused" prices every pass through
+// memory as loom's tiled CPU kernel makes them: attention's score tiles written, widened, reduced
+// and read again (4a + 24 bytes per score for a-byte products, nn::causal_attention_score_bytes),
+// and each elementwise operation reading and writing its operands. It is how `loom profile`
+// measured a CPU's attention share (the score passes taken out), so a CPU's file keeps it even
+// where its runs use libtorch's fused CPU attention (model.attn_kernel = "fused"). A GPU run uses fused attention (flash / memory-
 // efficient: the scores stay in on-chip memory, and the attention's time is its FLOPs at
 // efficiency.attention) and fused elementwise kernels (bias with activation, rotary in one pass,
 // no copies to and from the heads' layout, a cross-entropy that writes its gradient in place of
@@ -35,6 +37,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "loom/core/options.h"
@@ -116,6 +119,9 @@ bool group_spans_nodes(const dist::MeshShape& mesh, const std::string& axis, int
 Cluster read_cluster(const std::string& name_or_path);
 Cluster cluster_from_toml(const std::string& text, const std::string& where);
 std::string to_toml(const Cluster& cluster);
+
+// How `loom profile --cluster-out` begins a cluster's source.
+inline constexpr std::string_view kMeasuredSource = "measured by `loom profile --cluster-out`";
 
 // `gpus` against the cluster (at most devices_per_node x max_nodes): InputError otherwise.
 void check_gpus(const Cluster& cluster, int64_t gpus);

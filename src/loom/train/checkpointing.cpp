@@ -30,7 +30,8 @@ bool must_match(const std::string& key) {
 
 bool free_to_change(const std::string& key) {
   return key.starts_with("parallel.") || key.starts_with("memory.") || key.starts_with("checkpoint.") ||
-         key == "train.steps" || key == "train.micro_batch" || key == "train.threads" || key == "train.log_every";
+         key == "train.steps" || key == "train.micro_batch" || key == "train.threads" || key == "train.log_every" ||
+         key == "train.device";
 }
 
 }  // namespace

@@ -351,7 +351,7 @@ std::string host_name() {
 // The devices, links and collectives from the job and `machine`'s copies and collectives.
 void describe_machine(const dist::Communicator& world, const plan::Profile& machine, plan::Cluster& c) {
   c.name = "local";
-  c.source = fmt::format("measured by `loom profile --cluster-out` on {}: {} ranks, {} thread{} each", host_name(),
+  c.source = fmt::format("{} on {}: {} ranks, {} thread{} each", plan::kMeasuredSource, host_name(),
                          world.size(), c.measured->threads, c.measured->threads == 1 ? "" : "s");
   c.measured->unix_time = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch()).count();

@@ -8,7 +8,6 @@
 #include <thread>
 
 #include "loom/ckpt/checkpoint_dir.h"
-#include "loom/core/build_info.h"
 #include "loom/core/error.h"
 #include "loom/data/sampler.h"
 #include "loom/data/token_source.h"
@@ -51,14 +50,7 @@ Trainer::Trainer(Config config, dist::Communicator& world, const std::string& re
       base_world_(&world) {
   std::exception_ptr failure;
   try {
-    check_input(world.size(), world.local_ranks(), resume);
-    // This rank's device and backend from this node's GPUs (NOTE [Devices]), before anything is
-    // allocated: one rank's refusal ends every rank below.
-    placement_ = cuda::place_rank(config_, {.local_rank = world.local_rank(),
-                                            .local_ranks = world.local_ranks(),
-                                            .devices = cuda::devices(),
-                                            .nccl_built = build_info().nccl});
-    cuda::check_trainable(placement_);
+    check_input(world.size(), world.local_rank(), world.local_ranks(), resume);
   } catch (const InputError&) {
     failure = std::current_exception();
   }
@@ -88,7 +80,7 @@ Trainer::Trainer(Config config, int world_size, int rank, int local_ranks, const
     : config_(std::move(config)),
       kinds_(kinds),
       world_rank_(rank) {
-  check_input(world_size, local_ranks, resume);
+  check_input(world_size, 0, local_ranks, resume);
 }
 
 plan::RunPlan Trainer::check(const Config& config, int world_size, int local_ranks, const std::string& resume,
@@ -144,9 +136,11 @@ models::Model Trainer::build_model(dist::Communicator& tp, parallel::SpOptions s
 }
 
 // Every check that can fail on bad input, on the plan: nothing is allocated and nothing sent.
-void Trainer::check_input(int world_size, int local_ranks, const std::string& resume) {
+void Trainer::check_input(int world_size, int local_rank, int local_ranks, const std::string& resume) {
   data::resolve_vocab(config_);  // model.vocab = "auto" (NOTE [Vocabulary from the data])
   models::validate_config(config_, kinds_);
+  placement_ = cuda::place_this_rank(config_, local_rank, local_ranks);  // NOTE [Devices]
+  cuda::check_trainable(config_, placement_);
   if (!config_.checkpoint.dir.empty()) ckpt::check_writable_dir(config_.checkpoint.dir);
   check_resume(resume);
   memory::install_accounting_allocator();

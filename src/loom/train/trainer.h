@@ -118,7 +118,8 @@ class Trainer {
  private:
   Trainer(Config config, int world_size, int rank, int local_ranks, const std::string& resume,
           const models::ModelKinds& kinds);  // check() only
-  void check_input(int world_size, int local_ranks, const std::string& resume);
+  // `local_rank` of `local_ranks` on this node: the device it resolves to (NOTE [Devices]).
+  void check_input(int world_size, int local_rank, int local_ranks, const std::string& resume);
   // Checkpoints and resuming (train/checkpointing.cpp).
   void check_resume(const std::string& spec);
   void restore();
