@@ -106,37 +106,41 @@ TEST(Cluster, ShippedFilesParse) {
   EXPECT_FALSE(local.collectives.empty());
 }
 
+// `c` as to_toml writes it, without its [kernels] section (the three lines from "[kernels]"),
+// and without device.kind's line unless `keep_kind`.
+std::string without_kernels(const Cluster& c, bool keep_kind) {
+  std::string text = to_toml(c);
+  const auto erase_lines = [&](const std::string& from, int lines) {
+    size_t end = text.find(from);
+    for (int i = 0; i < lines; ++i) end = text.find('\n', end) + 1;
+    text.erase(text.find(from), end - text.find(from));
+  };
+  erase_lines("[kernels]", 3);
+  if (!keep_kind) erase_lines("kind = ", 1);
+  return text;
+}
+
 // NOTE [Kernel fusion]: [kernels] defaults to what device.kind runs, key by key; a file without
 // device.kind is a GPU's spec sheet unless loom measured it.
 TEST(Cluster, KernelsDefaultToTheDeviceKind) {
+  const auto kernels = [](const Cluster& read) { return std::pair(read.attention_kernel, read.elementwise_kernel); };
   Cluster c = full_cluster();
   c.measured.reset();
-  std::string text = to_toml(c);
-  text.erase(text.find("[kernels]"), text.find("elementwise = \"unfused\"\n") - text.find("[kernels]") + 24);
-  const auto kernels = [](const Cluster& read) { return std::pair(read.attention_kernel, read.elementwise_kernel); };
-  const auto replaced = [&](const std::string& from, const std::string& to) {
-    std::string t = text;
-    return t.replace(t.find(from), from.size(), to);
-  };
-  EXPECT_EQ(kernels(cluster_from_toml(text, "cpu")), std::pair(Fusion::Unfused, Fusion::Unfused));
-  const std::string gpu = replaced("kind = \"cpu\"", "kind = \"gpu\"");
+  const std::pair unfused(Fusion::Unfused, Fusion::Unfused);
+  EXPECT_EQ(kernels(cluster_from_toml(without_kernels(c, true), "cpu")), unfused);
+  c.kind = DeviceKind::Gpu;
+  const std::string gpu = without_kernels(c, true);
   EXPECT_EQ(kernels(cluster_from_toml(gpu, "gpu")), std::pair(Fusion::Fused, Fusion::Fused));
-  const Cluster spec_sheet = cluster_from_toml(replaced("kind = \"cpu\"\n", ""), "no kind");
+  c.kind = DeviceKind::Cpu;
+  const Cluster spec_sheet = cluster_from_toml(without_kernels(c, false), "no kind");
   EXPECT_EQ(spec_sheet.kind, DeviceKind::Gpu);
   EXPECT_EQ(kernels(spec_sheet), std::pair(Fusion::Fused, Fusion::Fused));
-  const std::string measured = to_toml(full_cluster());
-  const Cluster profiled = cluster_from_toml(measured.substr(0, measured.find("kind = ")) +
-                                                 measured.substr(measured.find("per_node")),
-                                             "measured, no kind");
-  EXPECT_EQ(profiled.kind, DeviceKind::Cpu);
+  EXPECT_EQ(cluster_from_toml(without_kernels(full_cluster(), false), "measured, no kind").kind, DeviceKind::Cpu);
   // An older `loom profile --cluster-out` wrote neither device.kind nor [measured]: its source says.
   Cluster older = full_cluster();
   older.measured.reset();
   older.source = fmt::format("{} on vm: 2 ranks, one thread each", kMeasuredSource);
-  std::string old_text = to_toml(older);
-  old_text.erase(old_text.find("kind = "), old_text.find("per_node") - old_text.find("kind = "));
-  old_text.erase(old_text.find("[kernels]"));
-  EXPECT_EQ(kernels(cluster_from_toml(old_text, "older")), std::pair(Fusion::Unfused, Fusion::Unfused));
+  EXPECT_EQ(kernels(cluster_from_toml(without_kernels(older, false), "older")), unfused);
   // One key given, the other from the kind.
   const Cluster one = cluster_from_toml(gpu + "\n[kernels]\nattention = \"unfused\"\n", "one key");
   EXPECT_EQ(kernels(one), std::pair(Fusion::Unfused, Fusion::Fused));

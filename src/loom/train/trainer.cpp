@@ -9,6 +9,7 @@
 
 #include "loom/ckpt/checkpoint_dir.h"
 #include "loom/core/error.h"
+#include "loom/cuda/placement.h"
 #include "loom/data/sampler.h"
 #include "loom/data/token_source.h"
 #include "loom/dist/input_agreement.h"
@@ -139,8 +140,7 @@ models::Model Trainer::build_model(dist::Communicator& tp, parallel::SpOptions s
 void Trainer::check_input(int world_size, int local_rank, int local_ranks, const std::string& resume) {
   data::resolve_vocab(config_);  // model.vocab = "auto" (NOTE [Vocabulary from the data])
   models::validate_config(config_, kinds_);
-  placement_ = cuda::place_this_rank(config_, local_rank, local_ranks);  // NOTE [Devices]
-  cuda::check_trainable(config_, placement_);
+  cuda::check_trainable(config_, cuda::place_this_rank(config_, local_rank, local_ranks));  // NOTE [Devices]
   if (!config_.checkpoint.dir.empty()) ckpt::check_writable_dir(config_.checkpoint.dir);
   check_resume(resume);
   memory::install_accounting_allocator();

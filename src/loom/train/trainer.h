@@ -19,7 +19,6 @@
 #include "loom/ckpt/checkpointer.h"
 #include "loom/ckpt/manifest.h"
 #include "loom/core/config.h"
-#include "loom/cuda/placement.h"
 #include "loom/data/batches.h"
 #include "loom/dist/interrupt.h"
 #include "loom/dist/mesh.h"
@@ -185,7 +184,6 @@ class Trainer {
   Config config_;
   models::ModelKinds kinds_;    // what model.kind may name; kind_ and plan_.kind point into it
   int world_rank_;
-  cuda::Placement placement_;  // this rank's device and backend (NOTE [Devices])
   dist::Communicator* base_world_ = nullptr;  // unrecorded: the trainer's own agreements
   const models::ModelKind* kind_ = nullptr;  // model.kind
   std::unique_ptr<data::Batches> data_;       // what it trains on
