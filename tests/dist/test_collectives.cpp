@@ -7,6 +7,7 @@
 
 #include "loom/core/error.h"
 
+#include "loom/dist/host_staging.h"
 #include "loom/dist/mesh.h"
 #include "loom/dist/null_communicator.h"
 #include "loom/dist/recording_communicator.h"
@@ -30,29 +31,29 @@ void expect_equal(const at::Tensor& got, const at::Tensor& want, const std::stri
   EXPECT_TRUE(ok) << what << "\n got " << got << "\nwant " << want;
 }
 
-TEST(Collectives, AllReduceSumAvgMax) {
-  const int r = world().rank(), n = world().size();
+void all_reduce_cases(Communicator& c) {
+  const int r = c.rank(), n = c.size();
   for (auto type : kTypes) {
     for (int64_t size : kSizes) {
       const std::string what = fmt::format("{} x {}", c10::toString(type), size);
       const at::Tensor base = iota(size, type) + 1;
       at::Tensor sum = base * (r + 1);
-      world().all_reduce(sum, ReduceOp::Sum);
+      c.all_reduce(sum, ReduceOp::Sum);
       expect_equal(sum, base * (n * (n + 1) / 2), "sum " + what);
       at::Tensor max = base * (r + 1);
-      world().all_reduce(max, ReduceOp::Max);
+      c.all_reduce(max, ReduceOp::Max);
       expect_equal(max, base * n, "max " + what);
       if (type != at::kLong) {
         at::Tensor avg = (base * (2 * r + 1)).to(type);  // mean of 1, 3, ..., 2n-1 is n
-        world().all_reduce(avg, ReduceOp::Avg);
+        c.all_reduce(avg, ReduceOp::Avg);
         expect_equal(avg, base * n, "avg " + what);
       }
     }
   }
 }
 
-TEST(Collectives, ReduceScatterAndAllGather) {
-  const int r = world().rank(), n = world().size();
+void scatter_gather_cases(Communicator& c) {
+  const int r = c.rank(), n = c.size();
   for (auto type : kTypes) {
     for (int64_t block : kSizes) {
       const std::string what = fmt::format("{} x {}", c10::toString(type), block);
@@ -60,24 +61,24 @@ TEST(Collectives, ReduceScatterAndAllGather) {
       at::Tensor input = at::empty({n * block}, at::TensorOptions().dtype(type));
       for (int b = 0; b < n; ++b) input.narrow(0, b * block, block).copy_(iota(block, type) + (r + 100 * b));
       at::Tensor out = at::empty({block}, input.options());
-      world().reduce_scatter(input, out, ReduceOp::Sum);
+      c.reduce_scatter(input, out, ReduceOp::Sum);
       expect_equal(out, (iota(block, at::kDouble) + 100 * r) * n + n * (n - 1) / 2, "reduce_scatter " + what);
 
       at::Tensor mine = iota(block, type) + 10 * r;
       at::Tensor gathered = at::empty({n * block}, mine.options());
-      world().all_gather(mine, gathered);
+      c.all_gather(mine, gathered);
       for (int b = 0; b < n; ++b)
         expect_equal(gathered.narrow(0, b * block, block), iota(block, at::kDouble) + 10 * b, "all_gather " + what);
     }
   }
 }
 
-TEST(Collectives, AllToAllAndAllToAllV) {
-  const int r = world().rank(), n = world().size();
+void all_to_all_cases(Communicator& c) {
+  const int r = c.rank(), n = c.size();
   for (int64_t block : kSizes) {
     at::Tensor input = at::empty({n * block}, at::kDouble), out = at::empty({n * block}, at::kDouble);
     for (int b = 0; b < n; ++b) input.narrow(0, b * block, block).copy_(iota(block, at::kDouble) + 1000 * r + 10 * b);
-    world().all_to_all(input, out);
+    c.all_to_all(input, out);
     for (int b = 0; b < n; ++b)
       expect_equal(out.narrow(0, b * block, block), iota(block, at::kDouble) + 1000 * b + 10 * r, "all_to_all");
   }
@@ -90,38 +91,67 @@ TEST(Collectives, AllToAllAndAllToAllV) {
   }
   at::Tensor input = at::tensor(values, at::kDouble);
   at::Tensor out = at::full({std::accumulate(recv.begin(), recv.end(), int64_t{0})}, -1.0, at::kDouble);
-  world().all_to_allv(input, send, out, recv);
+  c.all_to_allv(input, send, out, recv);
   int64_t at_ = 0;
   for (int s = 0; s < n; ++s)
     for (int64_t i = 0; i < recv[s]; ++i) EXPECT_EQ(out[at_++].item<double>(), 100.0 * s + r) << "from " << s;
 }
 
-TEST(Collectives, BroadcastAndRingSendRecv) {
-  const int r = world().rank(), n = world().size();
+void broadcast_ring_cases(Communicator& c) {
+  const int r = c.rank(), n = c.size();
   at::Tensor t = r == n - 1 ? iota(13, at::kFloat) * 3 : at::zeros({13}, at::kFloat);
-  world().broadcast(t, n - 1);
+  c.broadcast(t, n - 1);
   expect_equal(t, iota(13, at::kDouble) * 3, "broadcast");
   if (n == 1) return;
   at::Tensor out = at::full({7}, static_cast<double>(r), at::kDouble), in = at::empty({7}, at::kDouble);
-  auto recv = world().recv_async(in, (r + n - 1) % n, 5);
-  auto sent = world().send_async(out, (r + 1) % n, 5);
+  auto recv = c.recv_async(in, (r + n - 1) % n, 5);
+  auto sent = c.send_async(out, (r + 1) % n, 5);
   recv->wait();
   sent->wait();
   expect_equal(in, at::full({7}, static_cast<double>((r + n - 1) % n), at::kDouble), "ring");
-  world().barrier();
+  c.barrier();
 }
 
-TEST(Collectives, NonBlockingOperationsCompleteInAnyWaitOrder) {
-  const int n = world().size();
+void any_wait_order_cases(Communicator& c) {
+  const int n = c.size();
   at::Tensor a = at::ones({1 << 16}, at::kFloat), b = at::full({5}, 2.0, at::kDouble);
-  auto wa = world().all_reduce_async(a, ReduceOp::Sum);
-  auto wb = world().all_reduce_async(b, ReduceOp::Sum);
+  auto wa = c.all_reduce_async(a, ReduceOp::Sum);
+  auto wb = c.all_reduce_async(b, ReduceOp::Sum);
   while (!wb->test()) {
   }
   wa->wait();
   wa->wait();  // idempotent
   expect_equal(a, at::full({1 << 16}, static_cast<double>(n), at::kDouble), "a");
   expect_equal(b, at::full({5}, 2.0 * n, at::kDouble), "b");
+}
+
+TEST(Collectives, AllReduceSumAvgMax) { all_reduce_cases(world()); }
+TEST(Collectives, ReduceScatterAndAllGather) { scatter_gather_cases(world()); }
+TEST(Collectives, AllToAllAndAllToAllV) { all_to_all_cases(world()); }
+TEST(Collectives, BroadcastAndRingSendRecv) { broadcast_ring_cases(world()); }
+TEST(Collectives, NonBlockingOperationsCompleteInAnyWaitOrder) { any_wait_order_cases(world()); }
+
+// NOTE [Host staging]: the same closed forms through host copies of every tensor, as a device
+// tensor's operations take them.
+TEST(HostStaging, AllReduceSumAvgMax) {
+  HostStagingCommunicator staged(world(), /*always=*/true);
+  all_reduce_cases(staged);
+}
+TEST(HostStaging, ReduceScatterAndAllGather) {
+  HostStagingCommunicator staged(world(), /*always=*/true);
+  scatter_gather_cases(staged);
+}
+TEST(HostStaging, AllToAllAndAllToAllV) {
+  HostStagingCommunicator staged(world(), /*always=*/true);
+  all_to_all_cases(staged);
+}
+TEST(HostStaging, BroadcastAndRingSendRecv) {
+  HostStagingCommunicator staged(world(), /*always=*/true);
+  broadcast_ring_cases(staged);
+}
+TEST(HostStaging, NonBlockingOperationsCompleteInAnyWaitOrder) {
+  HostStagingCommunicator staged(world(), /*always=*/true);
+  any_wait_order_cases(staged);
 }
 
 TEST(Mesh, AxesSplitTheWorldWithTpInnermost) {

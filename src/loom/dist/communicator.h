@@ -1,7 +1,8 @@
 #pragma once
-// The communicator interface: collectives and point-to-point messages on libtorch CPU tensors
+// The communicator interface: collectives and point-to-point messages on libtorch tensors
 // (float32, float64, bfloat16, int64; contiguous). Backends: MPI (mpi_communicator.cpp) and the
-// single-process null communicator (world size 1). mpi.h never appears in a public header.
+// single-process null communicator (world size 1), both on host tensors: device tensors cross them
+// through HostStagingCommunicator (NOTE [Host staging]). mpi.h never appears in a public header.
 //
 // Contract shared by every operation:
 //   - every rank of the communicator calls collectives in the same order with matching shapes;
