@@ -11,7 +11,7 @@ include(CMakePackageConfigHelpers)
 set(LOOM_PUBLIC_HEADERS
   loom.h version.h
   core/config.h core/error.h core/options.h core/rng.h
-  dist/communicator.h dist/interrupt.h dist/null_communicator.h mpi/runtime.h
+  dist/communicator.h dist/device_backend.h dist/interrupt.h dist/null_communicator.h mpi/runtime.h
   nn/chain.h nn/decode.h nn/gradient_check.h nn/layer.h nn/layer_norm.h nn/param.h nn/precision.h nn/rms_norm.h
   data/batches.h
   parallel/sequence_parallel.h parallel/tp_region.h

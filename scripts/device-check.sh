@@ -4,9 +4,10 @@
 # such a machine may lack):
 #   scripts/device-check.sh
 # It builds loom against that machine's PyTorch (its python3; LOOM_TORCH overrides) with loom's CUDA
-# sources and without MPI, then runs what can be checked on a GPU so far: loom's own kernel on the
-# device (which must run, not be skipped), the unit and planner tests, and a serial training run.
-# As the GPU path grows (device placement, NCCL, the swap tier's copy stream) its checks join here.
+# sources and without MPI, then runs what can be checked on a GPU so far: the suite Gpu (loom's own
+# kernel on the device, and a serial run on the GPU against the CPU run in float64 at 1e-9; each
+# must run, not be skipped), the unit and planner tests, and a serial training run on the CPU and
+# on the GPU. As the GPU path grows (NCCL, the swap tier's copy stream) its checks join here.
 # Writes device-report.json and device-report.txt (a table) into $OUT when set, else into
 # ./device-report, each step's log beside them. `--configure-only` stops after configuring (a dry
 # run on a machine without a GPU).
@@ -42,8 +43,8 @@ print(open(out + "/device-report.txt").read(), end="")
 }
 trap report EXIT
 
-# Passes when the CUDA test ran on the device: a skip (no usable GPU) is a failure here.
-cuda_kernel() {
+# Passes when the suite Gpu ran on the device: a skip (no usable GPU) is a failure here.
+gpu_tests() {
   local said
   said=$("$build/bin/loom_unit_tests" --gtest_filter='Gpu.*' 2>&1) || { echo "$said"; return 1; }
   echo "$said"
@@ -56,8 +57,10 @@ step configure cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DLOOM
 [ "${1:-}" = --configure-only ] && exit 0
 step build cmake --build "$build" -j "$(nproc)" --target loom_cli loom_unit_tests loom_plan_tests || exit 1
 step version "$build/bin/loom" --version
-step cuda_kernel cuda_kernel
+step gpu_tests gpu_tests
 step unit_tests env LOOM_SOURCE_DIR="$PWD" "$build/bin/loom_unit_tests" --gtest_brief=1
 step plan_tests env LOOM_SOURCE_DIR="$PWD" "$build/bin/loom_plan_tests" --gtest_brief=1
 step train "$build/bin/loom" train -c configs/gpt-tiny.toml --set train.steps=20 --peak-flops 1e12 --quiet \
   --metrics "$out/train.jsonl"
+step train_gpu "$build/bin/loom" train -c configs/gpt-tiny.toml --set train.steps=20 --set train.device=cuda \
+  --peak-flops 1e12 --quiet --metrics "$out/train_gpu.jsonl"

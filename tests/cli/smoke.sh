@@ -15,7 +15,9 @@ grep -qE '^libtorch 2\.[0-9]+\.[0-9]+ \(BLAS [a-z]+, ' <<<"$said"
 mpi=no
 libs=$(ldd "$loom")
 grep -qE 'libmpi[._]' <<<"$libs" && mpi=yes
-grep -qE "^built in: CUDA (no|[0-9.]+), NCCL no, MPI $mpi\$" <<<"$said"
+# NCCL's backend comes only with CUDA, and libnccl is loaded by a GPU rank, never at start.
+grep -qE "^built in: CUDA (no, NCCL no|[0-9.]+, NCCL (yes|no)), MPI $mpi\$" <<<"$said"
+! grep -q 'libnccl' <<<"$libs"
 # `loom help` and `loom help COMMAND` are --help; every option's default is shown.
 said=$("$loom" help)
 grep -q '^  train ' <<<"$said"

@@ -84,7 +84,7 @@ cuda::NodeView node(int local_rank, int local_ranks, int gpus, bool nccl) {
   return {.local_rank = local_rank,
           .local_ranks = local_ranks,
           .devices = {.count = gpus, .why_none = gpus == 0 ? kNoGpu : ""},
-          .nccl_built = nccl};
+          .nccl_missing = nccl ? "" : "it was built without one"};
 }
 
 TEST(Placement, AutoTakesAGpuWhereOneIsUsableAndNcclWhereItCanRun) {
@@ -115,18 +115,32 @@ TEST(Placement, RefusesWhatTheNodeCannotRun) {
               HasSubstr("parallel.backend = \"nccl\" needs a GPU per rank, but 4 ranks of the job run on this "
                         "node and it shows 2 GPUs"));
   EXPECT_THAT(input_error([] { cuda::place_rank(placed(TrainDevice::Cuda, Backend::Nccl), node(0, 1, 1, false)); }),
-              HasSubstr("parallel.backend = \"nccl\", but this loom was built without NCCL"));
+              HasSubstr("parallel.backend = \"nccl\", but NCCL cannot run here: it was built without one"));
   // A config that asks for NCCL on the CPU is refused before any node is looked at.
   EXPECT_THAT(input_error([] { validate(placed(TrainDevice::Cpu, Backend::Nccl)); }),
               HasSubstr("parallel.backend = \"nccl\" carries GPU tensors, but train.device = \"cpu\""));
-  // Until the GPU path is built, a placement on a GPU is refused rather than trained on the CPU.
-  const Config automatic = placed(TrainDevice::Auto, Backend::Auto);
-  EXPECT_THAT(input_error([&] { cuda::check_trainable(automatic, {TrainDevice::Cuda, 0, Backend::Mpi}); }),
-              HasSubstr("train.device = \"auto\" places this rank on a GPU (cuda:0), but this loom trains on the "
-                        "CPU only"));
-  EXPECT_NO_THROW(cuda::check_trainable(automatic, {}));
+  // What a GPU rank cannot run yet is refused by name, before anything is loaded or allocated.
+  Config swapping = placed(TrainDevice::Auto, Backend::Auto);
+  swapping.memory.swap = Swap::All;
+  const cuda::Placement gpu{TrainDevice::Cuda, 0, Backend::Mpi};
+  EXPECT_THAT(input_error([&] { cuda::check_trainable(swapping, gpu); }),
+              HasSubstr("memory.swap = \"all\", but train.device = \"auto\" places this rank on cuda:0, and the "
+                        "swap tier has no GPU implementation yet"));
+  Config budgeted = placed(TrainDevice::Cuda, Backend::Mpi);
+  budgeted.memory.budget = "2GiB";
+  EXPECT_THAT(input_error([&] { cuda::check_trainable(budgeted, gpu); }),
+              HasSubstr("memory.budget = \"2GiB\", but train.device = \"cuda\" places this rank on cuda:0"));
+  Config sparse = placed(TrainDevice::Cuda, Backend::Mpi);
+  sparse.parallel.sparse = SparseMode::On;
+  EXPECT_THAT(input_error([&] { cuda::check_trainable(sparse, gpu); }), HasSubstr("parallel.sparse = \"on\", but"));
+  Config lazy = placed(TrainDevice::Cuda, Backend::Mpi);
+  lazy.train.table_update = TableUpdate::Lazy;
+  EXPECT_THAT(input_error([&] { cuda::check_trainable(lazy, gpu); }), HasSubstr("train.table_update = \"lazy\", but"));
+  EXPECT_NO_THROW(cuda::check_trainable(swapping, {}));  // the CPU runs them all
   // "cpu" resolves on any node, whatever its GPUs (place_this_rank does not ask for them).
-  EXPECT_EQ(cuda::place_this_rank(placed(TrainDevice::Cpu, Backend::Auto), 0, 1), cuda::Placement{});
+  // Nor does it ask whether NCCL can run.
+  const auto unasked = []() -> std::string { throw Error("NCCL asked about on a CPU rank"); };
+  EXPECT_EQ(cuda::place_this_rank(placed(TrainDevice::Cpu, Backend::Auto), 0, 1, unasked), cuda::Placement{});
 }
 
 }  // namespace

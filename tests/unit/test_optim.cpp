@@ -49,6 +49,26 @@ TEST(AdamW, SkipsDecayForParamsWithoutIt) {
   EXPECT_TRUE(at::equal(p.value, at::ones({3}, at::kDouble)));
 }
 
+// A GPU's AdamW (whole-tensor kernels, NOTE [Devices]) makes the host loop's update: the same
+// operations in the same order, so float64 agrees to the last bits over steps with decay.
+TEST(AdamW, KernelFormGivesTheLoopsValues) {
+  at::manual_seed(3);
+  const AdamWOptions options{.weight_decay = 0.1};
+  at::Tensor p_loop = at::randn({257}, at::kDouble), m_loop = at::zeros_like(p_loop), v_loop = at::zeros_like(p_loop);
+  at::Tensor p_kern = p_loop.clone(), m_kern = m_loop.clone(), v_kern = v_loop.clone();
+  const at::Tensor initial = p_loop.clone();
+  for (int64_t step = 1; step <= 4; ++step) {
+    const at::Tensor g = at::randn({257}, at::kDouble);
+    const double lr = 1e-2 / static_cast<double>(step), decay = 1.0 - lr * options.weight_decay;
+    adamw_update(p_loop, g, m_loop, v_loop, lr, decay, step, options);
+    adamw_update_by_kernels(p_kern, g, m_kern, v_kern, lr, decay, step, options);
+  }
+  EXPECT_TENSOR_NEAR(m_kern, m_loop, 1e-15);
+  EXPECT_TENSOR_NEAR(v_kern, v_loop, 1e-15);
+  EXPECT_TENSOR_NEAR(p_kern, p_loop, 1e-15);
+  EXPECT_GT((p_loop - initial).abs().max().item<double>(), 1e-4);  // the updates moved it
+}
+
 TEST(LrSchedule, WarmsUpLinearlyThenDecaysByCosineToTheFloor) {
   const LrSchedule s{.peak = 1.0, .min_ratio = 0.1, .warmup = 4, .total_steps = 20};
   EXPECT_DOUBLE_EQ(s.at(0), 0.25);

@@ -46,7 +46,7 @@ Action add_config(CLI::App& app) {
   cmd->add_flag("--json", *json, "print the run plan as JSON (after the checks)");
   cmd->add_option("--ranks", *ranks, "check the layout against this many ranks on this machine (default: the "
                                      "product of the config's degrees)");
-  return [cmd, config, print, json, ranks](dist::Runtime&) {
+  return [cmd, config, print, json, ranks](dist::Runtime& runtime) {
     if (!*cmd) return;
     Config effective = config->load();
     const auto& p = effective.parallel;
@@ -61,7 +61,8 @@ Action add_config(CLI::App& app) {
                                      train::local_cluster_cache(std::getenv("XDG_CACHE_HOME"), std::getenv("HOME")));
       effective = chosen.config;
     }
-    const plan::RunPlan plan = train::Trainer::check(effective, world, world);
+    const plan::RunPlan plan =
+        train::Trainer::check(effective, world, world, "", models::ModelKinds::builtin(), runtime.device_backend());
     for (const std::string& warning : config_warnings(effective)) std::cerr << "loom: warning: " << warning << '\n';
     (*json || *print ? std::cerr : std::cout) << chosen.report;  // stdout stays JSON or TOML
     if (*json) {

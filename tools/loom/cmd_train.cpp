@@ -78,7 +78,11 @@ Action add_train(CLI::App& app) {
       loaded = config->load();
       // NOTE [Devices]: a device this rank cannot train on is refused before parallel.auto measures.
       cuda::check_trainable(loaded, cuda::place_this_rank(loaded, runtime.world().local_rank(),
-                                                           runtime.world().local_ranks()));
+                                                           runtime.world().local_ranks(),
+                                                           [&runtime] {
+                                                             const dist::DeviceBackend* nccl = runtime.device_backend();
+                                                             return nccl ? nccl->missing() : "no NCCL backend";
+                                                           }));
       if (loaded.parallel.auto_layout)
         cluster_cache = train::local_cluster_cache(std::getenv("XDG_CACHE_HOME"), std::getenv("HOME"));
       LOOM_CHECK_INPUT(peak->count() == 0 || (std::isfinite(options->peak_flops) && options->peak_flops > 0),
@@ -104,7 +108,8 @@ Action add_train(CLI::App& app) {
       chosen = train::choose_layout(loaded, runtime.world(), cluster_cache);
       loaded = chosen.config;
     }
-    train::Trainer trainer(std::move(loaded), runtime.world(), *resume);
+    train::Trainer trainer(std::move(loaded), runtime.world(), *resume, models::ModelKinds::builtin(),
+                           runtime.device_backend());
     if (runtime.world().rank() == 0) {  // after every check: a refused run prints only its error
       std::cout << chosen.report << std::flush;
       for (const std::string& warning : chosen.warnings) std::cerr << "loom: warning: " << warning << '\n';

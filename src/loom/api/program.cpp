@@ -9,6 +9,7 @@
 
 #include "loom/core/error.h"
 #include "loom/dist/input_agreement.h"
+#include "loom/nccl/backend.h"
 
 namespace loom {
 namespace {
@@ -68,7 +69,9 @@ int guarded(dist::Runtime& runtime, const std::function<void(dist::Runtime&)>& b
 int run_program(const std::function<void(dist::Runtime&)>& body) {
   std::unique_ptr<dist::Runtime> runtime;
   try {
-    runtime = std::make_unique<dist::Runtime>(comm_timeout_s());
+    const double timeout_s = comm_timeout_s();
+    runtime = std::make_unique<dist::Runtime>(timeout_s);
+    runtime->set_device_backend(nccl::make_backend(timeout_s));  // loads nothing until a GPU rank asks
   } catch (const InputError& e) {  // a launch loom cannot run under (srun without PMI), a bad time-out
     return startup_failure(e, 2);
   } catch (const std::exception& e) {

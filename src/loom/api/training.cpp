@@ -23,8 +23,10 @@ Config with_layout(Config config, dist::Communicator& world, const models::Model
 
 }  // namespace
 
-Training::Training(Config config, dist::Communicator& world, const models::ModelKinds& kinds, const std::string& resume)
-    : trainer_(std::make_unique<train::Trainer>(with_layout(std::move(config), world, kinds), world, resume, kinds)) {}
+Training::Training(Config config, dist::Communicator& world, const models::ModelKinds& kinds, const std::string& resume,
+                   const dist::DeviceBackend* devices)
+    : trainer_(std::make_unique<train::Trainer>(with_layout(std::move(config), world, kinds), world, resume, kinds,
+                                                devices)) {}
 
 Training::~Training() = default;
 Training::Training(Training&&) noexcept = default;

@@ -17,6 +17,7 @@
 #include "loom/core/config.h"
 #include "loom/core/rng.h"
 #include "loom/dist/communicator.h"
+#include "loom/dist/device_backend.h"
 #include "loom/models/registry.h"
 
 namespace loom::train {
@@ -59,8 +60,10 @@ class Training {
  public:
   // `kinds`: the model kinds model.kind may name (the built-in ones, or a copy with one's own
   // added: NOTE [Model kinds are a value]). `resume`: "" (fresh), "auto" or a checkpoint directory.
+  // `devices`: the backend for GPU tensors (the Runtime's device_backend()); null: GPU ranks
+  // communicate through `world`'s host buffers.
   Training(Config config, dist::Communicator& world, const models::ModelKinds& kinds = models::ModelKinds::builtin(),
-           const std::string& resume = "");
+           const std::string& resume = "", const dist::DeviceBackend* devices = nullptr);
   ~Training();
   Training(Training&&) noexcept;
   Training& operator=(Training&&) noexcept;

@@ -52,13 +52,13 @@ at::Tensor TokenPositionEmbedding::positions(int64_t seq, int64_t first, int64_t
 at::Tensor TokenPositionEmbedding::position_rows(int64_t seq, int64_t first, int64_t local) const {
   const at::Tensor& table = nn::compute_value(position_table);
   if (chunks_.size() == 1) return table.narrow(0, chunks_[0] * seq + first, local);
-  return table.index_select(0, positions(seq, first, local));
+  return table.index_select(0, positions(seq, first, local).to(table.device()));
 }
 
 at::Tensor TokenPositionEmbedding::local_rows(const at::Tensor& ids) const {
   if (tp_.size() == 1) return ids;
   const at::Tensor mine = (ids >= first_row_).logical_and_(ids < first_row_ + rows_);
-  return at::where(mine, ids - first_row_, at::full({}, -1, at::kLong));
+  return at::where(mine, ids - first_row_, at::full({}, -1, ids.options()));
 }
 
 void TokenPositionEmbedding::pull_rows(const std::vector<nn::MicroBatch>& microbatches) {

@@ -167,7 +167,8 @@ double Checkpointer::save(const CheckpointMeta& meta, const std::vector<TensorPi
   for (const PieceInfo& info : p->plan) {
     if (info.writer != world_.rank()) continue;
     const TensorPiece& piece = *mine.at(piece_key(info.name, info.box));
-    p->entries.emplace_back(piece_key(piece.name, piece.box), piece.data.contiguous());  // a view when it is one
+    // A view when it is one; a device's tensor is copied to the host here, at the step it belongs to.
+    p->entries.emplace_back(piece_key(piece.name, piece.box), piece.data.to(at::kCPU).contiguous());
   }
   pending_ = std::move(p);
   if (!options_.async) {

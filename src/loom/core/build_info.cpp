@@ -36,6 +36,9 @@ BuildInfo build_info() {
 #ifdef LOOM_CUDA_VERSION
   b.cuda = LOOM_CUDA_VERSION;
 #endif
+#ifdef LOOM_WITH_NCCL
+  b.nccl = true;  // the NCCL backend is compiled in (whether libnccl loads is asked at run time)
+#endif
 #if defined(LOOM_WITH_MPI) && !LOOM_WITH_MPI
   b.mpi = false;  // LOOM_MPI=OFF
 #endif

@@ -15,9 +15,10 @@ void check_nccl(const Config& config, TrainDevice device, const NodeView& node) 
                    "parallel.backend = \"nccl\" carries GPU tensors, but train.device = \"{}\" trains on the CPU "
                    "here ({}); hint: parallel.backend = \"mpi\" (or \"auto\")",
                    config.train.device.name(), d.why_none);
-  LOOM_CHECK_INPUT(node.nccl_built,
-                   "parallel.backend = \"nccl\", but this loom was built without NCCL; hint: parallel.backend = "
-                   "\"mpi\" (GPU tensors through host buffers) or \"auto\"");
+  LOOM_CHECK_INPUT(node.nccl_missing.empty(),
+                   "parallel.backend = \"nccl\", but NCCL cannot run here: {}; hint: parallel.backend = \"mpi\" (GPU "
+                   "tensors through host buffers) or \"auto\"",
+                   node.nccl_missing);
   LOOM_CHECK_INPUT(node.local_ranks <= d.count,
                    "parallel.backend = \"nccl\" needs a GPU per rank, but {} ranks of the job run on this node and "
                    "it shows {} GPU{} (CUDA_VISIBLE_DEVICES chooses which); hint: start at most {} rank{} per node, "
@@ -39,25 +40,46 @@ Placement place_rank(const Config& config, const NodeView& node) {
                                                                                      : TrainDevice::Cpu;
   const Backend backend = config.parallel.backend;
   if (backend == Backend::Nccl) check_nccl(config, p.device, node);
-  const bool nccl_runs = p.device == TrainDevice::Cuda && node.nccl_built && node.local_ranks <= gpus;
+  const bool nccl_runs = p.device == TrainDevice::Cuda && node.nccl_missing.empty() && node.local_ranks <= gpus;
   p.backend = backend == Backend::Nccl || (backend == Backend::Auto && nccl_runs) ? Backend::Nccl : Backend::Mpi;
   if (p.device == TrainDevice::Cuda) p.gpu = node.local_rank % gpus;
   return p;
 }
 
-Placement place_this_rank(const Config& config, int local_rank, int local_ranks) {
+Placement place_this_rank(const Config& config, int local_rank, int local_ranks,
+                          const std::function<std::string()>& nccl_missing) {
   NodeView node;
-  node.local_rank = local_rank, node.local_ranks = local_ranks, node.nccl_built = build_info().nccl;
-  if (config.train.device != TrainDevice::Cpu) node.devices = devices();
+  node.local_rank = local_rank, node.local_ranks = local_ranks;
+  if (config.train.device != TrainDevice::Cpu) {
+    node.devices = devices();
+    if (node.devices.count > 0) node.nccl_missing = nccl_missing();
+  }
   return place_rank(config, node);
 }
 
 void check_trainable(const Config& config, const Placement& placement) {
-  LOOM_CHECK_INPUT(placement.device == TrainDevice::Cpu,
-                   "train.device = \"{}\" places this rank on a GPU (cuda:{}), but this loom trains on the CPU "
-                   "only: the GPU path (device tensors, the NCCL backend) is not built yet; hint: train.device = "
-                   "\"cpu\"",
-                   config.train.device.name(), placement.gpu);
+  if (placement.device == TrainDevice::Cpu) return;
+  const std::string where = fmt::format("train.device = \"{}\" places this rank on cuda:{}", config.train.device.name(),
+                                        placement.gpu);
+  LOOM_CHECK_INPUT(config.memory.swap == Swap::None,
+                   "memory.swap = \"{}\", but {}, and the swap tier has no GPU implementation yet (pinned host "
+                   "blocks, a copy stream); hint: memory.swap = \"none\" (memory.recompute frees memory too)",
+                   config.memory.swap.name(), where);
+  LOOM_CHECK_INPUT(config.memory.budget.empty(),
+                   "memory.budget = \"{}\", but {}, and loom counts only host memory so far: the budget would not "
+                   "bound the GPU's; hint: remove memory.budget",
+                   config.memory.budget, where);
+  LOOM_CHECK_INPUT(config.parallel.sparse != SparseMode::On,
+                   "parallel.sparse = \"on\", but {}, and the sparse path's row exchange runs on the host only so "
+                   "far; hint: parallel.sparse = \"auto\" (dense tables on a GPU) or \"off\"",
+                   where);
+  LOOM_CHECK_INPUT(config.train.table_update == TableUpdate::Dense,
+                   "train.table_update = \"{}\", but {}, and lazy table rows are found on the host only so far; "
+                   "hint: train.table_update = \"dense\"",
+                   config.train.table_update.name(), where);
+  const std::string why = load_torch_cuda();
+  LOOM_CHECK_INPUT(why.empty(), "{}, but libtorch's CUDA library does not load: {}; hint: train.device = \"cpu\"",
+                   where, why);
 }
 
 }  // namespace loom::cuda

@@ -6,6 +6,14 @@
 // build has and what this node shows, before anything is allocated; a choice that cannot run is
 // an InputError that names the keys, the values and what the node has. Every rank resolves
 // before the ranks agree on their input (dist/input_agreement.h), so one rank's refusal ends all.
+// The trainer then makes every tensor of a step on the rank's device (Placement::torch_device);
+// the parameters are drawn on the host and copied, so their values do not depend on the device
+// (docs/design.md, Devices).
+
+#include <c10/core/Device.h>
+
+#include <functional>
+#include <string>
 
 #include "loom/core/config.h"
 #include "loom/cuda/devices.h"
@@ -17,6 +25,11 @@ struct Placement {
   int gpu = -1;                           // the GPU's index among the visible ones (Cuda only)
   Backend backend = Backend::Mpi;         // Mpi or Nccl, never Auto
   bool operator==(const Placement&) const = default;
+  // Where this rank's tensors live: the CPU, or cuda:<gpu>.
+  c10::Device torch_device() const {
+    return device == TrainDevice::Cuda ? c10::Device(c10::DeviceType::CUDA, static_cast<c10::DeviceIndex>(gpu))
+                                       : c10::Device(c10::DeviceType::CPU);
+  }
 };
 
 // What this node and build offer a rank: its index among the job's ranks on this node and their
@@ -25,18 +38,23 @@ struct NodeView {
   int local_rank = 0;
   int local_ranks = 1;
   Devices devices;
-  bool nccl_built = false;
+  std::string nccl_missing = "no NCCL backend";  // why NCCL cannot run here ("" when it can)
 };
 
 // train.device and parallel.backend resolved for one rank (InputError when they cannot run).
 Placement place_rank(const Config& config, const NodeView& node);
 
-// place_rank on this process's node. The GPUs are asked for only when train.device is not "cpu":
-// asking starts the CUDA driver, which a CPU rank never pays for.
-Placement place_this_rank(const Config& config, int local_rank, int local_ranks);
+// place_rank on this process's node; `nccl_missing` says why NCCL cannot run here ("" when it can:
+// the DeviceBackend's missing()). The GPUs and NCCL are asked about only when train.device is not
+// "cpu": asking starts the CUDA driver and loads libnccl, which a CPU rank never pays for.
+Placement place_this_rank(const Config& config, int local_rank, int local_ranks,
+                          const std::function<std::string()>& nccl_missing);
 
-// This build trains on the CPU only (the GPU path is issue 36's next step): InputError for a
-// placement on a GPU, so that a run never trains on the CPU while its config says "cuda".
+// What a GPU rank cannot run yet, from the config alone (InputError naming the key): the swap
+// tier and memory.budget, which need the CUDA allocator's and pinned memory's implementations,
+// and embedding tables on the sparse path (parallel.sparse = "on"; "auto" keeps them dense on a
+// GPU). Also loads libtorch's CUDA library for a GPU rank. A run never trains on the CPU while its
+// config says "cuda".
 void check_trainable(const Config& config, const Placement& placement);
 
 }  // namespace loom::cuda

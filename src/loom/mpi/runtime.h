@@ -12,6 +12,7 @@
 #include <memory>
 
 #include "loom/dist/communicator.h"
+#include "loom/dist/device_backend.h"
 #include "loom/dist/interrupt.h"
 
 namespace loom::dist {
@@ -39,6 +40,10 @@ class Runtime {
   void abort_all(int code);
   // SIGINT / SIGTERM for the lifetime of the runtime (NOTE [Interrupts]).
   InterruptHandler& interrupts() { return *interrupts_; }
+  // The backend for GPU tensors the program's trainers use (NOTE [NCCL backend]): set by the
+  // program's main (api/program.cpp), which links it; null: none.
+  const DeviceBackend* device_backend() const { return device_backend_.get(); }
+  void set_device_backend(std::unique_ptr<DeviceBackend> backend) { device_backend_ = std::move(backend); }
 
  private:
   bool mpi_ = false;
@@ -47,6 +52,7 @@ class Runtime {
   std::unique_ptr<MpiShared> shared_;
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<InterruptHandler> interrupts_;
+  std::unique_ptr<DeviceBackend> device_backend_;
 };
 
 }  // namespace loom::dist

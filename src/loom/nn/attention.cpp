@@ -23,7 +23,7 @@ class FutureMask {
     const int64_t rows = std::clamp<int64_t>(tk - 1 - shift, 0, tq);  // rows that miss some key
     if (rows == 0) return;
     if (!mask_.defined() || mask_.size(0) != rows || mask_.size(1) != tk || shift != shift_) {
-      mask_ = at::ones({rows, tk}, at::TensorOptions().dtype(at::kBool)).triu(shift + 1);
+      mask_ = at::ones({rows, tk}, scores.options().dtype(at::kBool)).triu(shift + 1);
       shift_ = shift;
     }
     scores.narrow(-2, 0, rows).masked_fill_(mask_, -std::numeric_limits<double>::infinity());

@@ -15,9 +15,9 @@ int64_t Chain::param_count() const {
   return n;
 }
 
-void Chain::initialise(uint64_t seed, at::ScalarType dtype) {
+void Chain::initialise(uint64_t seed, const at::TensorOptions& options) {
   for (nn::Param* p : params())
-    if (p->sparse == nullptr) nn::initialise(*p, seed, dtype);  // a sparse table initialises its own rows
+    if (p->sparse == nullptr) nn::initialise(*p, seed, options);  // a sparse table initialises its own rows
 }
 
 Cost Chain::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {

@@ -15,8 +15,9 @@ struct Chain {
   std::vector<Param*> params() const;
   int64_t param_count() const;
   // Every dense parameter from (seed, name): the same values whatever the layout (tables on the
-  // sparse path initialise their owned rows the same way: SparseTable::initialise).
-  void initialise(uint64_t seed, at::ScalarType dtype);
+  // sparse path initialise their owned rows the same way: SparseTable::initialise), with
+  // `options`' type, on its device.
+  void initialise(uint64_t seed, const at::TensorOptions& options);
   Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const;
 };
 

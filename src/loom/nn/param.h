@@ -68,8 +68,10 @@ struct Param {
   }
 };
 
-// Allocates value and grad and fills value from (seed, name): layout-independent.
-void initialise(Param& p, uint64_t seed, at::ScalarType dtype);
+// Allocates value and grad with `options` (the type and the device) and fills value from
+// (seed, name): layout-independent, and device-independent (the random values are drawn on the
+// host and copied: NOTE [Devices]).
+void initialise(Param& p, uint64_t seed, const at::TensorOptions& options);
 // Zeroes the padding rows among `rows` of p, which hold the parameter's rows from `first_row` on.
 void zero_padding(const Param& p, at::Tensor& rows, int64_t first_row);
 void zero_grad(Param& p);

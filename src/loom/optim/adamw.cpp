@@ -37,8 +37,21 @@ void update_elements(T* p, const T* g, T* m, T* v, int64_t n, double lr, double 
 
 }  // namespace
 
+// The loop's operations in the same order, each one a kernel over the whole tensor.
+void adamw_update_by_kernels(at::Tensor& value, const at::Tensor& grad, at::Tensor& m, at::Tensor& v, double lr,
+                             double decay, int64_t step, const AdamWOptions& options) {
+  const double t = static_cast<double>(step);
+  const double step_size = lr / (1.0 - std::pow(options.beta1, t));
+  const double correction2_sqrt = std::sqrt(1.0 - std::pow(options.beta2, t));
+  m.add_((grad - m).mul_(1.0 - options.beta1));
+  v.mul_(options.beta2).add_((grad * (1.0 - options.beta2)).mul_(grad));
+  const at::Tensor denominator = v.sqrt().mul_(1.0 / correction2_sqrt).add_(options.eps);
+  value.mul_(decay).sub_(m * step_size / denominator);
+}
+
 void adamw_update(at::Tensor& value, const at::Tensor& grad, at::Tensor& m, at::Tensor& v, double lr, double decay,
                   int64_t step, const AdamWOptions& options) {
+  if (!value.is_cpu()) return adamw_update_by_kernels(value, grad, m, v, lr, decay, step, options);
   TORCH_CHECK(value.is_contiguous() && grad.is_contiguous() && m.is_contiguous() && v.is_contiguous(),
               "AdamW needs contiguous tensors");
   const double t = static_cast<double>(step);

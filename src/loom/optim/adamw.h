@@ -42,6 +42,10 @@ struct AdamWOptions {
 // run it, so a row updates the same way on either path.
 void adamw_update(at::Tensor& value, const at::Tensor& grad, at::Tensor& m, at::Tensor& v, double lr, double decay,
                   int64_t step, const AdamWOptions& options);
+// The same update as whole-tensor kernels, for tensors off the host (a GPU's); adamw_update takes
+// it for them. On the host it gives adamw_update's values (its test).
+void adamw_update_by_kernels(at::Tensor& value, const at::Tensor& grad, at::Tensor& m, at::Tensor& v, double lr,
+                             double decay, int64_t step, const AdamWOptions& options);
 // The same update restricted to the elements `index` (int64) of the flattened tensors; the others
 // keep their value and moments. `value` may be a view (of a flat buffer): it is written in place.
 void adamw_update_elements(at::Tensor& value, const at::Tensor& grad, at::Tensor& m, at::Tensor& v,

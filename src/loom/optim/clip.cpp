@@ -9,6 +9,7 @@ namespace loom::optim {
 
 at::Tensor row_norm_squares(const at::Tensor& rows) {
   TORCH_CHECK(rows.dim() == 2, "row_norm_squares needs a [rows, d] tensor");
+  if (!rows.is_cpu()) return rows.to(at::kDouble).square().sum(1);  // a GPU's: its reduction kernel
   const at::Tensor t = rows.contiguous();
   at::Tensor out = at::empty({t.size(0)}, t.options().dtype(at::kDouble));
   const int64_t width = t.size(1);
@@ -30,7 +31,7 @@ at::Tensor row_norm_squares(const at::Tensor& rows) {
 }
 
 double sum_in_order(const at::Tensor& values) {
-  const at::Tensor t = values.to(at::kDouble).contiguous();
+  const at::Tensor t = values.to(at::kCPU, at::kDouble).contiguous();
   const double* v = t.data_ptr<double>();
   double sum = 0;
   for (int64_t i = 0; i < t.numel(); ++i) sum += v[i];

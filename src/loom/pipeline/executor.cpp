@@ -192,9 +192,9 @@ struct PipelineExecutor::Step {
 };
 
 PipelineExecutor::PipelineExecutor(const schedule::Schedule& schedule, dist::Communicator& pp, std::vector<StageChunk> chunks,
-                                   std::vector<int64_t> boundary_shape, at::ScalarType dtype)
+                                   std::vector<int64_t> boundary_shape, const at::TensorOptions& boundary)
     : schedule_(schedule), pp_(pp), chunks_(std::move(chunks)), boundary_shape_(std::move(boundary_shape)),
-      dtype_(dtype) {
+      dtype_(at::typeMetaToScalarType(boundary.dtype())), device_(boundary.device()) {
   LOOM_CHECK(schedule.stages == pp.size(), "[pp] a schedule of {} stages on {} pipeline ranks", schedule.stages,
              pp.size());
   LOOM_CHECK(static_cast<int64_t>(chunks_.size()) == schedule.chunks, "[pp] {} chunks built, the schedule has {}",
@@ -268,7 +268,7 @@ double PipelineExecutor::run_forward(int64_t microbatches, const std::function<n
       const int64_t v = chunk->virtual_stage;
       at::Tensor x = batch.tokens;
       if (v > 0) {
-        x = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_));
+        x = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_).device(device_));
         pp_.recv(x, peer_of(v - 1), tag_of(0, v - 1, false));
       }
       for (nn::Layer* layer : chunk->layers) {
@@ -330,7 +330,7 @@ void PipelineExecutor::receive(const schedule::Action& a, Flight& f) {
   const bool gradient = a.op == schedule::Op::RecvB;
   const int64_t from = chunks_[a.chunk].virtual_stage + (gradient ? 1 : -1);
   at::Tensor& into = gradient ? f.dy : f.input;
-  into = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_));
+  into = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_).device(device_));
   pp_.recv(into, peer_of(from), tag_of(a.mb, from, gradient));
 }
 

@@ -52,9 +52,10 @@ struct StepResult {
 class PipelineExecutor {
  public:
   // `boundary_shape`: the activation passed between stages ([micro_batch, tokens per rank,
-  // d_model]); `pp`: the pipeline communicator, rank i runs schedule.ranks[i].
+  // d_model]) in `boundary`'s type, on its device; `pp`: the pipeline communicator, rank i runs
+  // schedule.ranks[i].
   PipelineExecutor(const schedule::Schedule& schedule, dist::Communicator& pp, std::vector<StageChunk> chunks,
-                   std::vector<int64_t> boundary_shape, at::ScalarType dtype);
+                   std::vector<int64_t> boundary_shape, const at::TensorOptions& boundary);
 
   StepResult run_step(const ExecutorHooks& hooks);
   // NOTE [Forward-only pass]: `microbatches` micro-batches through this rank's chunks, forward
@@ -98,6 +99,7 @@ class PipelineExecutor {
   std::map<int64_t, int64_t> last_backward_;  // chunk -> the micro-batch whose W (or BW) ends it
   std::vector<int64_t> boundary_shape_;
   at::ScalarType dtype_;
+  at::Device device_;  // where the boundary tensors live: the stage's device
   std::vector<int64_t> next_backward_;  // per action: the next compute action if it is a B or BW, else -1
   std::unique_ptr<memory::SwapTier> tier_;     // when a layer swaps
   std::unique_ptr<memory::Swapper> swapper_;

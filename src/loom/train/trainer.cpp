@@ -44,10 +44,12 @@ int default_threads(const dist::Communicator& world) {
 
 }  // namespace
 
-Trainer::Trainer(Config config, dist::Communicator& world, const std::string& resume, const models::ModelKinds& kinds)
+Trainer::Trainer(Config config, dist::Communicator& world, const std::string& resume, const models::ModelKinds& kinds,
+                 const dist::DeviceBackend* devices)
     : config_(std::move(config)),
       kinds_(kinds),
       world_rank_(world.rank()),
+      devices_(devices),
       base_world_(&world) {
   std::exception_ptr failure;
   try {
@@ -58,7 +60,7 @@ Trainer::Trainer(Config config, dist::Communicator& world, const std::string& re
   dist::agree_on_input(world, failure);  // collective: every rank learns whether any rank refused
   const int threads = config_.train.threads > 0 ? static_cast<int>(config_.train.threads) : default_threads(world);
   at::set_num_threads(threads);
-  world_ = std::make_unique<dist::RecordingCommunicator>(world, comm_stats_);
+  world_ = std::make_unique<dist::RecordingCommunicator>(device_world(world), comm_stats_);
   mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
   model_ = build_model(mesh_->tp(), sp_options());
   const int64_t budget = config_.budget_bytes();
@@ -77,16 +79,17 @@ Trainer::Trainer(Config config, dist::Communicator& world, const std::string& re
 }
 
 Trainer::Trainer(Config config, int world_size, int rank, int local_ranks, const std::string& resume,
-                 const models::ModelKinds& kinds)
+                 const models::ModelKinds& kinds, const dist::DeviceBackend* devices)
     : config_(std::move(config)),
       kinds_(kinds),
-      world_rank_(rank) {
+      world_rank_(rank),
+      devices_(devices) {
   check_input(world_size, 0, local_ranks, resume);
 }
 
 plan::RunPlan Trainer::check(const Config& config, int world_size, int local_ranks, const std::string& resume,
-                             const models::ModelKinds& kinds) {
-  Trainer checked(config, world_size, 0, local_ranks, resume, kinds);  // every stage's memory is checked on the plan
+                             const models::ModelKinds& kinds, const dist::DeviceBackend* devices) {
+  Trainer checked(config, world_size, 0, local_ranks, resume, kinds, devices);  // every stage's memory is checked on the plan
   return std::move(checked.plan_);
 }
 
@@ -101,7 +104,7 @@ void Trainer::allocate() {
   // the sparse path is never whole on a rank.
   auto tables = std::make_unique<replicas::SparseTables>(model_, replicas(), mesh_->tp(), table_options(adamw));
   const auto seed = static_cast<uint64_t>(config_.train.seed);
-  model_.initialise(seed, dtype());
+  model_.initialise(seed, param_options());
   tables->initialise(seed, dtype());
   refresh_compute_values();
   std::vector<std::vector<nn::Param*>> layer_params;
@@ -118,7 +121,7 @@ void Trainer::allocate() {
   const int64_t tokens = config_.parallel.tp_sequence ? local_seq() / config_.parallel.tp : local_seq();
   executor_ = std::make_unique<pipeline::PipelineExecutor>(
       plan_.schedule, mesh_->pp(), std::move(chunks), std::vector<int64_t>{config_.train.micro_batch, tokens, m.d_model},
-      activations());
+      at::TensorOptions().dtype(activations()).device(device_));
 }
 
 // parallel.grad_dtype: the type gradients cross the replicas in (nullopt: the parameters').
@@ -140,7 +143,11 @@ models::Model Trainer::build_model(dist::Communicator& tp, parallel::SpOptions s
 void Trainer::check_input(int world_size, int local_rank, int local_ranks, const std::string& resume) {
   data::resolve_vocab(config_);  // model.vocab = "auto" (NOTE [Vocabulary from the data])
   models::validate_config(config_, kinds_);
-  cuda::check_trainable(config_, cuda::place_this_rank(config_, local_rank, local_ranks));  // NOTE [Devices]
+  placement_ = cuda::place_this_rank(config_, local_rank, local_ranks, [this] {  // NOTE [Devices]
+    return devices_ != nullptr ? devices_->missing() : std::string("the program gave the trainer no NCCL backend");
+  });
+  cuda::check_trainable(config_, placement_);
+  device_ = placement_.torch_device();
   if (!config_.checkpoint.dir.empty()) ckpt::check_writable_dir(config_.checkpoint.dir);
   check_resume(resume);
   memory::install_accounting_allocator();
@@ -149,10 +156,25 @@ void Trainer::check_input(int world_size, int local_rank, int local_ranks, const
   valid_ = open_valid(*kind_, config_);
   const plan::CostModel costs = plan::CostModel::for_config(config_);  // this machine's (NOTE [Cost model])
   plan_ = plan::make_plan(config_, world_size, costs, kinds_);
+  if (!device_.is_cpu()) check_device_plan();
   const auto live = static_cast<double>(memory::live_bytes());
   plan::check_memory(plan_, local_ranks, live);
-  if (config_.parallel.sparse == SparseMode::Auto)
+  if (sparse_mode() == SparseMode::Auto)
     plan_.dense_tables_fit = plan::dense_tables_fit(plan_, local_ranks, live, costs, kinds_);
+}
+
+dist::Communicator& Trainer::device_world(dist::Communicator& world) {
+  // "auto" may resolve differently on nodes with different GPUs: NCCL only where every rank has it.
+  at::Tensor not_nccl = at::full({1}, placement_.backend == Backend::Nccl ? 0 : 1, at::kLong);
+  world.all_reduce(not_nccl, dist::ReduceOp::Max);
+  if (not_nccl.item<int64_t>() == 0) {
+    device_world_ = devices_->connect(world, placement_.gpu);
+    return *device_world_;
+  }
+  placement_.backend = Backend::Mpi;
+  if (device_.is_cpu()) return world;
+  device_world_ = std::make_unique<dist::HostStagingCommunicator>(world);
+  return *device_world_;
 }
 
 // The plan's memory policy of every chain layer.
@@ -175,9 +197,24 @@ parallel::SpOptions Trainer::sp_options() const {
   return {.sp = &mesh_->sp(), .mode = config_.parallel.sp_mode};
 }
 
+// The sampler reads on the host; a GPU rank's micro-batch is copied to its device, this rank's
+// sequence segments only.
 nn::MicroBatch Trainer::microbatch(const data::Batches& batches, int64_t step, int64_t index) const {
-  const nn::MicroBatch mb = batches.microbatch(step, index);
-  return parallel::local_segments(mb, sp_options());
+  nn::MicroBatch mb = parallel::local_segments(batches.microbatch(step, index), sp_options());
+  if (device_.is_cpu()) return mb;
+  for (at::Tensor* t : {&mb.tokens, &mb.targets, &mb.dense})
+    if (t->defined()) *t = t->to(device_);
+  return mb;
+}
+
+// What the plan chose that a GPU rank cannot run yet: memory.policy = "auto" may swap a layer.
+void Trainer::check_device_plan() const {
+  for (const plan::LayerPlan& layer : plan_.chain)
+    LOOM_CHECK_INPUT(layer.policy != nn::MemoryPolicy::Swap,
+                     "memory.policy = \"{}\" swaps layer {} to host memory, but train.device places this rank on "
+                     "{}, and the swap tier has no GPU implementation yet; hint: memory.policy = \"manual\" with "
+                     "memory.recompute",
+                     config_.memory.policy.name(), layer.name, device_.str());
 }
 
 std::vector<nn::MicroBatch> Trainer::local_microbatches(int64_t step, const data::Batches* batches) const {
@@ -194,12 +231,12 @@ std::vector<nn::MicroBatch> Trainer::local_microbatches(int64_t step, const data
 replicas::TableOptions Trainer::table_options(const optim::AdamWOptions& adamw) const {
   const auto& p = config_.parallel;
   replicas::TableOptions options{
-      .mode = p.sparse, .update = config_.train.table_update, .partitions = p.sparse_partitions,
+      .mode = sparse_mode(), .update = config_.train.table_update, .partitions = p.sparse_partitions,
       .adamw = adamw, .dtype = dtype(), .dense_fits = plan_.dense_tables_fit, .batch = config_.train.micro_batch,
       .seq = local_seq(),
       .bucket_elements = static_cast<int64_t>(p.bucket_mb * 1024 * 1024 / static_cast<double>(at::elementSize(dtype())))};
-  if (p.sparse == SparseMode::Auto) options.saved = saved_table_choices(&options.saved_partitions);
-  if (replicas::tables_measure(p.sparse, p.sparse_partitions)) options.step0 = local_microbatches(0);
+  if (options.mode == SparseMode::Auto) options.saved = saved_table_choices(&options.saved_partitions);
+  if (replicas::tables_measure(options.mode, p.sparse_partitions)) options.step0 = local_microbatches(0);
   return options;
 }
 

@@ -21,6 +21,9 @@
 #include "loom/core/config.h"
 #include "loom/data/batches.h"
 #include "loom/dist/interrupt.h"
+#include "loom/cuda/placement.h"
+#include "loom/dist/device_backend.h"
+#include "loom/dist/host_staging.h"
 #include "loom/dist/mesh.h"
 #include "loom/dist/null_communicator.h"
 #include "loom/dist/recording_communicator.h"
@@ -65,16 +68,20 @@ class Trainer {
   // `resume`: "" (start fresh), "auto" (the latest complete checkpoint in checkpoint.dir, or fresh
   // when there is none) or a checkpoint directory (NOTE [Resuming]).
   // `kinds`: the model kinds model.kind may name (NOTE [Model kinds are a value]); the trainer
-  // keeps a copy of it.
+  // keeps a copy of it. `devices`: the backend for GPU tensors (NOTE [NCCL backend]; the
+  // runtime's, which must outlive the trainer); null: GPU ranks communicate through `world`'s host
+  // buffers (NOTE [Host staging]).
   Trainer(Config config, dist::Communicator& world, const std::string& resume = "",
-          const models::ModelKinds& kinds = models::ModelKinds::builtin());
+          const models::ModelKinds& kinds = models::ModelKinds::builtin(),
+          const dist::DeviceBackend* devices = nullptr);
   ~Trainer();
   // Every check the constructor runs on bad input (config, data, layout against `world_size`
   // ranks, schedule, memory against the budget or against this machine shared by `local_ranks`),
   // for every pipeline stage, with no communicator and nothing allocated. Throws InputError.
   // Returns the plan those checks ran on (NOTE [Run plan]).
   static plan::RunPlan check(const Config& config, int world_size, int local_ranks, const std::string& resume = "",
-                             const models::ModelKinds& kinds = models::ModelKinds::builtin());
+                             const models::ModelKinds& kinds = models::ModelKinds::builtin(),
+                             const dist::DeviceBackend* devices = nullptr);
   // The step a resumed run starts from (0: a fresh run), and what it loaded.
   int64_t start_step() const { return resume_.start_step; }
   const std::string& resumed_from() const { return resume_.dir; }
@@ -116,9 +123,12 @@ class Trainer {
 
  private:
   Trainer(Config config, int world_size, int rank, int local_ranks, const std::string& resume,
-          const models::ModelKinds& kinds);  // check() only
+          const models::ModelKinds& kinds, const dist::DeviceBackend* devices);  // check() only
   // `local_rank` of `local_ranks` on this node: the device it resolves to (NOTE [Devices]).
   void check_input(int world_size, int local_rank, int local_ranks, const std::string& resume);
+  // The communicator the run's tensors cross (NOTE [Devices]): `world` itself for host tensors, the
+  // device backend's when every rank resolved to it, else `world` through host buffers. Collective.
+  dist::Communicator& device_world(dist::Communicator& world);
   // Checkpoints and resuming (train/checkpointing.cpp).
   void check_resume(const std::string& spec);
   void restore();
@@ -152,6 +162,10 @@ class Trainer {
   bool eval_due(int64_t done, int64_t last) const;
   void validate_after(StepRecord& record);
   std::vector<StepRecord> run_steps(const TrainOptions& options);  // run(), once there is something to run
+  // parallel.sparse on this rank's device: "auto" keeps tables dense on a GPU, where the sparse
+  // path's exchange does not run yet (cuda::check_trainable refuses "on").
+  SparseMode sparse_mode() const { return device_.is_cpu() ? config_.parallel.sparse.value : SparseMode::Off; }
+  void check_device_plan() const;  // what the plan chose that this rank's device cannot run yet
   // How this rank's embedding tables choose their paths (replicas::SparseTables).
   replicas::TableOptions table_options(const optim::AdamWOptions& adamw) const;
   void refresh_compute_values();
@@ -178,13 +192,21 @@ class Trainer {
   };
 
   at::ScalarType dtype() const { return nn::master_type(config_.model.dtype); }  // the parameters' (master) type
+  // The parameters' type on this rank's device (NOTE [Devices]).
+  at::TensorOptions param_options() const { return at::TensorOptions().dtype(dtype()).device(device_); }
   // The activations' and products' type (NOTE [Mixed precision]).
   at::ScalarType activations() const { return nn::activation_type(config_.model.dtype); }
 
   Config config_;
   models::ModelKinds kinds_;    // what model.kind may name; kind_ and plan_.kind point into it
   int world_rank_;
+  const dist::DeviceBackend* devices_ = nullptr;  // the backend for GPU tensors (null: none)
+  cuda::Placement placement_;    // this rank's device and backend (NOTE [Devices]), set by check_input
+  at::Device device_{at::kCPU};  // placement_'s, as libtorch names it
   dist::Communicator* base_world_ = nullptr;  // unrecorded: the trainer's own agreements
+  // What a GPU rank's tensors cross: the device backend's communicator, or the host backend
+  // through host buffers (NOTE [Host staging]).
+  std::unique_ptr<dist::Communicator> device_world_;
   const models::ModelKind* kind_ = nullptr;  // model.kind
   std::unique_ptr<data::Batches> data_;       // what it trains on
   std::unique_ptr<data::Batches> valid_;      // data.valid's held-out samples (null: none)

@@ -1,0 +1,148 @@
+// Device tensors through the layers and the trainer (NOTE [Devices]). Where a GPU is usable, a
+// serial run on it equals the CPU run in float64 (the suite Gpu, label `gpu`); without one, what
+// can be checked on the host is: the parameters' values do not depend on the device they are put
+// on. (libtorch's meta device cannot stand in for a GPU here: in C++ it lacks kernels the layers
+// use, such as index_select.)
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+#include <fmt/format.h>
+
+#include "loom/core/error.h"
+#include "loom/cuda/devices.h"
+#include "loom/data/token_source.h"
+#include "loom/nccl/backend.h"
+#include "loom/dist/null_communicator.h"
+#include "loom/models/registry.h"
+#include "loom/train/trainer.h"
+#include "tiny_configs.h"
+#include "unit/layer_check.h"
+
+namespace loom {
+namespace {
+
+// The parameters are drawn on the host and copied, so a device changes none of their values.
+TEST(Devices, InitialValuesDoNotDependOnTheDevice) {
+  Config c = test::small_llama(64, 1, 16, 4, 2);
+  data::resolve_vocab(c);
+  const models::ModelKind& kind = models::ModelKinds::builtin().find(c.model.kind);
+  dist::NullCommunicator tp;
+  models::Model model = kind.build(c.model, {.tp = tp});
+  model.initialise(7, at::kDouble);
+  const at::Tensor first = model.params().front()->value.clone();
+  model.initialise(7, at::TensorOptions().dtype(at::kDouble).device(at::kMeta));  // shapes only
+  for (nn::Param* p : model.params()) EXPECT_TRUE(p->value.is_meta() && p->grad.is_meta()) << p->name;
+  model.initialise(7, at::TensorOptions().dtype(at::kDouble).device(at::kCPU));
+  EXPECT_TRUE(at::equal(model.params().front()->value, first));
+}
+
+struct Run {
+  std::vector<double> losses;
+  std::vector<at::Tensor> weights;  // on the host
+};
+
+Run train(const Config& c, const dist::DeviceBackend* devices = nullptr) {
+  dist::NullCommunicator world;
+  train::Trainer trainer(c, world, "", models::ModelKinds::builtin(), devices);
+  Run r;
+  for (const train::StepRecord& s : trainer.run({.peak_flops = 1e9})) r.losses.push_back(s.loss);
+  for (nn::Param* p : trainer.model().params()) r.weights.push_back(trainer.value_of(*p).to(at::kCPU));
+  return r;
+}
+
+void expect_same_run(const Run& gpu, const Run& cpu) {
+  ASSERT_EQ(gpu.losses.size(), cpu.losses.size());
+  for (size_t i = 0; i < cpu.losses.size(); ++i)
+    EXPECT_NEAR(gpu.losses[i], cpu.losses[i], 1e-9 * std::abs(cpu.losses[i])) << "step " << i + 1;
+  ASSERT_EQ(gpu.weights.size(), cpu.weights.size());
+  for (size_t i = 0; i < cpu.weights.size(); ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_TENSOR_NEAR(gpu.weights[i], cpu.weights[i], 1e-9);
+  }
+}
+
+// The rule above all others, on a GPU: float64, 1e-9 relative, 5 steps, against the CPU run; its
+// collectives through host buffers and on NCCL.
+void expect_gpu_equals_cpu(Config c) {
+  c.train.steps = 5;
+  const Run cpu = train(c);
+  c.train.device = TrainDevice::Cuda;
+  c.parallel.backend = Backend::Mpi;
+  expect_same_run(train(c), cpu);
+  const std::unique_ptr<dist::DeviceBackend> nccl = nccl::make_backend(60);
+  c.parallel.backend = Backend::Nccl;
+  expect_same_run(train(c, nccl.get()), cpu);
+}
+
+TEST(Gpu, SerialRunEqualsTheCpuRunInFloat64) {
+  const cuda::Devices d = cuda::devices();
+  if (d.count == 0) GTEST_SKIP() << d.why_none;
+  {
+    SCOPED_TRACE("gpt");
+    expect_gpu_equals_cpu(test::small_gpt(64, 2, 16, 4, 2));
+  }
+  {
+    SCOPED_TRACE("llama");
+    expect_gpu_equals_cpu(test::small_llama(64, 2, 16, 4, 2, 2, /*tied=*/true));
+  }
+  {
+    SCOPED_TRACE("dlrm");
+    expect_gpu_equals_cpu(test::small_dlrm(4, 2));
+  }
+}
+
+// NOTE [NCCL backend] at world size 1: every collective against its closed form, on the GPU, in
+// each type NCCL carries for loom, with the host twin carrying host tensors and tagged messages.
+TEST(Gpu, NcclAtWorldSizeOneComputesEveryCollective) {
+  const cuda::Devices d = cuda::devices();
+  if (d.count == 0) GTEST_SKIP() << d.why_none;
+  ASSERT_EQ(cuda::load_torch_cuda(), "");
+  const std::unique_ptr<dist::DeviceBackend> backend = nccl::make_backend(60);
+  ASSERT_EQ(backend->missing(), "");
+  dist::NullCommunicator host;
+  const std::unique_ptr<dist::Communicator> world = backend->connect(host, 0);
+  const std::unique_ptr<dist::Communicator> split = world->split(0, 0, "tp");
+  for (dist::Communicator* c : {world.get(), split.get()}) {
+    for (const auto type : {at::kFloat, at::kDouble, at::kBFloat16, at::kLong}) {
+      SCOPED_TRACE(fmt::format("{} {}", c->axis(), c10::toString(type)));
+      const auto on_gpu = at::TensorOptions().dtype(type).device(at::kCUDA, 0);
+      const at::Tensor base = at::arange(1, 14, on_gpu);
+      at::Tensor t = base.clone();
+      c->all_reduce(t, dist::ReduceOp::Sum);
+      EXPECT_TRUE(at::equal(t, base));
+      c->all_reduce(t, dist::ReduceOp::Max);
+      EXPECT_TRUE(at::equal(t, base));
+      at::Tensor out = at::zeros_like(base);
+      c->reduce_scatter(base, out, dist::ReduceOp::Sum);
+      EXPECT_TRUE(at::equal(out, base));
+      out.zero_();
+      c->all_gather(base, out);
+      EXPECT_TRUE(at::equal(out, base));
+      out.zero_();
+      c->all_to_all(base, out);
+      EXPECT_TRUE(at::equal(out, base));
+      out.zero_();
+      c->all_to_allv(base, {13}, out, {13});
+      EXPECT_TRUE(at::equal(out, base));
+      at::Tensor b = base.clone();
+      c->broadcast(b, 0);
+      EXPECT_TRUE(at::equal(b, base));
+    }
+    at::Tensor host_sum = at::full({3}, 2.0, at::kDouble);  // a host tensor travels on the host twin
+    c->all_reduce(host_sum, dist::ReduceOp::Avg);
+    EXPECT_TRUE(at::equal(host_sum, at::full({3}, 2.0, at::kDouble)));
+    at::Tensor avg = at::full({5}, 3.0, at::TensorOptions().dtype(at::kDouble).device(at::kCUDA, 0));
+    auto work = c->all_reduce_async(avg, dist::ReduceOp::Avg);
+    work->wait();
+    work->wait();  // idempotent
+    EXPECT_TRUE(at::equal(avg.cpu(), at::full({5}, 3.0, at::kDouble)));
+    c->barrier();
+  }
+  // A type NCCL does not carry for loom is refused by name.
+  at::Tensor ints = at::ones({4}, at::TensorOptions().dtype(at::kInt).device(at::kCUDA, 0));
+  EXPECT_THROW(world->all_reduce(ints, dist::ReduceOp::Sum), Error);
+}
+
+}  // namespace
+}  // namespace loom
