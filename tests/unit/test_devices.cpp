@@ -13,6 +13,7 @@
 #include "loom/cuda/devices.h"
 #include "loom/data/token_source.h"
 #include "loom/nccl/backend.h"
+#include "loom/nn/attention.h"
 #include "loom/dist/null_communicator.h"
 #include "loom/models/registry.h"
 #include "loom/train/trainer.h"
@@ -90,6 +91,38 @@ TEST(Gpu, SerialRunEqualsTheCpuRunInFloat64) {
     SCOPED_TRACE("dlrm");
     expect_gpu_equals_cpu(test::small_dlrm(4, 2));
   }
+}
+
+// NOTE [Attention kernels] on a GPU: the fused (memory-efficient) kernel against the tiled one on
+// the same device, forward and backward, and each backward after the other's forward (their
+// log-sum-exps agree); float64 takes the tiled kernel.
+TEST(Gpu, FusedAttentionMatchesTheTiledKernel) {
+  const cuda::Devices d = cuda::devices();
+  if (d.count == 0) GTEST_SKIP() << d.why_none;
+  ASSERT_EQ(cuda::load_torch_cuda(), "");
+  const nn::AttentionKernel fused{.kind = AttnKernel::Fused, .tile = 16}, tiled{.kind = AttnKernel::Tiled, .tile = 16};
+  for (const auto type : {at::kFloat, at::kBFloat16}) {
+    SCOPED_TRACE(c10::toString(type));
+    const double tol = type == at::kFloat ? 1e-5 : 2e-2;
+    at::manual_seed(11);
+    const auto options = at::TensorOptions().dtype(type).device(at::kCUDA, 0);
+    const at::Tensor q = at::randn({2, 3, 70, 32}, options), k = at::randn({2, 3, 70, 32}, options),
+                     v = at::randn({2, 3, 70, 32}, options), dout = at::randn({2, 3, 70, 32}, options);
+    ASSERT_TRUE(nn::runs_fused(fused, q, k, 0));
+    const nn::AttentionForward f = nn::attention_forward(fused, q, k, v), t = nn::attention_forward(tiled, q, k, v);
+    EXPECT_TENSOR_NEAR(f.out.cpu(), t.out.cpu(), tol);
+    EXPECT_TENSOR_NEAR(f.lse.cpu(), t.lse.cpu(), tol);
+    const nn::AttentionGrads gf = nn::attention_backward(fused, dout, q, k, v, f.out, f.lse);
+    const nn::AttentionGrads gt = nn::attention_backward(tiled, dout, q, k, v, t.out, t.lse);
+    const nn::AttentionGrads crossed = nn::attention_backward(fused, dout, q, k, v, t.out, t.lse);
+    for (const nn::AttentionGrads* g : {&gf, &crossed}) {
+      EXPECT_TENSOR_NEAR(g->dq.cpu(), gt.dq.cpu(), 10 * tol);
+      EXPECT_TENSOR_NEAR(g->dk.cpu(), gt.dk.cpu(), 10 * tol);
+      EXPECT_TENSOR_NEAR(g->dv.cpu(), gt.dv.cpu(), 10 * tol);
+    }
+  }
+  const at::Tensor wide = at::randn({1, 2, 16, 32}, at::TensorOptions().dtype(at::kDouble).device(at::kCUDA, 0));
+  EXPECT_FALSE(nn::runs_fused(fused, wide, wide, 0));  // float64: the exact core
 }
 
 // NOTE [NCCL backend] at world size 1: every collective against its closed form, on the GPU, in

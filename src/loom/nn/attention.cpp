@@ -164,18 +164,50 @@ AttentionGrads causal_attention_backward(const at::Tensor& dout, const at::Tenso
   return g;
 }
 
+namespace {
+
+// NOTE [Attention kernels] on a GPU: libtorch's memory-efficient CUDA attention, for float32 and
+// bfloat16 with heads of a multiple of 8 (its aligned kernel); float64 runs the tiled kernel, the
+// exact core. Its log-sum-exp (float32, natural log) has a row per query padded to a multiple of
+// 32 queries: the first ones are returned, and the padding is put back for its backward.
+constexpr int64_t kLseAlign = 32;
+
+AttentionForward efficient_forward(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v) {
+  auto [out, lse, seed, offset] = at::_scaled_dot_product_efficient_attention(
+      q, k, v, /*attn_bias=*/std::nullopt, /*compute_log_sumexp=*/true, /*dropout_p=*/0.0, /*is_causal=*/true);
+  return {std::move(out), lse.narrow(2, 0, q.size(2)).contiguous()};
+}
+
+AttentionGrads efficient_backward(const at::Tensor& dout, const at::Tensor& q, const at::Tensor& k,
+                                  const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse) {
+  const int64_t tq = q.size(2), padded = (tq + kLseAlign - 1) / kLseAlign * kLseAlign;
+  at::Tensor lse_padded = at::zeros({lse.size(0), lse.size(1), padded}, lse.options().dtype(at::kFloat));
+  lse_padded.narrow(2, 0, tq).copy_(lse);
+  const at::Tensor no_dropout = at::zeros({}, at::kLong);  // the random state a dropout would replay
+  auto [dq, dk, dv, dbias] = at::_scaled_dot_product_efficient_attention_backward(
+      dout.contiguous(), q, k, v, /*attn_bias=*/at::Tensor(), out, lse_padded, no_dropout, no_dropout,
+      /*dropout_p=*/0.0, /*grad_input_mask=*/{true, true, true, false}, /*is_causal=*/true);
+  AttentionGrads g;
+  g.dq = std::move(dq), g.dk = std::move(dk), g.dv = std::move(dv);
+  return g;
+}
+
+}  // namespace
+
 bool runs_fused(const AttentionKernel& kernel, const at::Tensor& q, const at::Tensor& k, int64_t q_offset,
                 AttentionOut out_type) {
   const at::ScalarType t = q.scalar_type();
-  return kernel.kind == AttnKernel::Fused && q_offset == 0 && q.size(2) == k.size(2) &&
-         out_type == AttentionOut::InputType && q.device().is_cpu() &&
-         (t == at::kFloat || t == at::kDouble || t == at::kBFloat16);
+  if (kernel.kind != AttnKernel::Fused || q_offset != 0 || q.size(2) != k.size(2) || out_type != AttentionOut::InputType)
+    return false;
+  if (q.is_cuda()) return (t == at::kFloat || t == at::kBFloat16) && q.size(3) % 8 == 0;
+  return q.device().is_cpu() && (t == at::kFloat || t == at::kDouble || t == at::kBFloat16);
 }
 
 AttentionForward attention_forward(const AttentionKernel& kernel, const at::Tensor& q, const at::Tensor& k,
                                    const at::Tensor& v, int64_t q_offset, AttentionOut out_type) {
   if (!runs_fused(kernel, q, k, q_offset, out_type))
     return causal_attention_forward(q, k, v, kernel.tile, q_offset, out_type);
+  if (q.is_cuda()) return efficient_forward(q, k, v);
   auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, /*dropout_p=*/0.0, /*is_causal=*/true);
   return {std::move(out), std::move(lse)};
 }
@@ -184,6 +216,7 @@ AttentionGrads attention_backward(const AttentionKernel& kernel, const at::Tenso
                                   const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
                                   const at::Tensor& lse, int64_t q_offset) {
   if (!runs_fused(kernel, q, k, q_offset)) return causal_attention_backward(dout, q, k, v, out, lse, kernel.tile, q_offset);
+  if (q.is_cuda()) return efficient_backward(dout, q, k, v, out, lse);
   auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse,
                                                                                /*dropout_p=*/0.0, /*is_causal=*/true);
   AttentionGrads g;

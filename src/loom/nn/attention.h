@@ -38,10 +38,12 @@ AttentionGrads causal_attention_backward(const at::Tensor& dout, const at::Tenso
 
 // NOTE [Attention kernels]: the same causal attention from two kernels, chosen by model.attn_kernel.
 //   tiled  the functions above: any q_offset, and a wide output for partial results (the ring)
-//   fused  libtorch's fused CPU attention (_scaled_dot_product_flash_attention_for_cpu and its
-//          backward): blocked like the tiled one (O(seq) memory) but vectorised end to end, no
-//          pass of its own per tile; only for a sequence's queries against its own keys
-//          (q_offset 0, as many queries as keys) with a finished output, on the CPU
+//   fused  libtorch's fused attention: on the CPU _scaled_dot_product_flash_attention_for_cpu and
+//          its backward, blocked like the tiled one (O(seq) memory) but vectorised end to end, no
+//          pass of its own per tile; on a GPU the memory-efficient CUDA kernel (scores stay on
+//          chip), in float32 and bfloat16 with heads of a multiple of 8 (float64 takes the tiled
+//          kernel there: the exact core). Only for a sequence's queries against its own keys
+//          (q_offset 0, as many queries as keys) with a finished output
 // "fused" runs the fused kernel where it applies and the tiled one elsewhere (a segment's queries
 // against earlier keys under sp "allgather" or "ring", decoding after the prompt); "tiled" runs
 // the tiled one everywhere. Both give the same log-sum-exp (natural log of the sum of exp of the
