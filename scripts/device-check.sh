@@ -62,5 +62,7 @@ step unit_tests env LOOM_SOURCE_DIR="$PWD" "$build/bin/loom_unit_tests" --gtest_
 step plan_tests env LOOM_SOURCE_DIR="$PWD" "$build/bin/loom_plan_tests" --gtest_brief=1
 step train "$build/bin/loom" train -c configs/gpt-tiny.toml --set train.steps=20 --peak-flops 1e12 --quiet \
   --metrics "$out/train.jsonl"
+step gemm_gpu_bf16 "$build/bin/loom" bench gemm --device cuda --dtype bfloat16 --seconds 0.3
+step gemm_gpu_fp32 "$build/bin/loom" bench gemm --device cuda --dtype float32 --seconds 0.3
 step train_gpu "$build/bin/loom" train -c configs/gpt-tiny.toml --set train.steps=20 --set train.device=cuda \
   --peak-flops 1e12 --quiet --metrics "$out/train_gpu.jsonl"

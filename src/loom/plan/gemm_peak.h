@@ -1,6 +1,6 @@
 #pragma once
-// Measures the GEMM throughput of this process's libtorch threads: the peak that MFU is reported
-// against. A measurement, never an assertion.
+// Measures the GEMM throughput of this process's libtorch threads, or of a GPU: the peak that MFU
+// is reported against. A measurement, never an assertion.
 #include <ATen/ATen.h>
 
 #include <string_view>
@@ -15,14 +15,18 @@ struct GemmMeasurement {
   int64_t repeats;
 };
 
-// One size: warm up, then repeat until `min_seconds` have passed.
-GemmMeasurement measure_gemm(int64_t size, at::ScalarType dtype, double min_seconds);
+// One size on `device`: warm up, then repeat until `min_seconds` have passed (on a GPU each
+// repeat is several products between two waits for the device, so that the wait is not timed).
+GemmMeasurement measure_gemm(int64_t size, at::ScalarType dtype, double min_seconds,
+                             const at::Device& device = at::kCPU);
 // The median FLOP/s of [m x k] x [k x n] products, timed as measure_gemm times a square one (the
 // GEMM efficiency curve of `loom profile --cluster-out` needs thin ones).
 double measure_gemm_rate(int64_t m, int64_t k, int64_t n, at::ScalarType dtype, double min_seconds);
-// The best median over `sizes`: the peak MFU is computed against.
+// The best median over `sizes` on `device`: the peak MFU is computed against.
 double measure_gemm_peak(at::ScalarType dtype, double min_seconds_per_size,
-                         const std::vector<int64_t>& sizes = {512, 1024});
+                         const std::vector<int64_t>& sizes = {512, 1024}, const at::Device& device = at::kCPU);
+// The sizes a peak is measured on for `device`: a GPU's peak needs far larger products.
+std::vector<int64_t> gemm_peak_sizes(const at::Device& device);
 
 // The peak measured several times, as a cluster file records it (NOTE [Cached cluster]).
 struct PeakMeasurement {

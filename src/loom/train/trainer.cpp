@@ -240,11 +240,11 @@ replicas::TableOptions Trainer::table_options(const optim::AdamWOptions& adamw) 
   return options;
 }
 
-// This machine's GEMM peak in the type the products run in, measured outside memory.budget
+// This rank's device's GEMM peak in the type the products run in, measured outside memory.budget
 // (NOTE [Measurements outside the budget]).
 double Trainer::gemm_peak() const {
   const memory::BudgetLifted lifted;
-  return plan::measure_gemm_peak(activations(), 0.2);
+  return plan::measure_gemm_peak(activations(), 0.2, plan::gemm_peak_sizes(device_), device_);
 }
 
 // The whole job's model FLOPs of one step, as the simulator counts them (NOTE [MFU]).
