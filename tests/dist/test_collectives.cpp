@@ -133,26 +133,15 @@ TEST(Collectives, NonBlockingOperationsCompleteInAnyWaitOrder) { any_wait_order_
 
 // NOTE [Host staging]: the same closed forms through host copies of every tensor, as a device
 // tensor's operations take them.
-TEST(HostStaging, AllReduceSumAvgMax) {
+void through_host_staging(void (*cases)(Communicator&)) {
   HostStagingCommunicator staged(world(), /*always=*/true);
-  all_reduce_cases(staged);
+  cases(staged);
 }
-TEST(HostStaging, ReduceScatterAndAllGather) {
-  HostStagingCommunicator staged(world(), /*always=*/true);
-  scatter_gather_cases(staged);
-}
-TEST(HostStaging, AllToAllAndAllToAllV) {
-  HostStagingCommunicator staged(world(), /*always=*/true);
-  all_to_all_cases(staged);
-}
-TEST(HostStaging, BroadcastAndRingSendRecv) {
-  HostStagingCommunicator staged(world(), /*always=*/true);
-  broadcast_ring_cases(staged);
-}
-TEST(HostStaging, NonBlockingOperationsCompleteInAnyWaitOrder) {
-  HostStagingCommunicator staged(world(), /*always=*/true);
-  any_wait_order_cases(staged);
-}
+TEST(HostStaging, AllReduceSumAvgMax) { through_host_staging(all_reduce_cases); }
+TEST(HostStaging, ReduceScatterAndAllGather) { through_host_staging(scatter_gather_cases); }
+TEST(HostStaging, AllToAllAndAllToAllV) { through_host_staging(all_to_all_cases); }
+TEST(HostStaging, BroadcastAndRingSendRecv) { through_host_staging(broadcast_ring_cases); }
+TEST(HostStaging, NonBlockingOperationsCompleteInAnyWaitOrder) { through_host_staging(any_wait_order_cases); }
 
 TEST(Mesh, AxesSplitTheWorldWithTpInnermost) {
   const int n = world().size();
