@@ -41,13 +41,14 @@ TEST(Devices, InitialValuesDoNotDependOnTheDevice) {
 struct Run {
   std::vector<double> losses;
   std::vector<at::Tensor> weights;  // on the host
+  int64_t peak_bytes = 0;           // the last step's
 };
 
 Run train(const Config& c, const dist::DeviceBackend* devices = nullptr) {
   dist::NullCommunicator world;
   train::Trainer trainer(c, world, "", models::ModelKinds::builtin(), devices);
   Run r;
-  for (const train::StepRecord& s : trainer.run({.peak_flops = 1e9})) r.losses.push_back(s.loss);
+  for (const train::StepRecord& s : trainer.run({.peak_flops = 1e9})) r.losses.push_back(s.loss), r.peak_bytes = s.peak_bytes;
   for (nn::Param* p : trainer.model().params()) r.weights.push_back(trainer.value_of(*p).to(at::kCPU));
   return r;
 }
@@ -70,7 +71,13 @@ void expect_gpu_equals_cpu(Config c) {
   const Run cpu = train(c);
   c.train.device = TrainDevice::Cuda;
   c.parallel.backend = Backend::Mpi;
-  expect_same_run(train(c), cpu);
+  const Run gpu = train(c);
+  expect_same_run(gpu, cpu);
+  // NOTE [Device memory]: the step's peak is the GPU's; the weights, their gradients and both
+  // moments (float64) were all held there at once.
+  int64_t weight_bytes = 0;
+  for (const at::Tensor& w : cpu.weights) weight_bytes += w.numel() * 8;
+  EXPECT_GE(gpu.peak_bytes, 4 * weight_bytes);
   const std::unique_ptr<dist::DeviceBackend> nccl = nccl::make_backend(60);
   c.parallel.backend = Backend::Nccl;
   expect_same_run(train(c, nccl.get()), cpu);

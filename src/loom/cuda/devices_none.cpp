@@ -1,5 +1,6 @@
 // loom built without CUDA (LOOM_CUDA=off, or auto where libtorch has no CUDA or nvcc is missing).
 #include "loom/core/error.h"
+#include "loom/cuda/device_memory.h"
 #include "loom/cuda/devices.h"
 
 namespace loom::cuda {
@@ -13,5 +14,9 @@ Devices devices() { return {.count = 0, .why_none = kNone}; }
 std::string load_torch_cuda() { return kNone; }
 
 std::vector<float> scaled_on_device(const std::vector<float>&, float) { throw Error(kNone); }
+
+DeviceMemory device_memory(int) { throw Error(kNone); }
+
+void reset_device_peak(int) { throw Error(kNone); }
 
 }  // namespace loom::cuda

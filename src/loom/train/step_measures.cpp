@@ -1,6 +1,5 @@
 #include "loom/train/step_measures.h"
 
-#include "loom/memory/accounting_allocator.h"
 #include "loom/schedule/simulator.h"
 
 namespace loom::train {
@@ -26,8 +25,8 @@ double predicted_bubble(const pipeline::StepResult& result, dist::Mesh& mesh, co
 }  // namespace
 
 void measure_step(StepRecord& r, const pipeline::StepResult& result, dist::Mesh& mesh,
-                  const schedule::Schedule& schedule, int64_t host_peak) {
-  at::Tensor peak = at::tensor({memory::peak_bytes(), host_peak}, at::kLong);
+                  const schedule::Schedule& schedule, int64_t peak_bytes, int64_t host_peak) {
+  at::Tensor peak = at::tensor({peak_bytes, host_peak}, at::kLong);
   mesh.world().all_reduce(peak, dist::ReduceOp::Max);
   r.peak_bytes = peak[0].item<int64_t>();
   r.host_peak_bytes = peak[1].item<int64_t>();
@@ -38,7 +37,7 @@ void measure_step(StepRecord& r, const pipeline::StepResult& result, dist::Mesh&
   r.bubble_fraction = bubble.item<double>() / mesh.world().size();
   r.predicted_bubble_fraction = predicted_bubble(result, mesh, schedule);
   const int64_t pp = mesh.pp().size();
-  at::Tensor mine = at::full({1}, memory::peak_bytes(), at::kLong), stages = at::empty({pp}, at::kLong);
+  at::Tensor mine = at::full({1}, peak_bytes, at::kLong), stages = at::empty({pp}, at::kLong);
   mesh.pp().all_gather(mine, stages);
   for (int64_t i = 0; i < pp; ++i) r.peak_bytes_by_stage.push_back(stages[i].item<int64_t>());
 }

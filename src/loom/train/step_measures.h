@@ -1,6 +1,6 @@
 #pragma once
-// What a step measured, agreed over the ranks (collective over the mesh): the peak memory (the
-// largest over ranks) and, with pipeline stages, each stage's peak, the measured bubble (mean over
+// What a step measured, agreed over the ranks (collective over the mesh): the peak memory
+// (`peak_bytes`, this rank's on its device: NOTE [Device memory]; the largest over ranks) and, with pipeline stages, each stage's peak, the measured bubble (mean over
 // ranks) and the simulator's bubble for the step's measured action times; the swap tier's peak
 // (`host_peak`, this rank's) as the largest over ranks.
 #include "loom/dist/mesh.h"
@@ -11,6 +11,6 @@
 namespace loom::train {
 
 void measure_step(StepRecord& record, const pipeline::StepResult& result, dist::Mesh& mesh,
-                  const schedule::Schedule& schedule, int64_t host_peak);
+                  const schedule::Schedule& schedule, int64_t peak_bytes, int64_t host_peak);
 
 }  // namespace loom::train

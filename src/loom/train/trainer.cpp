@@ -9,6 +9,7 @@
 
 #include "loom/ckpt/checkpoint_dir.h"
 #include "loom/core/error.h"
+#include "loom/cuda/device_memory.h"
 #include "loom/cuda/placement.h"
 #include "loom/data/sampler.h"
 #include "loom/data/token_source.h"
@@ -177,6 +178,10 @@ dist::Communicator& Trainer::device_world(dist::Communicator& world) {
   return *device_world_;
 }
 
+int64_t Trainer::peak_bytes() const {
+  return device_.is_cpu() ? memory::peak_bytes() : cuda::device_memory(placement_.gpu).peak;
+}
+
 // The plan's memory policy of every chain layer.
 std::vector<nn::MemoryPolicy> Trainer::policies() const {
   std::vector<nn::MemoryPolicy> out;
@@ -274,6 +279,7 @@ std::vector<StepRecord> Trainer::run_steps(const TrainOptions& options) {
   const double flops = flops_per_step();
   const optim::LrSchedule schedule{t.lr, t.min_lr_ratio, t.warmup, t.steps};
   memory::reset_peak();  // the GEMM probe above is not part of the run
+  if (!device_.is_cpu()) cuda::reset_device_peak(placement_.gpu);
   const int64_t last = options.stop_after > 0 ? std::min(options.stop_after, t.steps) : t.steps;
   RunReport report({.metrics_path = options.metrics_path, .trace_path = options.trace_path,
                     .console = options.progress, .steps = t.steps, .last_step = last, .log_every = t.log_every,

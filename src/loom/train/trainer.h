@@ -166,6 +166,9 @@ class Trainer {
   // path's exchange does not run yet (cuda::check_trainable refuses "on").
   SparseMode sparse_mode() const { return device_.is_cpu() ? config_.parallel.sparse.value : SparseMode::Off; }
   void check_device_plan() const;  // what the plan chose that this rank's device cannot run yet
+  // The most bytes this rank's tensors held since the run's start: on its device (NOTE [Device
+  // memory]) or, on the host, what the accounting allocator counted.
+  int64_t peak_bytes() const;
   // How this rank's embedding tables choose their paths (replicas::SparseTables).
   replicas::TableOptions table_options(const optim::AdamWOptions& adamw) const;
   void refresh_compute_values();
