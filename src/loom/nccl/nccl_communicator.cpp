@@ -78,6 +78,8 @@ class NcclWork final : public dist::Work {
     if (rc == cudaErrorNotReady) return check_peers(), false;
     check_cuda(rc, what_);
     // The compute stream's later kernels follow the collective (they read or overwrite its tensors).
+    // The default stream is the current device's: a helper thread driving this Work names it first.
+    check_cuda(cudaSetDevice(channel_->gpu), "cudaSetDevice");
     check_cuda(cudaStreamWaitEvent(nullptr, done_, 0), "ordering the compute stream after a collective");
     finished_ = true;
     keep_.clear();
