@@ -126,10 +126,6 @@ TEST(Placement, RefusesWhatTheNodeCannotRun) {
   EXPECT_THAT(input_error([&] { cuda::check_trainable(swapping, gpu); }),
               HasSubstr("memory.swap = \"all\", but train.device = \"auto\" places this rank on cuda:0, and the "
                         "swap tier has no GPU implementation yet"));
-  Config budgeted = placed(TrainDevice::Cuda, Backend::Mpi);
-  budgeted.memory.budget = "2GiB";
-  EXPECT_THAT(input_error([&] { cuda::check_trainable(budgeted, gpu); }),
-              HasSubstr("memory.budget = \"2GiB\", but train.device = \"cuda\" places this rank on cuda:0"));
   Config sparse = placed(TrainDevice::Cuda, Backend::Mpi);
   sparse.parallel.sparse = SparseMode::On;
   EXPECT_THAT(input_error([&] { cuda::check_trainable(sparse, gpu); }), HasSubstr("parallel.sparse = \"on\", but"));

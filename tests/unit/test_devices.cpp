@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "loom/core/error.h"
+#include "loom/cuda/device_memory.h"
 #include "loom/cuda/devices.h"
 #include "loom/data/token_source.h"
 #include "loom/nccl/backend.h"
@@ -18,6 +19,7 @@
 #include "loom/models/registry.h"
 #include "loom/train/trainer.h"
 #include "tiny_configs.h"
+#include "unit/input_error.h"
 #include "unit/layer_check.h"
 
 namespace loom {
@@ -130,6 +132,23 @@ TEST(Gpu, FusedAttentionMatchesTheTiledKernel) {
   }
   const at::Tensor wide = at::randn({1, 2, 16, 32}, at::TensorOptions().dtype(at::kDouble).device(at::kCUDA, 0));
   EXPECT_FALSE(nn::runs_fused(fused, wide, wide, 0));  // float64: the exact core
+}
+
+// NOTE [Device memory]: memory.budget on a GPU bounds its allocator, and lifting it frees the GPU
+// again; a budget past the GPU's memory is refused by name before anything is allocated.
+TEST(Gpu, MemoryBudgetBoundsTheGpusAllocator) {
+  const cuda::Devices d = cuda::devices();
+  if (d.count == 0) GTEST_SKIP() << d.why_none;
+  ASSERT_EQ(cuda::load_torch_cuda(), "");
+  const auto gpu = at::TensorOptions().dtype(at::kByte).device(at::kCUDA, 0);
+  cuda::set_device_budget(0, int64_t{256} << 20);
+  EXPECT_THROW((void)at::empty({int64_t{512} << 20}, gpu), c10::OutOfMemoryError);
+  cuda::set_device_budget(0, 0);
+  EXPECT_NO_THROW((void)at::empty({int64_t{512} << 20}, gpu));
+  Config c = test::small_gpt(64, 1, 16, 4, 2);
+  c.train.device = TrainDevice::Cuda;
+  c.memory.budget = "100TiB";
+  EXPECT_THAT(loom::testing::input_error([&] { train(c); }), ::testing::HasSubstr("memory.budget = \"100TiB\" is more than"));
 }
 
 // NOTE [NCCL backend] at world size 1: every collective against its closed form, on the GPU, in

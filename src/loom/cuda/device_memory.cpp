@@ -1,13 +1,22 @@
 // NOTE [Device memory]: libtorch's CUDA caching allocator's statistics.
 #include "loom/cuda/device_memory.h"
 
+#include <ATen/ATen.h>
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
+#include <fmt/format.h>
+
+#include "loom/core/error.h"
 
 namespace loom::cuda {
 namespace {
 
 const c10::CachingAllocator::Stat& allocated(const c10::CachingDeviceAllocator::DeviceStats& stats) {
   return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
+}
+
+void check(cudaError_t rc, const char* what) {
+  if (rc != cudaSuccess) throw Error(fmt::format("CUDA: {} failed: {}", what, cudaGetErrorString(rc)));
 }
 
 }  // namespace
@@ -19,6 +28,19 @@ DeviceMemory device_memory(int gpu) {
 
 void reset_device_peak(int gpu) {
   c10::cuda::CUDACachingAllocator::resetPeakStats(static_cast<c10::DeviceIndex>(gpu));
+}
+
+int64_t device_total_bytes(int gpu) {
+  cudaDeviceProp props{};
+  check(cudaGetDeviceProperties(&props, gpu), "cudaGetDeviceProperties");
+  return static_cast<int64_t>(props.totalGlobalMem);
+}
+
+void set_device_budget(int gpu, int64_t bytes) {
+  const auto index = static_cast<c10::DeviceIndex>(gpu);
+  (void)at::empty({1}, at::TensorOptions().device(at::kCUDA, index));  // the allocator starts with a first tensor
+  const double total = static_cast<double>(device_total_bytes(gpu));
+  c10::cuda::CUDACachingAllocator::setMemoryFraction(bytes > 0 ? static_cast<double>(bytes) / total : 1.0, index);
 }
 
 }  // namespace loom::cuda

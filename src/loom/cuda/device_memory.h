@@ -5,6 +5,11 @@
 // hold now and at most since the last reset, on the rank's GPU, not the memory the allocator has
 // reserved from the driver (its cache) nor what other processes hold. Asked for only once the rank
 // has made a tensor on that GPU (the allocator starts with libtorch's CUDA).
+//
+// memory.budget on a GPU is the allocator's memory fraction of the GPU: past it, an allocation
+// fails with libtorch's out-of-memory error, which the trainer names as the budget's. The fraction
+// bounds what the allocator reserves (its cache included), so it is stricter than the bytes
+// tensors hold.
 #include <cstdint>
 
 namespace loom::cuda {
@@ -17,5 +22,9 @@ struct DeviceMemory {
 // Throws loom::Error where this build has no CUDA.
 DeviceMemory device_memory(int gpu);
 void reset_device_peak(int gpu);
+// The GPU's memory in bytes, as the driver reports it.
+int64_t device_total_bytes(int gpu);
+// Bounds what the allocator may reserve on `gpu` to `bytes` (0: the whole GPU again).
+void set_device_budget(int gpu, int64_t bytes);
 
 }  // namespace loom::cuda

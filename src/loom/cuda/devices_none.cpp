@@ -19,4 +19,8 @@ DeviceMemory device_memory(int) { throw Error(kNone); }
 
 void reset_device_peak(int) { throw Error(kNone); }
 
+int64_t device_total_bytes(int) { throw Error(kNone); }
+
+void set_device_budget(int, int64_t) { throw Error(kNone); }
+
 }  // namespace loom::cuda

@@ -4,6 +4,8 @@
 
 #include "loom/core/build_info.h"
 #include "loom/core/error.h"
+#include "loom/core/units.h"
+#include "loom/cuda/device_memory.h"
 
 namespace loom::cuda {
 namespace {
@@ -65,10 +67,6 @@ void check_trainable(const Config& config, const Placement& placement) {
                    "memory.swap = \"{}\", but {}, and the swap tier has no GPU implementation yet (pinned host "
                    "blocks, a copy stream); hint: memory.swap = \"none\" (memory.recompute frees memory too)",
                    config.memory.swap.name(), where);
-  LOOM_CHECK_INPUT(config.memory.budget.empty(),
-                   "memory.budget = \"{}\", but {}, and loom counts only host memory so far: the budget would not "
-                   "bound the GPU's; hint: remove memory.budget",
-                   config.memory.budget, where);
   LOOM_CHECK_INPUT(config.parallel.sparse != SparseMode::On,
                    "parallel.sparse = \"on\", but {}, and the sparse path's row exchange runs on the host only so "
                    "far; hint: parallel.sparse = \"auto\" (dense tables on a GPU) or \"off\"",
@@ -80,6 +78,11 @@ void check_trainable(const Config& config, const Placement& placement) {
   const std::string why = load_torch_cuda();
   LOOM_CHECK_INPUT(why.empty(), "{}, but libtorch's CUDA library does not load: {}; hint: train.device = \"cpu\"",
                    where, why);
+  const int64_t budget = config.budget_bytes(), gpu_bytes = device_total_bytes(placement.gpu);
+  LOOM_CHECK_INPUT(budget <= gpu_bytes,
+                   "memory.budget = \"{}\" is more than the {} of memory of the GPU {} ({}); hint: a budget of at "
+                   "most the GPU's memory, or none",
+                   config.memory.budget, format_bytes(static_cast<double>(gpu_bytes)), placement.gpu, where);
 }
 
 }  // namespace loom::cuda

@@ -88,6 +88,8 @@ StepRecord Trainer::guarded_step(int64_t step, double lr) {
     return r;
   } catch (const memory::OutOfMemory& e) {
     throw Error(fmt::format("{} in step {}; {}", e.what(), step + 1, plan::memory_text(plan_, estimate())));
+  } catch (const c10::OutOfMemoryError& e) {
+    throw Error(fmt::format("{} in step {}; {}", gpu_out_of_memory(e), step + 1, plan::memory_text(plan_, estimate())));
   }
 }
 

@@ -64,16 +64,18 @@ Trainer::Trainer(Config config, dist::Communicator& world, const std::string& re
   world_ = std::make_unique<dist::RecordingCommunicator>(device_world(world), comm_stats_);
   mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
   model_ = build_model(mesh_->tp(), sp_options());
-  const int64_t budget = config_.budget_bytes();
-  if (budget > 0) begin_budget(budget, plan_);
+  begin_budgets();
   try {
     allocate();
     if (resume_.manifest) restore();
   } catch (const memory::OutOfMemory& e) {
-    end_budget();
+    end_budgets();
     throw Error(fmt::format("{} while setting up the run; {}", e.what(), plan::memory_text(plan_, estimate())));
+  } catch (const c10::OutOfMemoryError& e) {
+    end_budgets();
+    throw Error(fmt::format("{} while setting up the run; {}", gpu_out_of_memory(e), plan::memory_text(plan_, estimate())));
   } catch (...) {
-    end_budget();  // no destructor runs for a constructor that throws
+    end_budgets();  // no destructor runs for a constructor that throws
     throw;
   }
   comm_stats_.clear();  // set-up traffic (communicator splits) is not a step's
@@ -193,7 +195,30 @@ Trainer::~Trainer() {
   checkpointer_.reset();  // an async save's writer may still be reading the state: it finishes first
   optimizer_.reset();  // it holds the parameters' addresses
   model_.chain.clear();
-  end_budget();  // the budget belongs to this run, not to whatever the process does next
+  end_budgets();  // the budget belongs to this run, not to whatever the process does next
+}
+
+// memory.budget: the host's accounting allocator, or on a GPU its allocator's share of the GPU
+// (NOTE [Device memory]); a GPU rank's host allocations (batches, checkpoint copies) stay unbounded.
+void Trainer::begin_budgets() {
+  const int64_t budget = config_.budget_bytes();
+  if (budget == 0) return;
+  if (device_.is_cpu()) begin_budget(budget, plan_);
+  else cuda::set_device_budget(placement_.gpu, budget);
+}
+
+void Trainer::end_budgets() noexcept {
+  end_budget();
+  if (device_.is_cpu() || config_.budget_bytes() == 0) return;
+  try {
+    cuda::set_device_budget(placement_.gpu, 0);
+  } catch (const std::exception&) {  // a GPU that failed keeps its bound: the process is ending
+  }
+}
+
+std::string gpu_out_of_memory(const c10::OutOfMemoryError& e) {
+  const std::string what = e.what_without_backtrace();
+  return fmt::format("the GPU's memory (or memory.budget's share of it) ran out: {}", what.substr(0, what.find('\n')));
 }
 
 dist::Communicator& Trainer::replicas() { return mesh_->sp().size() > 1 ? mesh_->dp_sp() : mesh_->dp(); }

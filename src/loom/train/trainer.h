@@ -8,6 +8,8 @@
 // Construction runs every check that can fail on bad input (config, layout against the world,
 // data, memory budget), agrees on the outcome with all ranks (dist/input_agreement.h), and only
 // then allocates parameters or communicates. Every rank of `world` constructs and runs it.
+#include <c10/util/Exception.h>
+
 #include <functional>
 #include <iosfwd>
 #include <map>
@@ -40,6 +42,9 @@
 #include "loom/train/run_report.h"
 
 namespace loom::train {
+
+// A GPU allocation refused (past the GPU's memory or memory.budget's share of it), in one line.
+std::string gpu_out_of_memory(const c10::OutOfMemoryError& e);
 
 struct TrainOptions {
   std::string metrics_path;          // "" = none; written by world rank 0
@@ -166,6 +171,8 @@ class Trainer {
   // path's exchange does not run yet (cuda::check_trainable refuses "on").
   SparseMode sparse_mode() const { return device_.is_cpu() ? config_.parallel.sparse.value : SparseMode::Off; }
   void check_device_plan() const;  // what the plan chose that this rank's device cannot run yet
+  void begin_budgets();            // memory.budget on this rank's device
+  void end_budgets() noexcept;
   // The most bytes this rank's tensors held since the run's start: on its device (NOTE [Device
   // memory]) or, on the host, what the accounting allocator counted.
   int64_t peak_bytes() const;
