@@ -1,8 +1,6 @@
-// Device tensors through the layers and the trainer (NOTE [Devices]). Where a GPU is usable, a
-// serial run on it equals the CPU run in float64 (the suite Gpu, label `gpu`); without one, what
-// can be checked on the host is: the parameters' values do not depend on the device they are put
-// on. (libtorch's meta device cannot stand in for a GPU here: in C++ it lacks kernels the layers
-// use, such as index_select.)
+// Device tensors through the layers and the trainer (NOTE [Devices]): the suite Gpu (label `gpu`),
+// skipped with the reason where no GPU is usable. (libtorch's meta device cannot stand in for a GPU
+// on the host: in C++ it lacks kernels the layers use, such as index_select.)
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -26,18 +24,23 @@ namespace loom {
 namespace {
 
 // The parameters are drawn on the host and copied, so a device changes none of their values.
-TEST(Devices, InitialValuesDoNotDependOnTheDevice) {
-  Config c = test::small_llama(64, 1, 16, 4, 2);
+TEST(Gpu, InitialValuesDoNotDependOnTheDevice) {
+  const cuda::Devices d = cuda::devices();
+  if (d.count == 0) GTEST_SKIP() << d.why_none;
+  ASSERT_EQ(cuda::load_torch_cuda(), "");
+  Config c = test::small_llama(64, 2, 16, 4, 2);
   data::resolve_vocab(c);
   const models::ModelKind& kind = models::ModelKinds::builtin().find(c.model.kind);
   dist::NullCommunicator tp;
-  models::Model model = kind.build(c.model, {.tp = tp});
-  model.initialise(7, at::kDouble);
-  const at::Tensor first = model.params().front()->value.clone();
-  model.initialise(7, at::TensorOptions().dtype(at::kDouble).device(at::kMeta));  // shapes only
-  for (nn::Param* p : model.params()) EXPECT_TRUE(p->value.is_meta() && p->grad.is_meta()) << p->name;
-  model.initialise(7, at::TensorOptions().dtype(at::kDouble).device(at::kCPU));
-  EXPECT_TRUE(at::equal(model.params().front()->value, first));
+  models::Model host = kind.build(c.model, {.tp = tp}), gpu = kind.build(c.model, {.tp = tp});
+  host.initialise(7, at::kDouble);
+  gpu.initialise(7, at::TensorOptions().dtype(at::kDouble).device(at::kCUDA, 0));
+  const std::vector<nn::Param*> want = host.params(), got = gpu.params();
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    EXPECT_TRUE(got[i]->value.is_cuda() && got[i]->grad.is_cuda()) << got[i]->name;
+    EXPECT_TRUE(at::equal(got[i]->value.cpu(), want[i]->value)) << got[i]->name;
+  }
 }
 
 struct Run {
@@ -188,6 +191,15 @@ TEST(Gpu, NcclAtWorldSizeOneComputesEveryCollective) {
       c->broadcast(b, 0);
       EXPECT_TRUE(at::equal(b, base));
     }
+    // Stream order: the collective reads what the compute stream wrote before it, and what the
+    // compute stream does after wait() sees its result (a large tensor, so a race would show).
+    const auto big = at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, 0);
+    at::Tensor x = at::ones({int64_t{1} << 24}, big), gathered = at::zeros({int64_t{1} << 24}, big);
+    x.mul_(3);
+    c->all_gather_async(x, gathered)->wait();
+    gathered.add_(1);
+    EXPECT_EQ(gathered.min().item<float>(), 4.0f);
+    EXPECT_EQ(gathered.max().item<float>(), 4.0f);
     at::Tensor host_sum = at::full({3}, 2.0, at::kDouble);  // a host tensor travels on the host twin
     c->all_reduce(host_sum, dist::ReduceOp::Avg);
     EXPECT_TRUE(at::equal(host_sum, at::full({3}, 2.0, at::kDouble)));

@@ -45,14 +45,15 @@ std::vector<nn::Param*> TokenPositionEmbedding::params() {
   return {&token_table, &position_table};
 }
 
+// On the table's device: its lookups and its gradient's index_add_ take the index there.
 at::Tensor TokenPositionEmbedding::positions(int64_t seq, int64_t first, int64_t local) const {
-  return parallel::chunk_positions(chunks_, seq).narrow(0, first, local);
+  return parallel::chunk_positions(chunks_, seq).narrow(0, first, local).to(position_table.value.device());
 }
 
 at::Tensor TokenPositionEmbedding::position_rows(int64_t seq, int64_t first, int64_t local) const {
   const at::Tensor& table = nn::compute_value(position_table);
   if (chunks_.size() == 1) return table.narrow(0, chunks_[0] * seq + first, local);
-  return table.index_select(0, positions(seq, first, local).to(table.device()));
+  return table.index_select(0, positions(seq, first, local));
 }
 
 at::Tensor TokenPositionEmbedding::local_rows(const at::Tensor& ids) const {

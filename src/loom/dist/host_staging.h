@@ -5,7 +5,9 @@
 // tensors when its Work completes (wait(), or the test() that finds it done). The copies are
 // synchronous (the device's work on a tensor has finished once it is on the host), so the Work
 // contract is unchanged: the caller's tensors are read when the operation starts and written by
-// the time wait() returns. Host tensors pass through untouched. It is how ranks sharing one GPU
+// the time wait() returns. The cost: a test() that finds an operation done copies back there and
+// then, so it waits for the device's queue; staging through pinned buffers on a copy stream would
+// keep the overlap. Host tensors pass through untouched. It is how ranks sharing one GPU
 // train together (tests, and nodes with fewer GPUs than ranks), and the path GPU ranks take until
 // a device backend (NCCL) carries their tensors.
 //

@@ -3,6 +3,8 @@
 #include <fmt/format.h>
 
 #include <chrono>
+#include <exception>
+#include <numeric>
 #include <cstring>
 #include <optional>
 #include <thread>
@@ -53,14 +55,21 @@ struct Channel {
   std::string axis;
   bool aborted = false;
 
+  // Destroying a communicator waits for its pending work; while an error unwinds, a peer may
+  // never finish that work, so the communicator is aborted instead.
   ~Channel() {
-    if (comm != nullptr) aborted ? lib.comm_abort(comm) : lib.comm_destroy(comm);
+    if (comm != nullptr) std::uncaught_exceptions() > 0 ? lib.comm_abort(comm) : lib.comm_destroy(comm);
     if (stream != nullptr) cudaStreamDestroy(stream);
   }
-  // Ends the communicator's pending operations (NCCL's abort) and throws `why`.
+  // Throws unless the communicator is usable (an aborted one is not).
+  void check_usable(const char* what) const {
+    if (aborted) throw Error(fmt::format("[{}] NCCL {} after the communicator was aborted by an earlier failure", axis, what));
+  }
+  // Ends the communicator's pending operations (NCCL's abort, once) and throws `why`.
   [[noreturn]] void fail(const std::string& why) {
     if (!aborted) {
       lib.comm_abort(comm);
+      comm = nullptr;
       aborted = true;
     }
     throw Error(fmt::format("[{}] {}", axis, why));
@@ -97,6 +106,7 @@ class NcclWork final : public dist::Work {
 
  private:
   void check_peers() {
+    channel_->check_usable(what_);
     ncclResult_t async = ncclSuccess;
     channel_->lib.check(channel_->lib.comm_get_async_error(channel_->comm, &async), "ncclCommGetAsyncError");
     if (async != ncclSuccess && async != ncclInProgress)
@@ -146,6 +156,7 @@ class NcclCommunicator final : public dist::Communicator {
     if (in.is_cpu()) return host_->all_to_all_async(in, out);
     const int64_t block = in.numel() / size();
     dist::detail::check_blocks(in.numel(), block, size(), "all_to_all", axis());
+    dist::detail::check_blocks(out.numel(), block, size(), "all_to_all", axis());
     return all_to_allv_async(in, std::vector<int64_t>(size(), block), out, std::vector<int64_t>(size(), block));
   }
   dist::WorkPtr all_to_allv_async(const at::Tensor& in, const std::vector<int64_t>& send_counts, at::Tensor& out,
@@ -159,20 +170,42 @@ class NcclCommunicator final : public dist::Communicator {
   // Tagged messages cross on the host twin (NOTE [NCCL backend]).
   dist::WorkPtr send_async(const at::Tensor& t, int peer, int tag) override { return staged_.send_async(t, peer, tag); }
   dist::WorkPtr recv_async(at::Tensor& t, int peer, int tag) override { return staged_.recv_async(t, peer, tag); }
+  // An all-reduce of one element, waited for with the Work's timeout (a dead peer ends it).
   void barrier() override {
-    check_cuda(cudaStreamSynchronize(channel_->stream), "the barrier's stream synchronisation");
-    host_->barrier();
+    at::Tensor token = at::zeros({1}, at::TensorOptions().dtype(at::kFloat).device(at::kCUDA, channel_->gpu));
+    all_reduce_async(token, dist::ReduceOp::Sum)->wait();
+  }
+  // The blocking forms: host tensors take the host twin's blocking algorithms.
+  void all_reduce(at::Tensor& t, dist::ReduceOp op = dist::ReduceOp::Sum) override {
+    if (t.is_cpu()) return host_->all_reduce(t, op);
+    all_reduce_async(t, op)->wait();
+  }
+  void reduce_scatter(const at::Tensor& in, at::Tensor& out, dist::ReduceOp op = dist::ReduceOp::Sum) override {
+    if (in.is_cpu()) return host_->reduce_scatter(in, out, op);
+    reduce_scatter_async(in, out, op)->wait();
+  }
+  void all_gather(const at::Tensor& in, at::Tensor& out) override {
+    if (in.is_cpu()) return host_->all_gather(in, out);
+    all_gather_async(in, out)->wait();
+  }
+  void broadcast(at::Tensor& t, int root) override {
+    if (t.is_cpu()) return host_->broadcast(t, root);
+    broadcast_async(t, root)->wait();
   }
   std::unique_ptr<dist::Communicator> split(int color, int key, const std::string& axis) override;
 
  private:
   // Enqueues one NCCL operation on the channel's stream, after the compute stream's work so far.
+  // Its tensors: defined, contiguous, on the channel's GPU, of one type.
   template <class Enqueue>
   dist::WorkPtr launch(const char* what, std::vector<at::Tensor> keep, Enqueue&& enqueue) {
     for (const at::Tensor& t : keep)
-      LOOM_CHECK(t.defined() && t.is_cuda() && t.is_contiguous() && t.device().index() == channel_->gpu,
-                 "[dist] NCCL {} on '{}' needs defined, contiguous tensors on cuda:{}", what, axis(), channel_->gpu);
+      LOOM_CHECK(t.defined() && t.is_cuda() && t.is_contiguous() && t.device().index() == channel_->gpu &&
+                     t.scalar_type() == keep.front().scalar_type(),
+                 "[dist] NCCL {} on '{}' needs defined, contiguous tensors of one type on cuda:{}", what, axis(),
+                 channel_->gpu);
     Channel& ch = *channel_;
+    ch.check_usable(what);
     check_cuda(cudaSetDevice(ch.gpu), "cudaSetDevice");
     cudaEvent_t ready = nullptr, done = nullptr;
     check_cuda(cudaEventCreateWithFlags(&ready, cudaEventDisableTiming), "cudaEventCreate");
@@ -194,6 +227,15 @@ class NcclCommunicator final : public dist::Communicator {
 dist::WorkPtr NcclCommunicator::all_to_allv_async(const at::Tensor& in, const std::vector<int64_t>& send_counts,
                                                   at::Tensor& out, const std::vector<int64_t>& recv_counts) {
   if (in.is_cpu()) return host_->all_to_allv_async(in, send_counts, out, recv_counts);
+  const auto ranks = static_cast<size_t>(size());
+  LOOM_CHECK(send_counts.size() == ranks && recv_counts.size() == ranks,
+             "[dist] all_to_allv on '{}': need {} send and receive counts, got {} and {}", axis(), ranks,
+             send_counts.size(), recv_counts.size());
+  const int64_t sends = std::accumulate(send_counts.begin(), send_counts.end(), int64_t{0});
+  const int64_t receives = std::accumulate(recv_counts.begin(), recv_counts.end(), int64_t{0});
+  LOOM_CHECK(sends <= in.numel() && receives <= out.numel(),
+             "[dist] all_to_allv on '{}': counts sum to {} sent / {} received, buffers hold {} / {}", axis(), sends,
+             receives, in.numel(), out.numel());
   const auto bytes = static_cast<int64_t>(in.element_size());
   return launch("all_to_allv", {in, out}, [&](const Library& l, ncclComm_t c, cudaStream_t s) {
     const ncclDataType_t type = type_of(in, axis());
@@ -212,11 +254,13 @@ dist::WorkPtr NcclCommunicator::all_to_allv_async(const at::Tensor& in, const st
 }
 
 std::unique_ptr<dist::Communicator> NcclCommunicator::split(int color, int key, const std::string& axis) {
+  channel_->check_usable("split");
   std::unique_ptr<dist::Communicator> host = host_->split(color, key, axis);
   auto sub = std::make_shared<Channel>();  // the library, GPU and timeout; a comm and stream of its own
   sub->lib = channel_->lib, sub->gpu = channel_->gpu, sub->timeout_s = channel_->timeout_s, sub->axis = axis;
   channel_->lib.check(channel_->lib.comm_split(channel_->comm, color, key, &sub->comm, nullptr),
                       "ncclCommSplit for axis " + axis);
+  check_cuda(cudaSetDevice(sub->gpu), "cudaSetDevice");
   check_cuda(cudaStreamCreateWithFlags(&sub->stream, cudaStreamNonBlocking), "cudaStreamCreate");
   dist::Communicator& twin = *host;
   return std::make_unique<NcclCommunicator>(std::move(sub), twin, std::move(host));

@@ -167,10 +167,19 @@ void Trainer::check_input(int world_size, int local_rank, int local_ranks, const
 }
 
 dist::Communicator& Trainer::device_world(dist::Communicator& world) {
-  // "auto" may resolve differently on nodes with different GPUs: NCCL only where every rank has it.
-  at::Tensor not_nccl = at::full({1}, placement_.backend == Backend::Nccl ? 0 : 1, at::kLong);
-  world.all_reduce(not_nccl, dist::ReduceOp::Max);
-  if (not_nccl.item<int64_t>() == 0) {
+  // "auto" may resolve differently on nodes with different GPUs. The ranks of a run train on one
+  // kind of device (their collectives and table paths follow it), and use NCCL only if all can.
+  at::Tensor counts = at::tensor({device_.is_cpu() ? int64_t{0} : int64_t{1},
+                                  placement_.backend == Backend::Nccl ? int64_t{0} : int64_t{1}}, at::kLong);
+  world.all_reduce(counts, dist::ReduceOp::Sum);
+  const int64_t gpu_ranks = counts[0].item<int64_t>(), not_nccl = counts[1].item<int64_t>();
+  if (gpu_ranks != 0 && gpu_ranks != world.size())
+    throw AgreedError(fmt::format("train.device = \"{}\" placed {} of the {} ranks on a GPU and the others on the "
+                                  "CPU (their nodes show none): a run's ranks train on one kind of device; hint: "
+                                  "train.device = \"cpu\", or start the job on nodes that all have GPUs",
+                                  config_.train.device.name(), gpu_ranks, world.size()),
+                      2);
+  if (not_nccl == 0) {
     device_world_ = devices_->connect(world, placement_.gpu);
     return *device_world_;
   }
