@@ -79,10 +79,7 @@ Action add_train(CLI::App& app) {
       // NOTE [Devices]: a device this rank cannot train on is refused before parallel.auto measures.
       cuda::check_trainable(loaded, cuda::place_this_rank(loaded, runtime.world().local_rank(),
                                                            runtime.world().local_ranks(),
-                                                           [&runtime] {
-                                                             const dist::DeviceBackend* nccl = runtime.device_backend();
-                                                             return nccl ? nccl->missing() : "no NCCL backend";
-                                                           }));
+                                                           [&runtime] { return dist::backend_missing(runtime.device_backend()); }));
       if (loaded.parallel.auto_layout)
         cluster_cache = train::local_cluster_cache(std::getenv("XDG_CACHE_HOME"), std::getenv("HOME"));
       LOOM_CHECK_INPUT(peak->count() == 0 || (std::isfinite(options->peak_flops) && options->peak_flops > 0),

@@ -11,19 +11,15 @@
 namespace loom::cuda {
 namespace {
 
-const c10::CachingAllocator::Stat& allocated(const c10::CachingDeviceAllocator::DeviceStats& stats) {
-  return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)];
-}
-
 void check(cudaError_t rc, const char* what) {
   if (rc != cudaSuccess) throw Error(fmt::format("CUDA: {} failed: {}", what, cudaGetErrorString(rc)));
 }
 
 }  // namespace
 
-DeviceMemory device_memory(int gpu) {
+int64_t device_peak_bytes(int gpu) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(gpu));
-  return {.live = allocated(stats).current, .peak = allocated(stats).peak};
+  return stats.allocated_bytes[static_cast<size_t>(c10::CachingAllocator::StatType::AGGREGATE)].peak;
 }
 
 void reset_device_peak(int gpu) {

@@ -1,8 +1,8 @@
 #pragma once
 // NOTE [Device memory]
 // A GPU rank's tensors live in libtorch's CUDA caching allocator (in libc10_cuda, which loom links:
-// 0.7 MB, no kernels). Its figures are what a GPU run reports as its memory: the bytes its tensors
-// hold now and at most since the last reset, on the rank's GPU, not the memory the allocator has
+// 0.7 MB, no kernels). Its figures are what a GPU run reports as its memory: the most bytes its
+// tensors held since the last reset, on the rank's GPU, not the memory the allocator has
 // reserved from the driver (its cache) nor what other processes hold. Asked for only once the rank
 // has made a tensor on that GPU (the allocator starts with libtorch's CUDA).
 //
@@ -14,13 +14,9 @@
 
 namespace loom::cuda {
 
-struct DeviceMemory {
-  int64_t live = 0;  // bytes the rank's tensors hold on the GPU now
-  int64_t peak = 0;  // the most they held since reset_device_peak
-};
-
-// Throws loom::Error where this build has no CUDA.
-DeviceMemory device_memory(int gpu);
+// The most bytes the rank's tensors held on `gpu` since reset_device_peak. Throws loom::Error where
+// this build has no CUDA.
+int64_t device_peak_bytes(int gpu);
 void reset_device_peak(int gpu);
 // The GPU's memory in bytes, as the driver reports it.
 int64_t device_total_bytes(int gpu);

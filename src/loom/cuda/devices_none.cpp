@@ -15,7 +15,7 @@ std::string load_torch_cuda() { return kNone; }
 
 std::vector<float> scaled_on_device(const std::vector<float>&, float) { throw Error(kNone); }
 
-DeviceMemory device_memory(int) { throw Error(kNone); }
+int64_t device_peak_bytes(int) { throw Error(kNone); }
 
 void reset_device_peak(int) { throw Error(kNone); }
 

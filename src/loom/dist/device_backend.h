@@ -20,4 +20,9 @@ class DeviceBackend {
   virtual std::unique_ptr<Communicator> connect(Communicator& host, int gpu) const = 0;
 };
 
+// Why `backend` cannot run in this process: its missing(), or that there is none (null).
+inline std::string backend_missing(const DeviceBackend* backend) {
+  return backend != nullptr ? backend->missing() : "the program gave no backend for GPU tensors";
+}
+
 }  // namespace loom::dist

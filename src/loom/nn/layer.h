@@ -28,6 +28,14 @@ struct MicroBatch {
   // Each token's loss is multiplied by this, so that summing the micro-batches' contributions
   // gives the mean over every token of the global batch, whatever the micro-batch split.
   double loss_scale = 1.0;
+
+  // The same micro-batch with its tensors on `device` (itself when they are there already).
+  MicroBatch to(const at::Device& device) const {
+    MicroBatch out = *this;
+    for (at::Tensor* t : {&out.tokens, &out.targets, &out.dense})
+      if (t->defined()) *t = t->to(device);
+    return out;
+  }
 };
 
 // Analytic cost of one layer for one micro-batch: model FLOPs (multiply-add = 2) and bytes.
