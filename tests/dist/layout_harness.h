@@ -45,7 +45,7 @@ inline TrainedRun train_run(const Config& config, dist::Communicator& world) {
   run.records = trainer.run({.peak_flops = 1e9});
   for (nn::Param* p : trainer.model().params()) {
     run.names.push_back(p->name);
-    run.weights.push_back(trainer.value_of(*p).clone());  // a sparse table gathered from its owners
+    run.weights.push_back(trainer.value_of(*p).cpu().clone());  // a sparse table gathered from its owners
     run.shards.push_back(p->shard);
   }
   run.comm = trainer.comm_stats();

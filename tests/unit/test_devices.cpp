@@ -10,6 +10,8 @@
 #include "loom/core/error.h"
 #include "loom/cuda/device_memory.h"
 #include "loom/cuda/devices.h"
+#include "loom/cuda/event_clock.h"
+#include "loom/cuda/pinned_swap_tier.h"
 #include "loom/data/token_source.h"
 #include "loom/nccl/backend.h"
 #include "loom/nn/attention.h"
@@ -102,6 +104,68 @@ TEST(Gpu, SerialRunEqualsTheCpuRunInFloat64) {
   {
     SCOPED_TRACE("dlrm");
     expect_gpu_equals_cpu(test::small_dlrm(4, 2));
+  }
+  {
+    SCOPED_TRACE("gpt, every layer swapped (NOTE [Swap tier])");
+    Config c = test::small_gpt(64, 2, 16, 4, 2);
+    c.memory.swap = Swap::All;
+    expect_gpu_equals_cpu(c);
+  }
+}
+
+// NOTE [Swap tier] on a GPU: tensors out to pinned blocks and back on the copy stream, bit for bit,
+// views of one storage sharing it again; a tensor written by a kernel just queued leaves only once
+// written; the second round takes the blocks the first one pinned.
+TEST(Gpu, SwapTierRoundTripOnTheDevice) {
+  const cuda::Devices d = cuda::devices();
+  if (d.count == 0) GTEST_SKIP() << d.why_none;
+  ASSERT_EQ(cuda::load_torch_cuda(), "");
+  const auto gpu = at::TensorOptions().dtype(at::kDouble).device(at::kCUDA, 0);
+  const std::unique_ptr<memory::SwapTier> tier = cuda::make_pinned_swap_tier(0);
+  memory::Swapper swapper(*tier);
+  for (int round = 0; round < 2; ++round) {
+    SCOPED_TRACE(round);
+    at::Tensor big = at::ones({int64_t{1} << 24}, gpu);
+    big.mul_(3);  // queued on the compute stream; the copy out must wait for it
+    const at::Tensor qkv = at::randn({64, 3, 32}, gpu);
+    const at::Tensor want_qkv = qkv.cpu();
+    memory::SwapTicket ticket = swapper.swap_out({big, qkv.select(1, 0), qkv.select(1, 2)});
+    big = at::Tensor();
+    swapper.drain();
+    EXPECT_EQ(tier->host_live_bytes(), (int64_t{1} << 24) * 8 + 64 * 3 * 32 * 8);
+    const std::vector<at::Tensor> back = swapper.take(ticket);
+    ASSERT_EQ(back.size(), 3u);
+    EXPECT_TRUE(back[0].is_cuda() && back[1].is_cuda());
+    EXPECT_EQ(back[0].min().item<double>(), 3.0);
+    EXPECT_EQ(back[0].max().item<double>(), 3.0);
+    EXPECT_TRUE(at::equal(back[1].cpu(), want_qkv.select(1, 0)));
+    EXPECT_TRUE(at::equal(back[2].cpu(), want_qkv.select(1, 2)));
+    EXPECT_EQ(back[1].storage().data(), back[2].storage().data());
+    EXPECT_EQ(tier->host_live_bytes(), 0);
+  }
+}
+
+// NOTE [Step clock] on a GPU: marks around queued work settle into host times in mark order, no
+// later than the settle, spanning the work (a product queued between two marks).
+TEST(Gpu, EventClockSettlesMarksOnTheHostClock) {
+  const cuda::Devices d = cuda::devices();
+  if (d.count == 0) GTEST_SKIP() << d.why_none;
+  ASSERT_EQ(cuda::load_torch_cuda(), "");
+  const std::unique_ptr<StepClock> clock = cuda::make_event_clock(0);
+  const at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().device(at::kCUDA, 0));
+  const auto before = StepClock::Clock::now();
+  for (int step = 0; step < 2; ++step) {
+    const size_t first = clock->mark();
+    const at::Tensor b = at::mm(a, a);
+    const size_t second = clock->mark();
+    EXPECT_EQ(first, 0u);
+    EXPECT_EQ(second, 1u);
+    const std::vector<StepClock::Clock::time_point> at = clock->settle();
+    const auto after = StepClock::Clock::now();
+    ASSERT_EQ(at.size(), 2u);
+    EXPECT_LT(at[0], at[1]) << "the product ran between the marks";
+    EXPECT_LE(at[1], after);
+    EXPECT_GE(at[0], before - std::chrono::milliseconds(1));
   }
 }
 

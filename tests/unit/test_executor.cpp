@@ -111,6 +111,29 @@ struct StepLog {
   double loss = 0;
   int microbatch_calls = 0;
   int live = 0;                      // Saved states not yet released
+  double busy_s = 0;                 // by the clock's marks
+};
+
+// NOTE [Step clock]: the trace hears of a step's actions once the step is done; this clock tells
+// the Saved states held at each mark (mark i is i microseconds after the clock's origin).
+class HeldClock final : public StepClock {
+ public:
+  explicit HeldClock(const int& live) : live_(live) {}
+  size_t mark() override {
+    held_.push_back(live_);
+    return held_.size() - 1;
+  }
+  std::vector<Clock::time_point> settle() override {
+    std::vector<Clock::time_point> at;
+    for (size_t i = 0; i < held_.size(); ++i) at.emplace_back(std::chrono::microseconds(i));
+    settled_ = std::exchange(held_, {});
+    return at;
+  }
+  int held_at(Clock::time_point t) const { return settled_.at(static_cast<size_t>(t.time_since_epoch() / std::chrono::microseconds(1))); }
+
+ private:
+  const int& live_;
+  std::vector<int> held_, settled_;
 };
 
 StepLog run(const schedule::Schedule& schedule, const Policies& policy = kKeepAll) {
@@ -129,12 +152,16 @@ StepLog run(const schedule::Schedule& schedule, const Policies& policy = kKeepAl
   ExecutorHooks hooks;
   hooks.microbatch = [&](int64_t i) { return ++out.microbatch_calls, microbatch(i); };
   hooks.layer_done = [&](size_t index) { out.log.push_back(fmt::format("done@{}", index)); };
-  hooks.trace = [&](const std::string& name, const char* category, auto, auto) {
+  HeldClock clock(out.live);
+  hooks.clock = &clock;
+  hooks.trace = [&](const std::string& name, const char* category, auto, auto end) {
     if (std::string_view(category) != "pipeline") return;
     out.actions.push_back(name);
-    out.held.push_back(out.live);
+    out.held.push_back(clock.held_at(end));
   };
-  out.loss = executor.run_step(hooks).loss;
+  const StepResult result = executor.run_step(hooks);
+  out.loss = result.loss;
+  out.busy_s = result.busy_s;
   for (auto& layer : layers) out.grads.push_back(layer->params()[0]->grad.item<double>());
   return out;
 }
@@ -225,6 +252,45 @@ Log without_done(const Log& log) {
 
 // A log as one line, so that a failure prints the two logs one above the other.
 std::string lines(const Log& log) { return fmt::format("{}", fmt::join(log, " ")); }
+
+// NOTE [Step clock]: marks become times only when settled; a compute action counts in its chunk's
+// column, a message and a layer's pass only in the trace, in the order they were recorded.
+TEST(ActionTimes, SettlesMarksIntoBusyTimeChunkMeansAndSpans) {
+  const int live = 0;
+  HeldClock clock(live);  // mark i at i microseconds
+  std::vector<std::string> spans;
+  const TraceHook trace = [&](const std::string& name, const char* category, auto begin, auto end) {
+    spans.push_back(fmt::format("{} {} {}", name, category, (end - begin) / std::chrono::microseconds(1)));
+  };
+  for (const bool traced : {true, false}) {
+    SCOPED_TRACE(traced);
+    spans.clear();
+    ActionTimes times(clock, 2, traced);
+    const size_t f0 = times.mark();
+    times.pass("layer", "forward", [] {});  // two marks, when traced
+    times.compute("F0", f0, times.mark(), 0, CostColumn::F);  // 3 us traced, else 1 us
+    const size_t send = times.mark();
+    times.message("SendF0", send, times.mark());
+    const size_t f1 = times.mark();
+    times.compute("F1", f1, times.mark(), 0, CostColumn::F);  // 1 us
+    const size_t b0 = times.mark();
+    times.mark();
+    times.compute("B0", b0, times.mark(), 1, CostColumn::B);  // 2 us
+    const SettledTimes settled = times.settle(trace);
+    const double f0_us = traced ? 3 : 1;
+    EXPECT_DOUBLE_EQ(settled.busy_s, (f0_us + 1 + 2) * 1e-6);
+    ASSERT_EQ(settled.measured.size(), 2u);
+    EXPECT_DOUBLE_EQ(settled.measured[0].f, (f0_us + 1) / 2 * 1e-6);
+    EXPECT_DOUBLE_EQ(settled.measured[0].b, 0);
+    EXPECT_DOUBLE_EQ(settled.measured[1].b, 2e-6);
+    EXPECT_DOUBLE_EQ(settled.measured[1].f, 0);
+    if (traced)
+      EXPECT_EQ(lines(spans), lines({"layer forward 1", "F0 pipeline 3", "SendF0 pipeline message 1",
+                                     "F1 pipeline 1", "B0 pipeline 2"}));
+    else
+      EXPECT_TRUE(spans.empty());
+  }
+}
 
 TEST(Executor, RunsTheScheduleActionByAction) {
   for (const schedule::Schedule& s : schedules()) {

@@ -3,7 +3,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <map>
+
 #include "loom/memory/accounting_allocator.h"
+#include "loom/memory/block_pool.h"
 #include "loom/memory/swap.h"
 
 namespace loom::memory {
@@ -129,6 +133,95 @@ TEST(Swapper, ACopyBackOverBudgetIsRethrownByTake) {
   swapper.swap_in(ticket);
   EXPECT_THROW(swapper.take(ticket), BudgetExceeded);
   set_budget(0);
+}
+
+// The blocks a pool gets from its system (the swap tier's pinned ones on a GPU), here from the C
+// heap with a limit: what was given, what is out now, and refusals past the limit.
+struct FakeSystem {
+  size_t limit = size_t{1} << 30;
+  std::map<void*, size_t> out;
+  int given = 0, released = 0;
+  BlockPool::Allocate allocate() {
+    return [this](size_t bytes) -> void* {
+      size_t used = 0;
+      for (const auto& [p, n] : out) used += n;
+      if (used + bytes > limit) return nullptr;
+      void* p = std::malloc(bytes);
+      out[p] = bytes, ++given;
+      return p;
+    };
+  }
+  BlockPool::Release release() {
+    return [this](void* p) {
+      out.erase(p), ++released;
+      std::free(p);
+    };
+  }
+};
+
+// A block freed goes back to the pool and is given again for the same rounded size, so a swapping
+// layer's state pins its blocks once; live and peak count the tensors' bytes.
+TEST(BlockPool, KeepsFreedBlocksForTheSameSize) {
+  FakeSystem system;
+  {
+    auto pool = BlockPool::make(system.allocate(), system.release(), "test memory");
+    void* first = nullptr;
+    {
+      const at::Tensor a = pool->take({1000}, at::kFloat), b = pool->take({10, 10}, at::kDouble);
+      first = a.data_ptr();
+      EXPECT_EQ(pool->live_bytes(), 4000 + 800);
+      EXPECT_EQ(system.given, 2);
+    }
+    EXPECT_EQ(pool->live_bytes(), 0);
+    EXPECT_EQ(pool->peak_bytes(), 4800);
+    EXPECT_EQ(pool->kept_bytes(), 2 * 4096) << "sizes round up to 4 KiB";
+    const at::Tensor again = pool->take({999}, at::kFloat);  // the same 4 KiB rounded
+    EXPECT_EQ(again.data_ptr(), first);
+    EXPECT_EQ(system.given, 2) << "no new block for a size the pool keeps";
+    const at::Tensor larger = pool->take({2000}, at::kFloat);
+    EXPECT_EQ(system.given, 3);
+    pool->reset_peak();
+    EXPECT_EQ(pool->peak_bytes(), 999 * 4 + 2000 * 4);
+    EXPECT_EQ(pool->allocations(), 3);
+  }
+  EXPECT_EQ(system.released, 3) << "every block goes back to the system with the pool";
+  EXPECT_TRUE(system.out.empty());
+}
+
+// A tensor outlives the pool's last other holder: its block is kept until it is freed, then all
+// go back to the system.
+TEST(BlockPool, ATensorHoldsThePoolUntilFreed) {
+  FakeSystem system;
+  at::Tensor held;
+  {
+    auto pool = BlockPool::make(system.allocate(), system.release(), "test memory");
+    held = pool->take({64}, at::kLong);
+    (void)pool->take({64}, at::kLong);  // freed at once: kept
+  }
+  EXPECT_EQ(system.released, 0);
+  held.fill_(7);
+  EXPECT_EQ(held.sum().item<int64_t>(), 7 * 64);
+  held = at::Tensor();
+  EXPECT_EQ(system.released, 2);
+}
+
+// Past the system's limit the kept blocks are given back and the allocation tried again; when
+// that fails too, OutOfMemory names the memory and the size.
+TEST(BlockPool, GivesBackKeptBlocksBeforeRefusing) {
+  FakeSystem system;
+  system.limit = 3 * 4096;
+  auto pool = BlockPool::make(system.allocate(), system.release(), "pinned test memory");
+  (void)pool->take({1024}, at::kFloat);  // 4 KiB, kept
+  (void)pool->take({2048}, at::kFloat);  // 8 KiB, kept: the limit is reached
+  const at::Tensor big = pool->take({3072}, at::kFloat);  // 12 KiB: only after both are released
+  EXPECT_EQ(system.released, 2);
+  EXPECT_EQ(pool->kept_bytes(), 0);
+  try {
+    (void)pool->take({1}, at::kFloat);
+    ADD_FAILURE() << "no refusal past the limit";
+  } catch (const OutOfMemory& e) {
+    EXPECT_THAT(e.what(), HasSubstr("out of pinned test memory allocating 4.00 KiB"));
+  }
 }
 
 }  // namespace

@@ -7,15 +7,9 @@
 #include <fmt/format.h>
 
 #include "loom/core/error.h"
+#include "loom/cuda/cuda_check.h"
 
 namespace loom::cuda {
-namespace {
-
-void check(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) throw Error(fmt::format("CUDA: {} failed: {}", what, cudaGetErrorString(rc)));
-}
-
-}  // namespace
 
 int64_t device_peak_bytes(int gpu) {
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(static_cast<c10::DeviceIndex>(gpu));

@@ -6,16 +6,10 @@
 #include <fmt/format.h>
 
 #include "loom/core/error.h"
+#include "loom/cuda/cuda_check.h"
 #include "loom/cuda/scale.h"
 
 namespace loom::cuda {
-namespace {
-
-void check(cudaError_t rc, const char* what) {
-  if (rc != cudaSuccess) throw Error(fmt::format("CUDA: {} failed: {}", what, cudaGetErrorString(rc)));
-}
-
-}  // namespace
 
 Devices devices() {
   int count = 0;
@@ -35,6 +29,11 @@ std::string load_torch_cuda() {
   if (dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL) != nullptr) return "";
   const char* why = dlerror();
   return fmt::format("libtorch's CUDA library {} does not load: {}", path, why ? why : "(no reason given)");
+}
+
+void synchronize(int gpu) {
+  check(cudaSetDevice(gpu), "cudaSetDevice");
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
 }
 
 std::vector<float> scaled_on_device(const std::vector<float>& x, float a) {

@@ -22,6 +22,10 @@ Devices devices();
 // is loaded, else why not (a build without CUDA, the library missing or refusing to load).
 std::string load_torch_cuda();
 
+// Waits until the work queued on `gpu` (every stream) has run. Throws loom::Error where this
+// build has no CUDA, and on the device's error.
+void synchronize(int gpu);
+
 // x * a computed on GPU 0 by loom's own kernel (copied there and back). Throws loom::Error where
 // devices() has none.
 std::vector<float> scaled_on_device(const std::vector<float>& x, float a);

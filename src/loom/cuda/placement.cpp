@@ -63,10 +63,6 @@ void check_trainable(const Config& config, const Placement& placement) {
   if (placement.device == TrainDevice::Cpu) return;
   const std::string where = fmt::format("train.device = \"{}\" places this rank on cuda:{}", config.train.device.name(),
                                         placement.gpu);
-  LOOM_CHECK_INPUT(config.memory.swap == Swap::None,
-                   "memory.swap = \"{}\", but {}, and the swap tier has no GPU implementation yet (pinned host "
-                   "blocks, a copy stream); hint: memory.swap = \"none\" (memory.recompute frees memory too)",
-                   config.memory.swap.name(), where);
   LOOM_CHECK_INPUT(config.parallel.sparse != SparseMode::On,
                    "parallel.sparse = \"on\", but {}, and the sparse path's row exchange runs on the host only so "
                    "far; hint: parallel.sparse = \"auto\" (dense tables on a GPU) or \"off\"",

@@ -50,11 +50,10 @@ Placement place_rank(const Config& config, const NodeView& node);
 Placement place_this_rank(const Config& config, int local_rank, int local_ranks,
                           const std::function<std::string()>& nccl_missing);
 
-// What a GPU rank cannot run yet, from the config alone (InputError naming the key): the swap
-// tier and memory.budget, which need the CUDA allocator's and pinned memory's implementations,
-// and embedding tables on the sparse path (parallel.sparse = "on"; "auto" keeps them dense on a
-// GPU). Also loads libtorch's CUDA library for a GPU rank. A run never trains on the CPU while its
-// config says "cuda".
+// What a GPU rank cannot run, from the config alone (InputError naming the key): embedding tables
+// on the sparse path (parallel.sparse = "on"; "auto" keeps them dense on a GPU), lazy table rows,
+// and a memory.budget past the GPU's memory. Also loads libtorch's CUDA library for a GPU rank. A
+// run never trains on the CPU while its config says "cuda".
 void check_trainable(const Config& config, const Placement& placement);
 
 }  // namespace loom::cuda

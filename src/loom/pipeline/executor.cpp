@@ -3,7 +3,6 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <array>
 #include <algorithm>
 #include <condition_variable>
 #include <deque>
@@ -103,18 +102,6 @@ void named(const std::string& layer, const char* pass, Fn&& fn) {
   }
 }
 
-// Runs fn, and reports it to the trace hook when there is one.
-template <class Fn>
-void traced(const ExecutorHooks& hooks, const std::string& name, const char* category, Fn&& fn) {
-  if (!hooks.trace) {
-    named(name, category, fn);
-    return;
-  }
-  const auto start = Clock::now();
-  named(name, category, fn);
-  hooks.trace(name, category, start, Clock::now());
-}
-
 // The input gradient a layer's backward_input returned, against the input its forward took: the
 // same shape for a floating-point input (a layer of one's own that gets it wrong would otherwise
 // fail later, in another layer or a send, far from the cause). The chain's first layer takes
@@ -156,9 +143,10 @@ LayerMemory memory_of(const StageChunk& chunk, size_t layer) {
                           chunk.layers[layer]->name()));
 }
 
-// The columns of a chunk's measured times: F, B (or BW), W, R.
-int cost_column(schedule::Op op) {
-  return op == schedule::Op::F ? 0 : op == schedule::Op::W ? 2 : op == schedule::Op::R ? 3 : 1;
+// The column of a chunk's measured costs an action counts in.
+CostColumn cost_column(schedule::Op op) {
+  return op == schedule::Op::F ? CostColumn::F : op == schedule::Op::W ? CostColumn::W
+                                               : op == schedule::Op::R ? CostColumn::R : CostColumn::B;
 }
 
 }  // namespace
@@ -182,17 +170,18 @@ struct PipelineExecutor::Flight {
 };
 
 struct PipelineExecutor::Step {
-  Step(bool helper, size_t chunks) : sends(helper), seconds(chunks, {0, 0, 0, 0}), counts(seconds) {}
+  Step(bool helper, StepClock& clock, size_t chunks, bool spans) : sends(helper), times(clock, chunks, spans) {}
 
   const Clock::time_point start = Clock::now();  // before the helper thread starts
   std::map<std::pair<int64_t, int64_t>, Flight> flights;  // (micro-batch, chunk)
   SendProgress sends;                                      // NOTE [Message progress]
-  std::vector<std::array<double, 4>> seconds, counts;      // per chunk, by cost_column
+  ActionTimes times;                                       // NOTE [Step clock]
   StepResult result;
 };
 
 PipelineExecutor::PipelineExecutor(const schedule::Schedule& schedule, dist::Communicator& pp, std::vector<StageChunk> chunks,
-                                   std::vector<int64_t> boundary_shape, const at::TensorOptions& boundary)
+                                   std::vector<int64_t> boundary_shape, const at::TensorOptions& boundary,
+                                   const std::function<std::unique_ptr<memory::SwapTier>()>& swap_tier)
     : schedule_(schedule), pp_(pp), chunks_(std::move(chunks)), boundary_shape_(std::move(boundary_shape)),
       dtype_(at::typeMetaToScalarType(boundary.dtype())), device_(boundary.device()) {
   LOOM_CHECK(schedule.stages == pp.size(), "[pp] a schedule of {} stages on {} pipeline ranks", schedule.stages,
@@ -213,7 +202,7 @@ PipelineExecutor::PipelineExecutor(const schedule::Schedule& schedule, dist::Com
   for (const StageChunk& chunk : chunks_)
     for (nn::MemoryPolicy p : chunk.policy)
       if (p == nn::MemoryPolicy::Swap && !swapper_) {
-        tier_ = memory::make_host_tier();
+        tier_ = swap_tier();
         swapper_ = std::make_unique<memory::Swapper>(*tier_);
       }
   for (const schedule::Action& a : schedule.ranks[pp.rank()])
@@ -240,9 +229,20 @@ void PipelineExecutor::check_boundary(const at::Tensor& t, const char* what) con
 }
 
 StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
-  Step step(pp_.concurrent_progress(), chunks_.size());
+  Step step(pp_.concurrent_progress(), hooks.clock ? *hooks.clock : *host_clock_, chunks_.size(),
+            static_cast<bool>(hooks.trace));
+  times_ = &step.times;
+  struct Forget {  // a step that fails leaves no pointer to its times
+    ActionTimes*& times;
+    ~Forget() { times = nullptr; }
+  } forget{times_};
   for (const schedule::Action& a : actions_) run_action(step, a, hooks);
-  return finish_step(step);
+  return finish_step(step, hooks);
+}
+
+void PipelineExecutor::traced(const std::string& layer, const char* pass, const std::function<void()>& fn) {
+  if (times_) times_->pass(layer, pass, [&] { named(layer, pass, fn); });
+  else named(layer, pass, fn);
 }
 
 // NOTE [Forward-only pass]: every rank takes the (micro-batch, virtual stage) pairs in the same
@@ -295,7 +295,7 @@ double PipelineExecutor::run_forward(int64_t microbatches, const std::function<n
 // One action, timed: compute actions count as busy time and towards their chunk's measured costs.
 void PipelineExecutor::run_action(Step& step, const schedule::Action& a, const ExecutorHooks& hooks) {
   using schedule::Op;
-  const auto start = Clock::now();
+  const size_t start = step.times.mark();
   Flight& f = step.flights[{a.mb, a.chunk}];
   const auto index = static_cast<size_t>(&a - actions_.data());
   if (swapper_) prefetch(step, index);
@@ -311,15 +311,10 @@ void PipelineExecutor::run_action(Step& step, const schedule::Action& a, const E
     case Op::W: weight_gradients(a, f, hooks); break;
   }
   if (swapper_) prefetch(step, index);  // the flight this forward made may be the next backward's
-  const auto end = Clock::now();
-  if (!a.is_message()) {
-    const double took = std::chrono::duration<double>(end - start).count();
-    step.result.busy_s += took;
-    step.seconds[a.chunk][cost_column(a.op)] += took;
-    step.counts[a.chunk][cost_column(a.op)] += 1;
-  }
-  if (hooks.trace)
-    hooks.trace(a.text(schedule_.chunks > 1), a.is_message() ? "pipeline message" : "pipeline", start, end);
+  const size_t end = step.times.mark();
+  const std::string text = hooks.trace ? a.text(schedule_.chunks > 1) : std::string();
+  if (a.is_message()) step.times.message(text, start, end);
+  else step.times.compute(text, start, end, static_cast<size_t>(a.chunk), cost_column(a.op));
   // A (micro-batch, chunk) whose weight gradients are done and whose gradient has left holds
   // nothing any more.
   if (f.weights_done && !f.dx.defined()) step.flights.erase({a.mb, a.chunk});
@@ -367,7 +362,7 @@ void PipelineExecutor::forward(Step& step, const schedule::Action& a, Flight& f,
     if (input_only) f.inputs[l] = x;
     f.input_shapes[l] = c10::DimVector(x.sizes());
     f.floating_inputs[l] = x.is_floating_point();
-    traced(hooks, chunk.layers[l]->name(), "forward", [&] { x = chunk.layers[l]->forward(x, f.mb, f.saved[l]); });
+    traced(chunk.layers[l]->name(), "forward", [&] { x = chunk.layers[l]->forward(x, f.mb, f.saved[l]); });
     step.sends.drive();
     if (input_only) f.saved[l].clear();  // only the input stays until it is recomputed
     if (memory_of(chunk, l).after_forward == AfterForward::MoveOut) swap_out(f, l);
@@ -398,7 +393,7 @@ void PipelineExecutor::backward(Step& step, const schedule::Action& a, Flight& f
     if (memory_of(chunk, l).before_backward == BeforeBackward::ForwardAgain && !f.recomputed)
       forward_again(chunk, f, l, hooks);
     if (memory_of(chunk, l).before_backward == BeforeBackward::MoveIn) bring_back(chunk, f, l, hooks);
-    traced(hooks, layer.name(), "backward_input", [&] { dy = layer.backward_input(dy, f.saved[l]); });
+    traced(layer.name(), "backward_input", [&] { dy = layer.backward_input(dy, f.saved[l]); });
     check_input_gradient(layer, dy, f.input_shapes[l], f.floating_inputs[l]);
     step.sends.drive();
     if (weights) weight_gradient(chunk, l, final_pass, f, hooks);
@@ -419,13 +414,13 @@ void PipelineExecutor::weight_gradients(const schedule::Action& a, Flight& f, co
 void PipelineExecutor::weight_gradient(const StageChunk& chunk, size_t layer, bool final_pass, Flight& f,
                                        const ExecutorHooks& hooks) {
   nn::Layer& l = *chunk.layers[layer];
-  traced(hooks, l.name(), "backward_weight", [&] { l.backward_weight(f.saved[layer]); });
+  traced(l.name(), "backward_weight", [&] { l.backward_weight(f.saved[layer]); });
   if (final_pass && hooks.layer_done) hooks.layer_done(chunk.model_index[layer]);
 }
 
 void PipelineExecutor::forward_again(const StageChunk& chunk, Flight& f, size_t layer, const ExecutorHooks& hooks) {
   nn::Layer& l = *chunk.layers[layer];
-  traced(hooks, l.name(), "recompute", [&] { l.forward(f.inputs[layer], f.mb, f.saved[layer]); });
+  traced(l.name(), "recompute", [&] { l.forward(f.inputs[layer], f.mb, f.saved[layer]); });
   f.inputs[layer].reset();
 }
 
@@ -478,14 +473,13 @@ void PipelineExecutor::bring_back(const StageChunk& chunk, Flight& f, size_t lay
 }
 
 // Waits for the sends, then the step's wall time and each chunk's mean action times.
-StepResult PipelineExecutor::finish_step(Step& step) {
+StepResult PipelineExecutor::finish_step(Step& step, const ExecutorHooks& hooks) {
   step.sends.finish();
   if (swapper_) swapper_->drain();
+  SettledTimes times = step.times.settle(hooks.trace);
   step.result.wall_s = std::chrono::duration<double>(Clock::now() - step.start).count();
-  for (size_t c = 0; c < chunks_.size(); ++c) {
-    auto mean = [&](int kind) { return step.counts[c][kind] > 0 ? step.seconds[c][kind] / step.counts[c][kind] : 0.0; };
-    step.result.measured.push_back({.f = mean(0), .b = mean(1), .w = mean(2), .r = mean(3)});
-  }
+  step.result.busy_s = times.busy_s;
+  step.result.measured = std::move(times.measured);
   return std::move(step.result);
 }
 

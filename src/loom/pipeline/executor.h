@@ -10,8 +10,10 @@
 #include <functional>
 #include <map>
 
+#include "loom/core/step_clock.h"
 #include "loom/dist/communicator.h"
 #include "loom/memory/swap.h"
+#include "loom/pipeline/action_times.h"
 #include "loom/nn/layer.h"
 #include "loom/nn/memory_policy.h"
 #include "loom/schedule/schedule.h"
@@ -33,10 +35,11 @@ inline constexpr const char* kSwapCategory = "swap";
 struct ExecutorHooks {
   std::function<nn::MicroBatch(int64_t)> microbatch;  // this step's local micro-batch i
   std::function<void(size_t)> layer_done;             // a layer's gradients are final this step
-  // Optional: called with each action's text, category and interval (Chrome trace).
-  std::function<void(const std::string&, const char*, std::chrono::steady_clock::time_point,
-                     std::chrono::steady_clock::time_point)>
-      trace;
+  // Optional: called with each action's and layer pass's text, category and interval (Chrome
+  // trace), once the step's work is queued.
+  TraceHook trace;
+  // What times the step's work (NOTE [Step clock]): null for the host clock, a CPU rank's.
+  StepClock* clock = nullptr;
 };
 
 struct StepResult {
@@ -54,8 +57,11 @@ class PipelineExecutor {
   // `boundary_shape`: the activation passed between stages ([micro_batch, tokens per rank,
   // d_model]) in `boundary`'s type, on its device; `pp`: the pipeline communicator, rank i runs
   // schedule.ranks[i].
+  // `swap_tier` makes the swap tier when a layer swaps (NOTE [Swap tier]): the host's by default,
+  // a GPU rank's pinned one.
   PipelineExecutor(const schedule::Schedule& schedule, dist::Communicator& pp, std::vector<StageChunk> chunks,
-                   std::vector<int64_t> boundary_shape, const at::TensorOptions& boundary);
+                   std::vector<int64_t> boundary_shape, const at::TensorOptions& boundary,
+                   const std::function<std::unique_ptr<memory::SwapTier>()>& swap_tier = memory::make_host_tier);
 
   StepResult run_step(const ExecutorHooks& hooks);
   // NOTE [Forward-only pass]: `microbatches` micro-batches through this rank's chunks, forward
@@ -74,6 +80,8 @@ class PipelineExecutor {
   int peer_of(int64_t virtual_stage) const;
   int tag_of(int64_t mb, int64_t virtual_stage, bool gradient) const;
   void check_boundary(const at::Tensor& t, const char* what) const;
+  // A layer's pass, named in its errors, timed for the trace (NOTE [Step clock]).
+  void traced(const std::string& layer, const char* pass, const std::function<void()>& fn);
 
   // The phases of run_step: each action by kind, then the step's end and its measures.
   void run_action(Step& step, const schedule::Action& a, const ExecutorHooks& hooks);
@@ -90,7 +98,7 @@ class PipelineExecutor {
   void swap_out(Flight& f, size_t layer);
   void prefetch(Step& step, size_t action);
   void bring_back(const StageChunk& chunk, Flight& f, size_t layer, const ExecutorHooks& hooks);
-  StepResult finish_step(Step& step);
+  StepResult finish_step(Step& step, const ExecutorHooks& hooks);
 
   schedule::Schedule schedule_;
   dist::Communicator& pp_;
@@ -104,6 +112,8 @@ class PipelineExecutor {
   std::unique_ptr<memory::SwapTier> tier_;     // when a layer swaps
   std::unique_ptr<memory::Swapper> swapper_;
   memory::SwapTicket last_out_;  // the latest copy out queued: a forward starts once it has ended
+  std::unique_ptr<StepClock> host_clock_ = make_host_clock();  // when the hooks give no clock
+  ActionTimes* times_ = nullptr;                              // the running step's
 };
 
 }  // namespace loom::pipeline

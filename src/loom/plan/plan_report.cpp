@@ -63,7 +63,11 @@ std::string budget_hint(const RunPlan& plan) {
 
 // The estimate against memory.budget, or without one against this machine's memory shared by its
 // ranks: an impossible model is refused before anything is allocated.
-void check_memory(const RunPlan& plan, int local_ranks, double in_use) {
+RankMemory host_rank_memory(int local_ranks) {
+  return {.bytes = static_cast<double>(memory::host_memory_bytes()), .sharers = std::max(1, local_ranks)};
+}
+
+void check_memory(const RunPlan& plan, const RankMemory& memory, double in_use) {
   const MemoryEstimate& need = largest(plan);
   const int64_t budget = plan.config.budget_bytes();
   const std::string_view hint = plan.kind->memory_hint();
@@ -75,16 +79,15 @@ void check_memory(const RunPlan& plan, int local_ranks, double in_use) {
                      budget_hint(plan));
     return;
   }
-  const double machine = static_cast<double>(memory::host_memory_bytes());
-  const double per_rank = machine / std::max(1, local_ranks);
+  const double per_rank = memory.bytes / std::max(1, memory.sharers);
   LOOM_CHECK_INPUT(need.total() <= per_rank,
-                   "the run does not fit this machine: {}{}, but each of the {} rank{} here has {} ({} in all); "
+                   "the run does not fit {}: {}{}, but each of the {} rank{} there has {} ({} in all); "
                    "hint: {}, or use more ranks",
-                   memory_text(plan, need), stage_words(plan, need), local_ranks, local_ranks == 1 ? "" : "s",
-                   format_bytes(per_rank), format_bytes(machine), hint);
+                   memory.where, memory_text(plan, need), stage_words(plan, need), memory.sharers,
+                   memory.sharers == 1 ? "" : "s", format_bytes(per_rank), format_bytes(memory.bytes), hint);
 }
 
-bool dense_tables_fit(const RunPlan& plan, int local_ranks, double in_use, const CostModel& costs,
+bool dense_tables_fit(const RunPlan& plan, const RankMemory& memory, double in_use, const CostModel& costs,
                       const models::ModelKinds& kinds) {
   const auto has_table = [](const LayerPlan& layer) {
     return std::any_of(layer.params.begin(), layer.params.end(), [](const ParamInfo& p) { return p.table; });
@@ -93,7 +96,7 @@ bool dense_tables_fit(const RunPlan& plan, int local_ranks, double in_use, const
   Config dense = plan.config;
   dense.parallel.sparse = SparseMode::Off;
   try {
-    check_memory(make_plan(dense, plan.world_size, costs, kinds), local_ranks, in_use);
+    check_memory(make_plan(dense, plan.world_size, costs, kinds), memory, in_use);
   } catch (const InputError&) {
     return false;
   }

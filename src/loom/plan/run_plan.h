@@ -139,14 +139,23 @@ struct PassTimes {
 };
 PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, const dist::MeshShape& mesh);
 
+// The memory a rank's tensors live in, shared evenly by `sharers` ranks: this machine's, shared by
+// the job's ranks on it, or a GPU's, shared by the ranks placed on it (NOTE [Devices]).
+struct RankMemory {
+  double bytes = 0;
+  int sharers = 1;
+  std::string where = "this machine";  // "this machine", "GPU 0"
+};
+RankMemory host_rank_memory(int local_ranks);
+
 // Every stage's estimate against memory.budget (besides `in_use` bytes already allocated), or
-// without a budget against this machine's memory shared by `local_ranks`. InputError otherwise.
-void check_memory(const RunPlan& plan, int local_ranks, double in_use);
+// without a budget against `memory`'s share per rank. InputError otherwise.
+void check_memory(const RunPlan& plan, const RankMemory& memory, double in_use);
 
 // Whether `plan`'s run with every embedding table dense (parallel.sparse = "off") passes
 // check_memory; a plan with no table on the sparse path is that run already, and `plan` is assumed
 // to have passed it. `costs` and `kinds`: what `plan` was made with.
-bool dense_tables_fit(const RunPlan& plan, int local_ranks, double in_use, const CostModel& costs,
+bool dense_tables_fit(const RunPlan& plan, const RankMemory& memory, double in_use, const CostModel& costs,
                       const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
 // How many of a stage's layers the plan recomputes and swaps (the rest keep their activations).

@@ -1,10 +1,16 @@
-// What a rank's device changes in a run (NOTE [Devices]): the communicator its tensors cross, the
-// plan's choices it cannot run, its memory budget and peak.
+// What a rank's device changes in a run (NOTE [Devices]): the communicator its tensors cross, what
+// times its work and where swapped activations go, the memory its plan must fit, its memory budget
+// and peak.
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "loom/core/error.h"
 #include "loom/cuda/device_memory.h"
+#include "loom/cuda/event_clock.h"
+#include "loom/cuda/pinned_swap_tier.h"
 #include "loom/memory/accounting_allocator.h"
+#include "loom/train/devices.h"
 #include "loom/train/trainer.h"
 
 namespace loom::train {
@@ -22,41 +28,60 @@ void end_budget() {
 
 }  // namespace
 
-dist::Communicator& Trainer::device_world(dist::Communicator& world) {
+std::unique_ptr<dist::Communicator> connect_devices(dist::Communicator& world, cuda::Placement& placement,
+                                                    const dist::DeviceBackend* devices, std::string_view device_key) {
   // "auto" may resolve differently on nodes with different GPUs. The ranks of a run train on one
   // kind of device (their collectives and table paths follow it), and use NCCL only if all can.
-  at::Tensor counts = at::tensor({device_.is_cpu() ? int64_t{0} : int64_t{1},
-                                  placement_.backend == Backend::Nccl ? int64_t{0} : int64_t{1}}, at::kLong);
+  const bool cpu = placement.device == TrainDevice::Cpu;
+  at::Tensor counts = at::tensor({cpu ? int64_t{0} : int64_t{1},
+                                  placement.backend == Backend::Nccl ? int64_t{0} : int64_t{1}}, at::kLong);
   world.all_reduce(counts, dist::ReduceOp::Sum);
   const int64_t gpu_ranks = counts[0].item<int64_t>(), not_nccl = counts[1].item<int64_t>();
   if (gpu_ranks != 0 && gpu_ranks != world.size())
     throw AgreedError(fmt::format("train.device = \"{}\" placed {} of the {} ranks on a GPU and the others on the "
                                   "CPU (their nodes show none): a run's ranks train on one kind of device; hint: "
                                   "train.device = \"cpu\", or start the job on nodes that all have GPUs",
-                                  config_.train.device.name(), gpu_ranks, world.size()),
+                                  device_key, gpu_ranks, world.size()),
                       2);
-  if (not_nccl == 0) {
-    device_world_ = devices_->connect(world, placement_.gpu);
-    return *device_world_;
-  }
-  placement_.backend = Backend::Mpi;
-  if (device_.is_cpu()) return world;
-  device_world_ = std::make_unique<dist::HostStagingCommunicator>(world);
-  return *device_world_;
+  if (not_nccl == 0) return devices->connect(world, placement.gpu);
+  placement.backend = Backend::Mpi;
+  if (cpu) return nullptr;
+  return std::make_unique<dist::HostStagingCommunicator>(world);
+}
+
+void wait_for_device(const cuda::Placement& placement) {
+  if (placement.device != TrainDevice::Cpu) cuda::synchronize(placement.gpu);
+}
+
+dist::Communicator& Trainer::device_world(dist::Communicator& world) {
+  device_world_ = connect_devices(world, placement_, devices_, config_.train.device.name());
+  return device_world_ ? *device_world_ : world;
 }
 
 int64_t Trainer::peak_bytes() const {
   return device_.is_cpu() ? memory::peak_bytes() : cuda::device_peak_bytes(placement_.gpu);
 }
 
-// What the plan chose that a GPU rank cannot run yet: memory.policy = "auto" may swap a layer.
-void Trainer::check_device_plan() const {
-  for (const plan::LayerPlan& layer : plan_.chain)
-    LOOM_CHECK_INPUT(layer.policy != nn::MemoryPolicy::Swap,
-                     "memory.policy = \"{}\" swaps layer {} to host memory, but train.device places this rank on "
-                     "{}, and the swap tier has no GPU implementation yet; hint: memory.policy = \"manual\" with "
-                     "memory.recompute",
-                     config_.memory.policy.name(), layer.name, device_.str());
+// What the plan's memory is checked against without a budget: on a GPU, its memory shared by the
+// node's ranks placed on it (local rank modulo the GPUs, NOTE [Devices]).
+plan::RankMemory Trainer::rank_memory(int local_ranks) const {
+  if (device_.is_cpu()) return plan::host_rank_memory(local_ranks);
+  const int gpus = std::max(1, cuda::devices().count);
+  int sharers = 0;
+  for (int r = 0; r < local_ranks; ++r) sharers += r % gpus == placement_.gpu ? 1 : 0;
+  return {.bytes = static_cast<double>(cuda::device_total_bytes(placement_.gpu)), .sharers = std::max(1, sharers),
+          .where = fmt::format("GPU {}", placement_.gpu)};
+}
+
+// NOTE [Step clock]: host times on the CPU, CUDA events on a GPU.
+std::unique_ptr<StepClock> Trainer::step_clock() const {
+  return device_.is_cpu() ? make_host_clock() : cuda::make_event_clock(placement_.gpu);
+}
+
+// NOTE [Swap tier]: the host's blocks on the CPU, pinned ones and a copy stream on a GPU.
+std::function<std::unique_ptr<memory::SwapTier>()> Trainer::swap_tier() const {
+  if (device_.is_cpu()) return memory::make_host_tier;
+  return [gpu = placement_.gpu] { return cuda::make_pinned_swap_tier(gpu); };
 }
 
 // memory.budget: the host's accounting allocator, or on a GPU its allocator's share of the GPU

@@ -114,7 +114,8 @@ void Trainer::allocate() {
   const int64_t tokens = config_.parallel.tp_sequence ? local_seq() / config_.parallel.tp : local_seq();
   executor_ = std::make_unique<pipeline::PipelineExecutor>(
       plan_.schedule, mesh_->pp(), std::move(chunks), std::vector<int64_t>{config_.train.micro_batch, tokens, m.d_model},
-      at::TensorOptions().dtype(activations()).device(device_));
+      at::TensorOptions().dtype(activations()).device(device_), swap_tier());
+  clock_ = step_clock();
 }
 
 // parallel.grad_dtype: the type gradients cross the replicas in (nullopt: the parameters').
@@ -148,11 +149,12 @@ void Trainer::check_input(int world_size, int local_rank, int local_ranks, const
   valid_ = open_valid(*kind_, config_);
   const plan::CostModel costs = plan::CostModel::for_config(config_);  // this machine's (NOTE [Cost model])
   plan_ = plan::make_plan(config_, world_size, costs, kinds_);
-  if (!device_.is_cpu()) check_device_plan();
-  const auto live = static_cast<double>(memory::live_bytes());
-  plan::check_memory(plan_, local_ranks, live);
+  // A GPU rank's host allocations so far are not on its device.
+  const auto live = device_.is_cpu() ? static_cast<double>(memory::live_bytes()) : 0.0;
+  const plan::RankMemory memory = rank_memory(local_ranks);
+  plan::check_memory(plan_, memory, live);
   if (sparse_mode() == SparseMode::Auto)
-    plan_.dense_tables_fit = plan::dense_tables_fit(plan_, local_ranks, live, costs, kinds_);
+    plan_.dense_tables_fit = plan::dense_tables_fit(plan_, memory, live, costs, kinds_);
 }
 
 // The plan's memory policy of every chain layer.

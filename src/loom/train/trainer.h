@@ -170,7 +170,9 @@ class Trainer {
   // parallel.sparse on this rank's device: "auto" keeps tables dense on a GPU, where the sparse
   // path's exchange does not run yet (cuda::check_trainable refuses "on").
   SparseMode sparse_mode() const { return device_.is_cpu() ? config_.parallel.sparse.value : SparseMode::Off; }
-  void check_device_plan() const;  // what the plan chose that this rank's device cannot run yet
+  plan::RankMemory rank_memory(int local_ranks) const;  // what the plan must fit without a budget
+  std::unique_ptr<StepClock> step_clock() const;  // what times a step's work on this rank's device
+  std::function<std::unique_ptr<memory::SwapTier>()> swap_tier() const;  // the device's swap tier
   void begin_budgets();            // memory.budget on this rank's device
   void end_budgets() noexcept;
   // The most bytes this rank's tensors held since the run's start: on its device (NOTE [Device
@@ -229,6 +231,7 @@ class Trainer {
   std::unique_ptr<replicas::ReplicaOptimizer> optimizer_;
   std::unique_ptr<trace::ChromeTrace> trace_;              // set while a run records a trace
   std::unique_ptr<pipeline::PipelineExecutor> executor_;
+  std::unique_ptr<StepClock> clock_;  // times the executor's actions (NOTE [Step clock])
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;  // set while a run saves checkpoints
   std::optional<std::string> run_id_;  // the checkpoints' run (NOTE [A checkpoint folder belongs to one run])
   Resume resume_;
