@@ -140,7 +140,7 @@ bad_input)
   refused "--cluster-out 'config.toml' is the same file as the config file" -c config.toml --cluster-out config.toml
   refused "the data file (data.source)" -c config.toml --set data.source=text:text.txt --cluster-out text.txt
   refused "--out 'c.toml' and --cluster-out 'c.toml' are the same file" -c config.toml --out c.toml --cluster-out c.toml
-  refused "--cluster-out needs 2 ranks or more (its links are their send_recv), but the job has 1" \
+  refused "--cluster-out on CPUs needs 2 ranks or more (its links are their send_recv), but the job has 1" \
     -c config.toml --cluster-out c.toml
   refused "did you mean 'model.d_model'" -c config.toml --set model.d_modle=3 --out p.json
   refused "model.n_heads" -c config.toml --set model.n_heads=5 --out p.json

@@ -247,11 +247,13 @@ TEST(Cluster, FitsTheGemmCurve) {
 }
 
 TEST(Cluster, ProfileRefusesAJobThatCannotMeasureTheMachine) {
-  EXPECT_THAT(input_error([] { train::check_cluster_input(1, 1); }),
-              HasSubstr("--cluster-out needs 2 ranks or more (its links are their send_recv), but the job has 1"));
-  EXPECT_THAT(input_error([] { train::check_cluster_input(4, 2); }),
+  EXPECT_THAT(input_error([] { train::check_cluster_input(1, 1, false); }),
+              HasSubstr("--cluster-out on CPUs needs 2 ranks or more (its links are their send_recv), but the job "
+                        "has 1"));
+  EXPECT_THAT(input_error([] { train::check_cluster_input(4, 2, true); }),
               HasSubstr("only 2 of the job's 4 ranks run on this host"));
-  train::check_cluster_input(2, 2);
+  train::check_cluster_input(2, 2, false);
+  train::check_cluster_input(1, 1, true);  // one GPU: its links are its host link
 }
 
 }  // namespace

@@ -52,11 +52,16 @@ std::string cluster_table(const plan::Cluster& c) {
 }
 
 // The comment --cluster-out's file opens with: what the numbers are and how to measure them again.
-constexpr const char* kClusterHeader =
-    "# This machine, written by `loom profile --cluster-out` (docs/profile.md, NOTE [Cluster cost model]):\n"
-    "# one device is one rank running one intra-op thread (train.threads where set); every number is\n"
-    "# measured, none assumed ([measured] says when and how).\n"
-    "# Measure again: mpiexec -n 2 loom profile -c configs/gpt-small.toml --cluster-out clusters/local.toml\n";
+std::string cluster_header(bool gpu) {
+  return fmt::format(
+      "# This machine, written by `loom profile --cluster-out` (docs/profile.md, NOTE [Cluster cost model]):\n"
+      "# one device is {}; every number is measured, none assumed ([measured] says\n"
+      "# when and how).\n"
+      "# Measure again: {}\n",
+      gpu ? "one rank on its GPU" : "one rank running one intra-op thread (train.threads where set)",
+      gpu ? "loom profile -c CONFIG --set train.device=cuda --cluster-out FILE.toml (one rank per GPU)"
+          : "mpiexec -n 2 loom profile -c configs/gpt-small.toml --cluster-out clusters/local.toml");
+}
 
 // `loom profile`'s files: checked against the inputs and each other, and opened as temporaries,
 // before anything is measured; each appears whole once written (NOTE [Output files]).
@@ -110,7 +115,10 @@ Action add_profile(CLI::App& app) {
       options->cluster_threads = loaded.train.threads > 0 ? loaded.train.threads : 1;  // a device's threads
       train::check_profile_input(loaded, world.size(), *options);
       if (world.rank() == 0) files->check(config->inputs(loaded));
-      if (cluster) train::check_cluster_input(world.size(), world.local_ranks());
+      options->devices = runtime.device_backend();
+      options->placement = train::place_profile(loaded, world, options->devices);  // NOTE [Devices]
+      if (cluster)
+        train::check_cluster_input(world.size(), world.local_ranks(), options->placement.device == TrainDevice::Cuda);
       if (world.rank() == 0) files->open();
     } catch (const InputError&) {
       failure = std::current_exception();
@@ -122,7 +130,7 @@ Action add_profile(CLI::App& app) {
     std::cout << profile_table(profile);
     if (cluster) std::cout << cluster_table(measured);
     if (files->profile.is_open()) ProfileFiles::commit(files->profile, plan::to_json(profile).dump(2) + "\n");
-    if (files->cluster.is_open()) ProfileFiles::commit(files->cluster, kClusterHeader + plan::to_toml(measured));
+    if (files->cluster.is_open()) ProfileFiles::commit(files->cluster, cluster_header(measured.kind == DeviceKind::Gpu) + plan::to_toml(measured));
   };
 }
 

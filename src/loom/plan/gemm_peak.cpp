@@ -56,8 +56,9 @@ GemmMeasurement measure_gemm(int64_t size, at::ScalarType dtype, double min_seco
   return {size, flops / seconds[seconds.size() / 2], flops / seconds.front(), static_cast<int64_t>(seconds.size())};
 }
 
-double measure_gemm_rate(int64_t m, int64_t k, int64_t n, at::ScalarType dtype, double min_seconds) {
-  const std::vector<double> seconds = time_gemm(m, k, n, dtype, min_seconds, at::kCPU);
+double measure_gemm_rate(int64_t m, int64_t k, int64_t n, at::ScalarType dtype, double min_seconds,
+                         const at::Device& device) {
+  const std::vector<double> seconds = time_gemm(m, k, n, dtype, min_seconds, device);
   return gemm_flops(m, k, n) / seconds[seconds.size() / 2];
 }
 
@@ -80,10 +81,10 @@ PeakMeasurement summarise_peaks(const std::vector<double>& peaks) {
 }
 
 PeakMeasurement measure_gemm_peak_repeated(at::ScalarType dtype, double min_seconds_per_size, int64_t repeats,
-                                           const std::vector<int64_t>& sizes) {
+                                           const std::vector<int64_t>& sizes, const at::Device& device) {
   std::vector<double> peaks;
   for (int64_t r = 0; r < std::max<int64_t>(1, repeats); ++r)
-    peaks.push_back(measure_gemm_peak(dtype, min_seconds_per_size, sizes));
+    peaks.push_back(measure_gemm_peak(dtype, min_seconds_per_size, sizes, device));
   return summarise_peaks(peaks);
 }
 

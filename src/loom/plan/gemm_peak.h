@@ -21,7 +21,8 @@ GemmMeasurement measure_gemm(int64_t size, at::ScalarType dtype, double min_seco
                              const at::Device& device = at::kCPU);
 // The median FLOP/s of [m x k] x [k x n] products, timed as measure_gemm times a square one (the
 // GEMM efficiency curve of `loom profile --cluster-out` needs thin ones).
-double measure_gemm_rate(int64_t m, int64_t k, int64_t n, at::ScalarType dtype, double min_seconds);
+double measure_gemm_rate(int64_t m, int64_t k, int64_t n, at::ScalarType dtype, double min_seconds,
+                         const at::Device& device = at::kCPU);
 // The best median over `sizes` on `device`: the peak MFU is computed against.
 double measure_gemm_peak(at::ScalarType dtype, double min_seconds_per_size,
                          const std::vector<int64_t>& sizes = {512, 1024}, const at::Device& device = at::kCPU);
@@ -37,7 +38,7 @@ struct PeakMeasurement {
 PeakMeasurement summarise_peaks(const std::vector<double>& peaks);
 // measure_gemm_peak `repeats` times, summarised.
 PeakMeasurement measure_gemm_peak_repeated(at::ScalarType dtype, double min_seconds_per_size, int64_t repeats,
-                                           const std::vector<int64_t>& sizes);
+                                           const std::vector<int64_t>& sizes, const at::Device& device = at::kCPU);
 
 // Whether /proc/cpuinfo's text names an instruction set that multiplies bfloat16 natively
 // (avx512_bf16 or amx_bf16); without one, libtorch emulates bfloat16 products in float32, slower

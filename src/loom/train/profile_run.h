@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "loom/core/config.h"
+#include "loom/cuda/placement.h"
 #include "loom/dist/communicator.h"
+#include "loom/dist/device_backend.h"
 #include "loom/models/registry.h"
 #include "loom/plan/cluster.h"
 #include "loom/plan/profile.h"
@@ -20,7 +22,16 @@ struct ProfileOptions {
   // Intra-op threads a device (one rank) measures measure_cluster's compute with: 1 for `loom
   // profile --cluster-out` (train.threads where set), the run's for parallel.auto's cache.
   int64_t cluster_threads = 1;
+  // Where this rank measures (place_profile; the CPU by default) and the backend its device
+  // tensors may cross (null: none; MPI through host buffers then, NOTE [Host staging]).
+  cuda::Placement placement;
+  const dist::DeviceBackend* devices = nullptr;
 };
+
+// This rank's device for a profile, as a run of `config` resolves train.device and
+// parallel.backend (NOTE [Devices]); InputError when it cannot run here. Loads libtorch's CUDA
+// library for a GPU rank.
+cuda::Placement place_profile(const Config& config, const dist::Communicator& world, const dist::DeviceBackend* devices);
 
 // The intra-op threads a run of `config` uses on each rank here: train.threads, else this host's
 // cores / its ranks (the trainer's default; all the cores for one rank).
@@ -29,15 +40,19 @@ int run_threads(const Config& config, const dist::Communicator& world);
 // What measure_profile needs of the job: tp x sp ranks measure the chain together (the first
 // ones of the world), so the world must have as many. InputError naming the keys otherwise.
 void check_profile_input(const Config& config, int world_size, const ProfileOptions& options);
-// What measure_cluster needs of the job: two ranks or more (its links are their send_recv) and
-// every one on this host (the cluster is this machine). InputError otherwise.
-void check_cluster_input(int world_size, int local_ranks);
+// What measure_cluster needs of the job: every rank on this host (the cluster is this machine),
+// and on CPUs two ranks or more (its links are their send_recv; one GPU alone takes its host link).
+// InputError otherwise.
+void check_cluster_input(int world_size, int local_ranks, bool gpu);
 
-// The whole profile, complete on world rank 0:
+// The whole profile, complete on world rank 0, measured on options.placement's device (NOTE
+// [Devices]: each timer stops once the device's queued work has run; the tensors cross the
+// communicator a run's would, train/devices.h):
 //   layers       the first tp x sp ranks build the chain for their tp and sp groups (tp rank 0's
 //                shard, sp rank 0's segment) and run one micro-batch through it, forward then
 //                backward (input then weight gradient per layer), timing each call; the others wait
-//   copy         rank 0 copies 64 MiB device -> host and back through memory::make_host_tier()
+//   copy         rank 0 copies 64 MiB device -> host and back through the device's swap tier
+//                (NOTE [Swap tier]: on a GPU pinned blocks and a copy stream)
 //   collectives  for each group size g in 2..world size, the first g ranks time each collective
 //                at message sizes 4 KiB .. 16 MiB; send_recv between ranks 0 and 1 (g = 2)
 // Other ranks return the parts they took no part in empty. `kinds`: what model.kind may name.
@@ -45,22 +60,26 @@ plan::Profile measure_profile(const Config& config, dist::Communicator& world, c
                               const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
 // `loom profile --cluster-out` (NOTE [Cluster cost model] in plan/cluster.h): this machine as the
-// cluster "local", complete on world rank 0. A device is one rank running options.cluster_threads
-// intra-op threads (one for the shipped clusters/local.toml).
+// cluster "local", complete on world rank 0. A device is one rank: on CPUs running
+// options.cluster_threads intra-op threads (one for the shipped clusters/local.toml), else its GPU.
 //   device       per_node = the job's ranks (all on this host), max_nodes = 1; memory_bytes = this
-//                machine's memory / per_node
-//   compute      every rank measures at once with its threads (a run's ranks share the caches and
-//                the memory bus, so a device alone would look faster than it is); rank 0's numbers:
+//                machine's memory / per_node, or the GPU's / the ranks placed on it; kind = cpu or
+//                gpu, kernels: elementwise unfused (libtorch's eager kernels), attention fused
+//                where the config's kernel ran fused
+//   compute      every rank measures at once (a run's ranks share the caches and the memory bus,
+//                so a device alone would look faster than it is); rank 0's numbers:
 //                peak_flops per dtype = the median of 3 measure_gemm_peak of large square GEMMs
-//                (bfloat16 only where native; [measured] records the float32 repeats' spread, the
-//                time, ranks, threads and loom version); the GEMM curve fitted (fit_gemm_curve)
-//                to [2048 x d] x [d x d] for d = 32 .. 1024 in float32; attention = the tiled
-//                causal kernel's forward + backward (B 2, H 8, T 512, hd 64, model.attn_tile) at
-//                3 x its forward FLOPs over the float32 peak; memory_bandwidth = a 256 MiB float32
-//                add's 3 x 256 MiB per second
+//                (on a CPU bfloat16 only where native; [measured] records the float32 repeats'
+//                spread, the time, ranks, threads and loom version); the GEMM curve fitted
+//                (fit_gemm_curve) to [2048 x d] x [d x d] for d = 32 .. 1024 in float32 (on a GPU
+//                [8192 x d] x [d x d], d = 256 .. 8192); attention = the config's kernel's causal
+//                forward + backward (B 2, H 8, T 512, hd 64, model.attn_tile) at 3 x its forward
+//                FLOPs over the float32 peak, an unfused kernel's score passes taken out;
+//                memory_bandwidth = a 256 MiB float32 add's 3 x 256 MiB per second
 //   links        from `machine` (measure_profile's on this world; its layers are not read):
-//                intra_node = inter_node = its send_recv (1 / beta, alpha); host = the slower of its
-//                two copies; every collective it measured as a [[collective]] entry
+//                intra_node = inter_node = its send_recv (1 / beta, alpha); one GPU alone: its host
+//                link (a plan of one device prices no link); host = the slower of its two copies;
+//                every collective it measured as a [[collective]] entry
 // Collective over the world; check_cluster_input first.
 plan::Cluster measure_cluster(const Config& config, dist::Communicator& world, const ProfileOptions& options,
                               const plan::Profile& machine);

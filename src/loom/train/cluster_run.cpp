@@ -1,0 +1,236 @@
+// `loom profile --cluster-out` (NOTE [Cluster cost model] in plan/cluster.h): this machine as a
+// cluster, its devices the ranks' CPUs or their GPUs (NOTE [Devices]).
+#include <ATen/Parallel.h>
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <map>
+
+#include "loom/core/error.h"
+#include "loom/cuda/device_memory.h"
+#include "loom/cuda/pinned_swap_tier.h"
+#include "loom/memory/host_memory.h"
+#include "loom/models/transformer_config.h"
+#include "loom/nn/attention.h"
+#include "loom/nn/precision.h"
+#include "loom/plan/gemm_peak.h"
+#include "loom/train/profile_run.h"
+#include "loom/train/profile_timing.h"
+#include "loom/version.h"
+
+namespace loom::train {
+namespace {
+
+// Long enough per GEMM shape for a stable median on a noisy host, short enough that the whole
+// compute measurement takes seconds.
+constexpr double kGemmSeconds = 0.3;
+// The GEMM curve's [rows x d] x [d x d] products: a CPU's from d = 32, a GPU's, which reach their
+// peak only far larger, from 256 to 8192.
+struct CurveShapes {
+  int64_t rows;
+  std::array<int64_t, 6> dims;
+};
+constexpr CurveShapes kCpuCurve{2048, {32, 64, 128, 256, 512, 1024}};
+constexpr CurveShapes kGpuCurve{8192, {256, 512, 1024, 2048, 4096, 8192}};
+// Each of the add's three operands: beyond the caches (this machine's L3 is 300 MiB; the three
+// together are 768 MiB; an H100's L2 is 50 MB), so the rate is the memory's.
+constexpr int64_t kAddBytes = int64_t{256} << 20;
+// The attention measured: a GPT-sized head at a sequence the workloads train at.
+constexpr int64_t kAttnBatch = 2, kAttnHeads = 8, kAttnSeq = 512, kAttnHeadDim = 64;
+// The host link's latency on one GPU: a copy this small is all latency.
+constexpr int64_t kLatencyCopyBytes = 4096;
+
+// The peak is measured this many times, each for a share of kGemmSeconds per size: the median is
+// the file's, the spread tells a busy host (NOTE [Cached cluster]).
+constexpr int64_t kPeakRepeats = 3;
+
+// Runs the scope with a device's intra-op threads (ProfileOptions::cluster_threads) and restores the
+// profile's count after, also when a measurement throws.
+class DeviceThreads {
+ public:
+  explicit DeviceThreads(int64_t threads) : threads_(at::get_num_threads()) {
+    at::set_num_threads(static_cast<int>(threads));
+  }
+  ~DeviceThreads() { at::set_num_threads(threads_); }
+  DeviceThreads(const DeviceThreads&) = delete;
+  DeviceThreads& operator=(const DeviceThreads&) = delete;
+
+ private:
+  int threads_;
+};
+
+// Per dtype the device multiplies fast: on a CPU bfloat16 only where native (emulated it is slower
+// than float32, and a plan should not count on it). `spread`: the float32 peak's.
+std::map<DType, double> measure_peaks(double& spread, const ProfileDevice& device) {
+  std::map<DType, double> peaks;
+  const std::vector<int64_t> sizes = device.gpu() ? plan::gemm_peak_sizes(device.torch()) : std::vector<int64_t>{1024, 2048};
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16}) {
+    if (dtype == DType::BFloat16 && !device.gpu() && !plan::native_bfloat16()) continue;
+    const plan::PeakMeasurement peak = plan::measure_gemm_peak_repeated(
+        nn::activation_type(dtype), kGemmSeconds / kPeakRepeats, kPeakRepeats, sizes, device.torch());
+    peaks[dtype] = peak.flops_per_s;
+    if (dtype == DType::Float32) spread = peak.spread;
+  }
+  return peaks;
+}
+
+GemmCurve measure_gemm_curve(double peak, const ProfileDevice& device) {
+  const CurveShapes& shapes = device.gpu() ? kGpuCurve : kCpuCurve;
+  std::vector<double> dims, efficiency;
+  for (int64_t d : shapes.dims) {
+    dims.push_back(static_cast<double>(d));
+    efficiency.push_back(plan::measure_gemm_rate(shapes.rows, d, d, at::kFloat, kGemmSeconds, device.torch()) / peak);
+  }
+  return fit_gemm_curve(dims, efficiency);
+}
+
+// A pass's model FLOPs (forward + backward = 3 x the forward's, as the cost model counts them)
+// per second of the kernel's forward and backward. An unfused kernel's score tiles cross memory,
+// which the cost model charges apart (nn::causal_attention_score_bytes, forward once and backward
+// twice, at `bytes_per_s`): that time is taken out, leaving the rate of its matmuls. A GPU's fused
+// one keeps its scores on chip (NOTE [Kernel fusion]). `fused`: which ran.
+double measure_attention(const nn::AttentionKernel& kernel, double peak, double bytes_per_s, int64_t repeats,
+                         const ProfileDevice& device, bool& fused) {
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(device.torch());
+  const at::Tensor q = at::randn({kAttnBatch, kAttnHeads, kAttnSeq, kAttnHeadDim}, options), k = at::randn_like(q),
+                   v = at::randn_like(q), dout = at::randn_like(q);
+  // On a CPU every attention kernel of loom passes its score tiles through memory (NOTE [Kernel
+  // fusion]); on a GPU the fused kernel keeps them on chip.
+  fused = device.gpu() && nn::runs_fused(kernel, q, k, 0);
+  const double seconds = median_time(repeats, [&] {
+    const nn::AttentionForward f = nn::attention_forward(kernel, q, k, v);
+    nn::attention_backward(kernel, dout, q, k, v, f.out, f.lse);
+  }, device);
+  const double flops = 3 * nn::causal_attention_flops(kAttnBatch, kAttnHeads, kAttnSeq, kAttnHeadDim);
+  const double passes =
+      fused ? 0 : 3 * nn::causal_attention_score_bytes(kAttnBatch, kAttnHeads, kAttnSeq, 4) / bytes_per_s;
+  // A noisy host can make the passes look longer than the whole kernel: keep a tenth of it for the matmuls.
+  return std::min(1.0, flops / std::max(seconds - passes, 0.1 * seconds) / peak);
+}
+
+// Bytes per second of c = a + b: two operands read, one written.
+double measure_memory_bandwidth(int64_t repeats, const ProfileDevice& device) {
+  const int64_t n = kAddBytes / 4;
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(device.torch());
+  const at::Tensor a = at::ones({n}, options), b = at::ones({n}, options);
+  at::Tensor c = at::empty({n}, options);
+  return 3 * static_cast<double>(kAddBytes) / median_time(repeats, [&] { at::add_out(c, a, b); }, device);
+}
+
+// What one device computes and moves: peaks, the GEMM curve, attention, memory; the kernels it ran
+// (NOTE [Kernel fusion]): loom's elementwise passes are libtorch's eager kernels on either device,
+// each a pass over memory; attention is fused where the config's kernel ran fused.
+void measure_compute(const Config& config, plan::Cluster& c, const ProfileOptions& options, const ProfileDevice& device) {
+  const int64_t repeats = options.repeats;
+  const DeviceThreads threads(options.cluster_threads);
+  c.measured = plan::Measurement{.threads = options.cluster_threads};
+  c.peak_flops = measure_peaks(c.measured->peak_spread, device);
+  const double peak = c.peak_flops.at(DType::Float32);
+  const GemmCurve curve = measure_gemm_curve(peak, device);
+  c.gemm_max = curve.gemm_max, c.gemm_half_dim = curve.gemm_half_dim;
+  c.memory_bytes_per_s = measure_memory_bandwidth(repeats, device);
+  bool fused = false;
+  c.attention_efficiency = measure_attention(models::attention_kernel(config.model), peak, c.memory_bytes_per_s,
+                                             repeats, device, fused);
+  c.memory_efficiency = 1;  // the measured rate is what a kernel gets
+  c.kind = device.gpu() ? DeviceKind::Gpu : DeviceKind::Cpu;
+  c.attention_kernel = fused ? Fusion::Fused : Fusion::Unfused;
+  c.elementwise_kernel = Fusion::Unfused;
+}
+
+std::string host_name() {
+  std::array<char, 256> name{};
+  if (gethostname(name.data(), name.size() - 1) != 0) return "this host";
+  return name.data();
+}
+
+// The memory of one device: the host's shared by the job's ranks, or the GPU's shared by the ranks
+// placed on it (local rank modulo the GPUs).
+double device_memory(const dist::Communicator& world, const ProfileDevice& device) {
+  if (!device.gpu()) return static_cast<double>(memory::host_memory_bytes()) / static_cast<double>(world.size());
+  const int gpus = std::max(1, cuda::devices().count);
+  int sharers = 0;
+  for (int r = 0; r < world.size(); ++r) sharers += r % gpus == device.placement.gpu ? 1 : 0;
+  return static_cast<double>(cuda::device_total_bytes(device.placement.gpu)) / std::max(1, sharers);
+}
+
+// One GPU alone has no link to another device: the links are its host link (the pinned copies'
+// rate, a small copy's time as latency), which a plan of one device never prices.
+plan::LinkSpec host_link(const plan::Cluster& c, const ProfileOptions& options, const ProfileDevice& device) {
+  const std::unique_ptr<memory::SwapTier> tier = cuda::make_pinned_swap_tier(device.placement.gpu);
+  at::Tensor on_device = tier->device_empty({kLatencyCopyBytes}, at::kByte);
+  const at::Tensor host = tier->host_empty({kLatencyCopyBytes}, at::kByte);
+  const double seconds = median_time(options.repeats, [&] { tier->copy(on_device, host); }, device);
+  return {.bytes_per_s = c.host_bytes_per_s, .latency_s = seconds};
+}
+
+// The devices, links and collectives from the job and `machine`'s copies and collectives.
+void describe_machine(const dist::Communicator& world, const plan::Profile& machine, const ProfileOptions& options,
+                      const ProfileDevice& device, plan::Cluster& c) {
+  c.name = "local";
+  c.source = device.gpu() ? fmt::format("{} on {}: {} rank{} on GPUs", plan::kMeasuredSource, host_name(), world.size(),
+                                        world.size() == 1 ? "" : "s")
+                          : fmt::format("{} on {}: {} ranks, {} thread{} each", plan::kMeasuredSource, host_name(),
+                                        world.size(), c.measured->threads, c.measured->threads == 1 ? "" : "s");
+  c.measured->unix_time = std::chrono::duration_cast<std::chrono::seconds>(
+                              std::chrono::system_clock::now().time_since_epoch()).count();
+  c.measured->ranks = world.size();
+  c.measured->loom_version = loom::version();
+  c.devices_per_node = world.size();
+  c.max_nodes = 1;
+  c.memory_bytes = device_memory(world, device);
+  c.host_bytes_per_s = std::min(machine.device_to_host_bytes_per_s, machine.host_to_device_bytes_per_s);
+  for (const plan::CollectiveProfile& m : machine.collectives) {
+    c.collectives.push_back({.op = option_from<CommOp>("collective.op", m.op), .ranks = m.ranks,
+                             .alpha_s = m.alpha_s, .beta_s_per_byte = m.beta_s_per_byte});
+    if (m.op == "send_recv")  // one host: a link between nodes is one between its ranks too
+      c.intra_node = c.inter_node = {.bytes_per_s = 1 / m.beta_s_per_byte, .latency_s = m.alpha_s};
+  }
+  if (world.size() == 1 && device.gpu()) c.intra_node = c.inter_node = host_link(c, options, device);
+  LOOM_CHECK(c.intra_node.bytes_per_s > 0, "[profile] the machine's profile has no send_recv to take the links from");
+}
+
+}  // namespace
+
+void check_cluster_input(int world_size, int local_ranks, bool gpu) {
+  LOOM_CHECK_INPUT(world_size >= 2 || gpu,
+                   "[profile] --cluster-out on CPUs needs 2 ranks or more (its links are their send_recv), but the "
+                   "job has {}; hint: run it under mpiexec -n 2 (or one rank per core)",
+                   world_size);
+  LOOM_CHECK_INPUT(local_ranks == world_size,
+                   "[profile] --cluster-out measures one machine, but only {} of the job's {} ranks run on this host; "
+                   "hint: run every rank on one machine",
+                   local_ranks, world_size);
+}
+
+plan::Cluster measure_cluster(const Config& config, dist::Communicator& world, const ProfileOptions& options,
+                              const plan::Profile& machine) {
+  const ProfileDevice device{options.placement};
+  check_cluster_input(world.size(), world.local_ranks(), device.gpu());
+  plan::Cluster cluster;
+  wait_quietly(world);  // every rank starts at once: each device computes while the others do
+  measure_compute(config, cluster, options, device);
+  wait_quietly(world);  // none leaves (to spin in MPI) while another still measures
+  if (world.rank() != 0) return {};
+  describe_machine(world, machine, options, device, cluster);
+  return cluster;
+}
+
+GemmCurve fit_gemm_curve(const std::vector<double>& dims, const std::vector<double>& efficiency) {
+  LOOM_CHECK(dims.size() == efficiency.size(), "[profile] {} dims against {} efficiencies", dims.size(),
+             efficiency.size());
+  // The collectives' line fit, on the relative error: a GEMM's noise is a share of its time, so
+  // every dim weighs alike. Its floors (1e-7, 1e-15) lie far below any a and b a CPU gives.
+  std::vector<double> x, y;
+  for (size_t i = 0; i < dims.size(); ++i) x.push_back(1 / dims[i]), y.push_back(1 / efficiency[i]);
+  const LineFit line = fit_alpha_beta(x, y);
+  GemmCurve curve;
+  curve.gemm_max = line.alpha_s > 1 ? 1 / line.alpha_s : 1.0;
+  curve.gemm_half_dim = std::max(0.0, line.beta_s_per_byte * curve.gemm_max);
+  return curve;
+}
+
+}  // namespace loom::train
