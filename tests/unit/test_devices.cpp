@@ -114,8 +114,9 @@ TEST(Gpu, SerialRunEqualsTheCpuRunInFloat64) {
 }
 
 // NOTE [Swap tier] on a GPU: tensors out to pinned blocks and back on the copy stream, bit for bit,
-// views of one storage sharing it again; a tensor written by a kernel just queued leaves only once
-// written; the second round takes the blocks the first one pinned.
+// views of one storage sharing it again, twice (the second round on the blocks the first one
+// kept); a tensor written by a product just queued (8192^3: milliseconds on any GPU) leaves only
+// once written, or its copy would hold the fresh allocation's bytes, not 8192.
 TEST(Gpu, SwapTierRoundTripOnTheDevice) {
   const cuda::Devices d = cuda::devices();
   if (d.count == 0) GTEST_SKIP() << d.why_none;
@@ -125,19 +126,19 @@ TEST(Gpu, SwapTierRoundTripOnTheDevice) {
   memory::Swapper swapper(*tier);
   for (int round = 0; round < 2; ++round) {
     SCOPED_TRACE(round);
-    at::Tensor big = at::ones({int64_t{1} << 24}, gpu);
-    big.mul_(3);  // queued on the compute stream; the copy out must wait for it
+    const at::Tensor ones = at::ones({8192, 8192}, gpu.dtype(at::kFloat));
+    at::Tensor big = at::mm(ones, ones);  // queued on the compute stream; the copy out must wait for it
     const at::Tensor qkv = at::randn({64, 3, 32}, gpu);
     const at::Tensor want_qkv = qkv.cpu();
     memory::SwapTicket ticket = swapper.swap_out({big, qkv.select(1, 0), qkv.select(1, 2)});
     big = at::Tensor();
     swapper.drain();
-    EXPECT_EQ(tier->host_live_bytes(), (int64_t{1} << 24) * 8 + 64 * 3 * 32 * 8);
+    EXPECT_EQ(tier->host_live_bytes(), int64_t{8192} * 8192 * 4 + 64 * 3 * 32 * 8);
     const std::vector<at::Tensor> back = swapper.take(ticket);
     ASSERT_EQ(back.size(), 3u);
     EXPECT_TRUE(back[0].is_cuda() && back[1].is_cuda());
-    EXPECT_EQ(back[0].min().item<double>(), 3.0);
-    EXPECT_EQ(back[0].max().item<double>(), 3.0);
+    EXPECT_EQ(back[0].min().item<float>(), 8192.0f);  // sums of ones: exact in float32
+    EXPECT_EQ(back[0].max().item<float>(), 8192.0f);
     EXPECT_TRUE(at::equal(back[1].cpu(), want_qkv.select(1, 0)));
     EXPECT_TRUE(at::equal(back[2].cpu(), want_qkv.select(1, 2)));
     EXPECT_EQ(back[1].storage().data(), back[2].storage().data());
@@ -146,13 +147,15 @@ TEST(Gpu, SwapTierRoundTripOnTheDevice) {
 }
 
 // NOTE [Step clock] on a GPU: marks around queued work settle into host times in mark order, no
-// later than the settle, spanning the work (a product queued between two marks).
+// later than the settle, spanning the work: an 8192^3 float32 product (1.1 TFLOP) runs for
+// milliseconds on any GPU, while queueing it takes microseconds, so a span of at least 1 ms shows
+// the marks time the device, not the host's queueing.
 TEST(Gpu, EventClockSettlesMarksOnTheHostClock) {
   const cuda::Devices d = cuda::devices();
   if (d.count == 0) GTEST_SKIP() << d.why_none;
   ASSERT_EQ(cuda::load_torch_cuda(), "");
   const std::unique_ptr<StepClock> clock = cuda::make_event_clock(0);
-  const at::Tensor a = at::randn({4096, 4096}, at::TensorOptions().device(at::kCUDA, 0));
+  const at::Tensor a = at::randn({8192, 8192}, at::TensorOptions().device(at::kCUDA, 0));
   const auto before = StepClock::Clock::now();
   for (int step = 0; step < 2; ++step) {
     const size_t first = clock->mark();
@@ -163,7 +166,7 @@ TEST(Gpu, EventClockSettlesMarksOnTheHostClock) {
     const std::vector<StepClock::Clock::time_point> at = clock->settle();
     const auto after = StepClock::Clock::now();
     ASSERT_EQ(at.size(), 2u);
-    EXPECT_LT(at[0], at[1]) << "the product ran between the marks";
+    EXPECT_GE(at[1] - at[0], std::chrono::milliseconds(1)) << "the product ran between the marks";
     EXPECT_LE(at[1], after);
     EXPECT_GE(at[0], before - std::chrono::milliseconds(1));
   }

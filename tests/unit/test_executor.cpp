@@ -129,6 +129,7 @@ class HeldClock final : public StepClock {
     settled_ = std::exchange(held_, {});
     return at;
   }
+  void discard() override { held_.clear(); }
   int held_at(Clock::time_point t) const { return settled_.at(static_cast<size_t>(t.time_since_epoch() / std::chrono::microseconds(1))); }
 
  private:
@@ -290,6 +291,11 @@ TEST(ActionTimes, SettlesMarksIntoBusyTimeChunkMeansAndSpans) {
     else
       EXPECT_TRUE(spans.empty());
   }
+  // A step that failed left marks behind: the next step's times start from mark 0 again.
+  clock.mark();
+  clock.mark();
+  ActionTimes next(clock, 1, false);
+  EXPECT_EQ(next.mark(), 0u);
 }
 
 TEST(Executor, RunsTheScheduleActionByAction) {

@@ -13,6 +13,7 @@ class HostClock final : public StepClock {
     return marks_.size() - 1;
   }
   std::vector<Clock::time_point> settle() override { return std::exchange(marks_, {}); }
+  void discard() override { marks_.clear(); }
 
  private:
   std::vector<Clock::time_point> marks_;

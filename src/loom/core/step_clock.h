@@ -23,6 +23,8 @@ class StepClock {
   virtual size_t mark() = 0;
   // Waits for the work the marks follow; their times in mark order; forgets them.
   virtual std::vector<Clock::time_point> settle() = 0;
+  // Forgets the marks without waiting (those a failed step left).
+  virtual void discard() = 0;
 };
 
 // The CPU's: marks are the host clock's now.

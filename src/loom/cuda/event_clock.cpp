@@ -44,6 +44,8 @@ class EventClock final : public StepClock {
     return at;
   }
 
+  void discard() override { used_ = 0; }
+
  private:
   cudaStream_t stream() const { return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(gpu_)).stream(); }
   cudaEvent_t make_event() const {

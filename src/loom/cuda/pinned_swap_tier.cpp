@@ -17,14 +17,18 @@ class PinnedSwapTier final : public memory::SwapTier {
   explicit PinnedSwapTier(int gpu)
       : gpu_(gpu),
         pool_(memory::BlockPool::make(
-            [](size_t bytes) -> void* {
+            [gpu](size_t bytes) -> void* {  // on the Swapper's thread: its device first (no context on GPU 0)
               void* p = nullptr;
+              if (cudaSetDevice(gpu) != cudaSuccess) return nullptr;
               return cudaHostAlloc(&p, bytes, cudaHostAllocDefault) == cudaSuccess ? p : nullptr;
             },
             [](void* p) { cudaFreeHost(p); }, "pinned host memory for the swap tier")) {
     check(cudaSetDevice(gpu_), "cudaSetDevice");
-    check(cudaStreamCreateWithFlags(&copies_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
     check(cudaEventCreateWithFlags(&ready_, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+    if (const cudaError_t rc = cudaStreamCreateWithFlags(&copies_, cudaStreamNonBlocking); rc != cudaSuccess) {
+      cudaEventDestroy(ready_);
+      check(rc, "cudaStreamCreateWithFlags");
+    }
   }
   ~PinnedSwapTier() override {
     cudaEventDestroy(ready_);

@@ -76,8 +76,11 @@ namespace {
 // buffer the layer does not own): then each view travels alone, as a contiguous copy.
 constexpr int64_t kWholeStorageFactor = 2;
 
+// A byte tensor over the whole storage, on the storage's device (a tensor is set only to a storage
+// of its own device).
 at::Tensor bytes_of(const at::Storage& storage) {
-  return at::empty({0}, at::kByte).set_(storage, 0, {static_cast<int64_t>(storage.nbytes())}, {1});
+  return at::empty({0}, at::TensorOptions().dtype(at::kByte).device(storage.device()))
+      .set_(storage, 0, {static_cast<int64_t>(storage.nbytes())}, {1});
 }
 
 }  // namespace
@@ -131,9 +134,11 @@ std::vector<at::Tensor> Swapper::take(const SwapTicket& ticket) {
   }
   if (ticket->failure) std::rethrow_exception(ticket->failure);
   std::vector<at::Tensor> out;
-  for (const SwapView& v : ticket->views)
-    out.push_back(at::empty({0}, at::TensorOptions().dtype(v.dtype))
-                      .set_(ticket->device[v.block].storage(), v.offset, v.sizes, v.strides));
+  for (const SwapView& v : ticket->views) {
+    const at::Tensor& block = ticket->device[v.block];
+    out.push_back(at::empty({0}, at::TensorOptions().dtype(v.dtype).device(block.device()))
+                      .set_(block.storage(), v.offset, v.sizes, v.strides));
+  }
   ticket->device.clear();  // the views hold the blocks now
   return out;
 }

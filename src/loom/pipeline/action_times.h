@@ -33,7 +33,7 @@ class ActionTimes {
   // `spans`: keep the layers' passes and the messages for the trace (else only compute actions).
   // Marks a failed step left on `clock` are dropped.
   ActionTimes(StepClock& clock, size_t chunks, bool spans) : clock_(clock), chunks_(chunks), spans_(spans) {
-    clock_.settle();
+    clock_.discard();
   }
 
   size_t mark() { return clock_.mark(); }
