@@ -9,6 +9,8 @@ threads); a layout may add `+overlapK` (parallel.tp_overlap = K) and `+seq` (par
 e.g. `gpt-small@tp2+overlap2+seq`. The thread count is the same in all. loom and its peer alternate for BENCH_ROUNDS rounds, so both see the
 same machine conditions; each reports the median step time over its timed steps (the first
 steps of every run are warm-up and not timed). The ratio is loom's tokens/s over the peer's.
+`versus:NAME[@layout]` runs this build's loom against another binary (BENCH_BEFORE=PATH, e.g. built at
+an earlier commit) on NAME, alternating in every round: the ratio is this build's tokens/s over the other's.
 `allreduce` runs the communicator's all-reduce against a raw MPI_Allreduce loop on 2 ranks.
 `gpt-long` (or `long-sequences`) sweeps gpt-long's peak memory per rank over sequence lengths, sp and sp_mode.
 `pipelines` runs gpt-small at pp = 2 and 4 under every schedule and reports the measured bubble beside
@@ -251,6 +253,32 @@ def compare(workload, steps, rounds, threads, peak):
             "same_losses": base["losses"] == variant["losses"],
             "ratio_on_vs_off": base["step_ms"] / variant["step_ms"],
             "peak_bytes_on_vs_off": variant["peak_bytes"] / base["peak_bytes"]}
+
+
+def versus(workload, steps, rounds, threads, peak):
+    """`versus:NAME[@layout]`: this build's loom against another loom binary (BENCH_BEFORE, e.g. one
+    built at an earlier commit) on the same workload, alternating in every round; the ratio is this
+    build's tokens/s over the other's, and the losses of the two first runs side by side."""
+    other = os.environ["BENCH_BEFORE"]
+    name, _, layout = workload.partition(":")[2].partition("@")
+    degrees, options = parse_layout(layout)
+    options.append("parallel.sparse=off")
+    path, cfg = effective_config(name)
+    tokens_per_step = cfg["train"]["global_batch"] * cfg["model"]["seq_len"]
+    ms, losses = {"before": [], "after": []}, {}
+    for _ in range(rounds):
+        for key, binary in (("before", other), ("after", LOOM)):
+            run = run_loom(path, steps, threads, peak, degrees, options, loom=binary)
+            ms[key] += [r["step_ms"] for r in run[WARMUP:]]
+            losses.setdefault(key, [r["loss"] for r in run])
+    out = {"workload": workload, "threads": threads, "steps": steps * rounds, "before_binary": other,
+           "same_losses": losses["before"] == losses["after"]}
+    for key in ms:
+        step_ms = statistics.median(ms[key])
+        out[key] = {"step_ms": step_ms, "step_ms_spread": [min(ms[key]), max(ms[key])],
+                    "tokens_per_s": tokens_per_step / (step_ms / 1e3)}
+    out["ratio_after_vs_before"] = out["before"]["step_ms"] / out["after"]["step_ms"]
+    return out
 
 
 def pipelines(steps, threads, peak):
@@ -1438,6 +1466,8 @@ def main():
             long_sequences(threads)
         elif workload in VARIANTS:
             print(json.dumps(compare(workload, steps, rounds, threads, peak)), flush=True)
+        elif workload.startswith("versus:"):
+            print(json.dumps(versus(workload, steps, rounds, threads, peak)), flush=True)
         elif workload in SPARSE:
             sparse(workload, steps, rounds, threads, peak)
         elif workload.startswith("sparse-choice"):

@@ -24,7 +24,9 @@ backward runs outside the autocast region, as the recipe has it.
 2's fused kernel on CPU; --attention explicit forms the scores. --compile runs the model under
 torch.compile (its warm-up steps compile). The JSON line also reports the process's peak resident
 memory (max_rss_bytes).
-Prints exactly one JSON line on stdout. Needs only the standard library and torch (CPU).
+--device cuda runs it on GPU 0 (autocast then to bfloat16 on the GPU; the step is timed until the GPU
+has run it) and adds the GPU's name and peak allocated bytes to the line.
+Prints exactly one JSON line on stdout. Needs only the standard library and torch.
 """
 import argparse
 import contextlib
@@ -225,6 +227,8 @@ def parse_args():
                    help="causal attention by F.scaled_dot_product_attention (fused on CPU in PyTorch 2), "
                         "or as softmax(q k^T / sqrt(hd) + mask) v")
     p.add_argument("--compile", action="store_true", help="torch.compile the model (warm-up steps compile it)")
+    p.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
+                   help="cuda: the model, its batches and AdamW on GPU 0 (autocast to bfloat16 on the GPU)")
     llama = p.add_argument_group("llama", "only with --model llama")
     llama.add_argument("--kv-heads", "--n-kv-heads", dest="kv_heads", type=int, default=None,
                        help="key / value heads, each shared by heads / kv-heads query heads "
@@ -288,7 +292,8 @@ def main():
     rank = int(os.environ.get("RANK", "0"))
     global SDPA
     SDPA = a.attention == "sdpa"
-    model = build_model(a).to(dtype)
+    device = torch.device(a.device)
+    model = build_model(a).to(dtype).to(device)
     params = [q for q in model.parameters() if q.requires_grad]
     if world > 1:
         dist.init_process_group("gloo", rank=rank, world_size=world)
@@ -303,7 +308,8 @@ def main():
             for _ in range(a.micro_batches)]
     local = a.micro_batches // world
     data = data[rank * local:(rank + 1) * local]
-    batches = [(d[:, :-1].contiguous(), d[:, 1:].contiguous()) for d in data]
+    batches = [(d[:, :-1].contiguous().to(device), d[:, 1:].contiguous().to(device)) for d in data]
+    cuda = device.type == "cuda"
 
     def step():
         total = 0.0
@@ -312,13 +318,15 @@ def main():
             sync = model.no_sync() if world > 1 and not last else contextlib.nullcontext()
             with sync:
                 # DDP averages gradients over ranks; scale so the result is the global mean.
-                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
+                with torch.autocast(device.type, dtype=torch.bfloat16, enabled=autocast):
                     loss = model(inputs, targets) / len(batches)
                 loss.backward()
             total += loss.item()  # this rank's share of the step loss
         torch.nn.utils.clip_grad_norm_(params, 1.0)
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if cuda:
+            torch.cuda.synchronize()  # the step's kernels have run before its time is taken
         return total
 
     losses, times = [], []
@@ -339,7 +347,10 @@ def main():
         extra["autocast"] = "bfloat16"
     if a.model == "llama":
         hidden = swiglu_hidden(a.d_model, a.ffn_mult, a.multiple_of)
-        extra = {"model": "llama", "kv_heads": a.kv_heads, "hidden": hidden, "tied": a.tie_embeddings}
+        extra.update({"model": "llama", "kv_heads": a.kv_heads, "hidden": hidden, "tied": a.tie_embeddings})
+    if cuda:
+        extra["device"] = torch.cuda.get_device_name(0)
+        extra["gpu_peak_bytes"] = torch.cuda.max_memory_allocated()
     tokens = a.micro_batch * a.micro_batches * a.seq
     impl = ("pytorch-ddp-gloo" if world > 1 else "pytorch-eager") + ("+compile" if a.compile else "")
     print(json.dumps({
