@@ -11,6 +11,7 @@ machine; it needs loom built with CUDA and PyTorch 2 with CUDA in this interpret
   gpt-long   the longest sequence (doubling from 8192) of configs/gpt-long.toml that trains two
              steps on the GPU, loom's fused attention against PyTorch eager with SDPA
 
+loom's line also gives its GPU peak over the plan's memory estimate (`loom config --json`).
 loom's tokens/s is the median step after the first two (warm-up: libtorch's CUDA start, cuBLAS
 plans); the peers time steps after their warm-up steps (torch.compile compiles in them). MFU is
 model FLOPs over the measured bf16 peak: loom reports it (--peak-flops), and a peer's is loom's
@@ -90,11 +91,18 @@ def loom_train(loom, config, sets, peak_flops, clock, timeout=240):
     steps = [m for m in lines if "step_ms" in m and m.get("step", 0) > 2]
     if rc != 0 or not steps:
         return {"ok": False, "why": tail(err) or "no timed steps"}
+    # The plan's memory estimate for the rank (NOTE [Run plan]) beside the GPU's measured peak.
+    plan_cmd = [loom, "config", "--json", "-c", config, "--set", "train.device=cuda"]
+    for s in sets:
+        plan_cmd += ["--set", s]
+    rc, out, _ = run(plan_cmd, 60, clock)
+    estimate = json.loads(out)["stages"][0]["memory"]["total"] if rc == 0 else None
     ms = statistics.median(m["step_ms"] for m in steps)
     tps = statistics.median(m["tokens_per_s"] for m in steps)
     mfu = statistics.median(m["mfu"] for m in steps)
-    return {"ok": True, "step_ms": ms, "tokens_per_s": tps, "mfu": mfu,
-            "peak_bytes": max(m.get("peak_bytes", 0) for m in steps)}
+    peak = max(m.get("peak_bytes", 0) for m in steps)
+    return {"ok": True, "step_ms": ms, "tokens_per_s": tps, "mfu": mfu, "peak_bytes": peak,
+            "plan_estimate_bytes": estimate, "peak_over_estimate": peak / estimate if estimate else None}
 
 
 def peer(shape, extra, clock, timeout=300):
@@ -164,6 +172,8 @@ def table(r):
                 continue
             ratio = w.get("loom_over_" + key)
             note = f"loom is {ratio:.2f}x" if ratio else ""
+            if m.get("peak_over_estimate"):
+                note = f"peak / plan's estimate {m['peak_over_estimate']:.2f}"
             lines.append(f"{name:<10} {key:<8} {m['tokens_per_s']:>10.0f} {m['step_ms']:>9.1f} "
                          f"{m.get('mfu', 0):>6.3f} {m.get('peak_bytes', 0) / 2**30:>8.2f}  {note}")
     for who, m in r.get("gpt-long", {}).items():

@@ -19,6 +19,8 @@
 # torch2 (torch2:ROW for one row): the table of issue 34, loom on this build's PyTorch 2 beside loom on
 # another build (BENCH_LOOM_OLD=path/to/loom, e.g. one on Debian's libtorch 1.13) and PyTorch 2 eager and
 # torch.compile (BENCH_COMPILE=0: without it).
+# versus:NAME[@layout]: this build against another loom binary (BENCH_BEFORE=path/to/loom, e.g. built
+# at an earlier commit) on NAME, alternating in every round.
 # Environment: BENCH_STEPS (timed steps per round, 8), BENCH_ROUNDS (3; memory: 2), THREADS (all cores),
 # BENCH_LOCK (memory: a file to flock around each timed run, shared with builds on the same machine).
 set -euo pipefail
