@@ -2,7 +2,11 @@
 // the suite is launched with (1..8, including 3, 5, 7), for each supported dtype.
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
+#include <map>
 #include <numeric>
+#include <set>
 #include <thread>
 
 #include "loom/core/error.h"
@@ -165,6 +169,34 @@ TEST(Mesh, AxesSplitTheWorldWithTpInnermost) {
       mesh.dp().all_reduce(u);
       EXPECT_EQ(u.item<int64_t>(), shape.dp * (shape.dp - 1) / 2);
     }
+}
+
+// NOTE [Mesh axes]: every group follows from axis names. Here against the groups written out by
+// hand (what the mesh split before), for every rank of shapes with odd sizes; each group of a set
+// of axes has the product of their sizes as ranks, its keys 0, 1, ... once each.
+TEST(Mesh, GroupsFollowFromTheAxisNames) {
+  for (const MeshShape s : {MeshShape{2, 3, 2, 2}, MeshShape{3, 1, 2, 5}, MeshShape{1, 4, 1, 1}, MeshShape{}}) {
+    SCOPED_TRACE(fmt::format("dp {} pp {} sp {} tp {}", s.dp, s.pp, s.sp, s.tp));
+    std::map<int, std::set<int>> dp_sp_groups;
+    for (int r = 0; r < s.ranks(); ++r) {
+      const MeshCoords c = mesh_coords(s, r);
+      EXPECT_EQ(r, ((c.dp * s.pp + c.pp) * s.sp + c.sp) * s.tp + c.tp);
+      EXPECT_EQ(group_place(s, r, {"dp"}), (GroupPlace{(c.pp * s.sp + c.sp) * s.tp + c.tp, c.dp}));
+      EXPECT_EQ(group_place(s, r, {"pp"}), (GroupPlace{(c.dp * s.sp + c.sp) * s.tp + c.tp, c.pp}));
+      EXPECT_EQ(group_place(s, r, {"sp"}), (GroupPlace{(c.dp * s.pp + c.pp) * s.tp + c.tp, c.sp}));
+      EXPECT_EQ(group_place(s, r, {"tp"}), (GroupPlace{(c.dp * s.pp + c.pp) * s.sp + c.sp, c.tp}));
+      const GroupPlace dp_sp = group_place(s, r, {"dp", "sp"});
+      EXPECT_EQ(dp_sp, (GroupPlace{c.pp * s.tp + c.tp, c.dp * s.sp + c.sp}));
+      EXPECT_EQ(group_place(s, r, {"sp", "dp"}), dp_sp) << "the mesh's order of the axes counts, not the caller's";
+      EXPECT_TRUE(dp_sp_groups[dp_sp.color].insert(dp_sp.key).second) << "rank " << r << ": a key taken twice";
+    }
+    EXPECT_EQ(static_cast<int>(dp_sp_groups.size()), s.pp * s.tp);
+    for (const auto& [color, keys] : dp_sp_groups) {
+      EXPECT_EQ(static_cast<int>(keys.size()), s.dp * s.sp) << "group " << color;
+      EXPECT_EQ(*keys.rbegin(), s.dp * s.sp - 1) << "group " << color;
+    }
+  }
+  EXPECT_THROW(group_place(MeshShape{}, 0, {"ep"}), Error);
 }
 
 TEST(Mesh, RefusesAShapeThatDoesNotFitTheWorld) {

@@ -1,5 +1,7 @@
 #include "loom/dist/mesh.h"
 
+#include <algorithm>
+
 #include "loom/core/error.h"
 
 namespace loom::dist {
@@ -15,27 +17,52 @@ void check_mesh_shape(const MeshShape& s, int world_size) {
                    s.dp, s.pp, s.sp, s.tp, s.ranks(), world_size, s.ranks());
 }
 
-MeshCoords mesh_coords(const MeshShape& shape, int rank) {
-  MeshCoords c;
-  c.tp = rank % shape.tp, rank /= shape.tp;
-  c.sp = rank % shape.sp, rank /= shape.sp;
-  c.pp = rank % shape.pp, rank /= shape.pp;
-  c.dp = rank;
+namespace {
+
+// A rank's coordinate on each axis of shape.axes(), in that order.
+std::array<int, 4> coordinates(const MeshShape& shape, int rank) {
+  const auto axes = shape.axes();
+  std::array<int, 4> c{};
+  for (size_t i = axes.size(); i-- > 0;) c[i] = rank % axes[i].size, rank /= axes[i].size;
   return c;
+}
+
+}  // namespace
+
+MeshCoords mesh_coords(const MeshShape& shape, int rank) {
+  const std::array<int, 4> c = coordinates(shape, rank);
+  return {.dp = c[0], .pp = c[1], .sp = c[2], .tp = c[3]};
+}
+
+GroupPlace group_place(const MeshShape& shape, int rank, std::initializer_list<std::string_view> axes) {
+  const auto all = shape.axes();
+  for (std::string_view name : axes)
+    LOOM_CHECK(std::any_of(all.begin(), all.end(), [&](const MeshAxis& a) { return a.name == name; }),
+               "[mesh] no axis named \"{}\"", name);
+  const std::array<int, 4> c = coordinates(shape, rank);
+  GroupPlace place;
+  for (size_t i = 0; i < all.size(); ++i) {  // outermost first: each digit in its own radix
+    const bool in_group = std::find(axes.begin(), axes.end(), all[i].name) != axes.end();
+    int& digits = in_group ? place.key : place.color;
+    digits = digits * all[i].size + c[i];
+  }
+  return place;
 }
 
 Mesh::Mesh(Communicator& world, MeshShape shape) : world_(world), shape_(shape) {
   check_mesh_shape(shape, world.size());
   const MeshCoords c = mesh_coords(shape, world.rank());
   dp_rank_ = c.dp, pp_rank_ = c.pp, sp_rank_ = c.sp, tp_rank_ = c.tp;
-  const int dp = dp_rank_, pp = pp_rank_, sp = sp_rank_, tp = tp_rank_;
-  const MeshShape& s = shape;
-  // color: the coordinates on the other axes; key: the coordinate along the axis.
-  dp_ = world.split((pp * s.sp + sp) * s.tp + tp, dp, "dp");
-  pp_ = world.split((dp * s.sp + sp) * s.tp + tp, pp, "pp");
-  sp_ = world.split((dp * s.pp + pp) * s.tp + tp, sp, "sp");
-  tp_ = world.split((dp * s.pp + pp) * s.sp + sp, tp, "tp");
-  dp_sp_ = world.split(pp * s.tp + tp, dp * s.sp + sp, "dp_sp");
+  dp_ = split({"dp"}, "dp");
+  pp_ = split({"pp"}, "pp");
+  sp_ = split({"sp"}, "sp");
+  tp_ = split({"tp"}, "tp");
+  dp_sp_ = split({"dp", "sp"}, "dp_sp");
+}
+
+std::unique_ptr<Communicator> Mesh::split(std::initializer_list<std::string_view> axes, const std::string& name) {
+  const GroupPlace place = group_place(shape_, world_.rank(), axes);
+  return world_.split(place.color, place.key, name);
 }
 
 }  // namespace loom::dist

@@ -1,20 +1,34 @@
 #pragma once
-// The parallel layout: world = dp x pp x sp x tp ranks, axes in that fixed order from outermost
-// to innermost (tp innermost, so a tensor-parallel group holds neighbouring ranks):
+// NOTE [Mesh axes]: the parallel layout is a list of named axes, outermost first: dp x pp x sp x tp
+// (tp innermost, so a tensor-parallel group holds neighbouring ranks). A rank's coordinates are
+// its digits in that mixed radix:
 //   rank = ((dp_rank * pp + pp_rank) * sp + sp_rank) * tp + tp_rank.
-// One communicator per axis, plus the combined dp x sp group over which weight gradients are
-// summed once ("double gradient averaging"). Every rank of the world constructs the Mesh
-// (the constructor splits the world communicator: a collective).
+// A group over some axes holds the ranks that agree on every other axis, ordered by their
+// coordinates on the group's own axes (flattened outermost first): the group over {dp} is a
+// data-parallel group, the one over {dp, sp} the group over which weight gradients are summed once
+// ("double gradient averaging"). Groups are named by their axes, never hand-written: an axis more
+// (an expert or a shard axis) is an entry in axes() and the groups that use it. Every rank of the
+// world constructs the Mesh (the constructor splits the world communicator: a collective).
+#include <array>
+#include <initializer_list>
 #include <memory>
+#include <string_view>
 
 #include "loom/core/config.h"
 #include "loom/dist/communicator.h"
 
 namespace loom::dist {
 
+struct MeshAxis {
+  std::string_view name;
+  int size = 1;
+};
+
 struct MeshShape {
   int dp = 1, pp = 1, sp = 1, tp = 1;
   int ranks() const { return dp * pp * sp * tp; }
+  // NOTE [Mesh axes]: the axes by name, outermost first.
+  std::array<MeshAxis, 4> axes() const { return {{{"dp", dp}, {"pp", pp}, {"sp", sp}, {"tp", tp}}}; }
   bool operator==(const MeshShape&) const = default;
 };
 
@@ -28,6 +42,15 @@ MeshCoords mesh_coords(const MeshShape& shape, int rank);
 
 // Throws InputError naming every degree when the shape does not fit `world_size` ranks.
 void check_mesh_shape(const MeshShape& shape, int world_size);
+
+// NOTE [Mesh axes]: which group over `axes` holds `rank` (color: its coordinates on the other
+// axes, flattened) and its rank in that group (key: its coordinates on `axes`, flattened). Throws
+// loom::Error for a name that is not an axis.
+struct GroupPlace {
+  int color = 0, key = 0;
+  bool operator==(const GroupPlace&) const = default;
+};
+GroupPlace group_place(const MeshShape& shape, int rank, std::initializer_list<std::string_view> axes);
 
 class Mesh {
  public:
@@ -46,6 +69,10 @@ class Mesh {
   Communicator& sp() { return *sp_; }
   Communicator& tp() { return *tp_; }
   Communicator& dp_sp() { return *dp_sp_; }
+
+  // A communicator over the group of `axes` this rank is in (group_place), named `name` in the
+  // communication records. Collective over the world.
+  std::unique_ptr<Communicator> split(std::initializer_list<std::string_view> axes, const std::string& name);
 
  private:
   Communicator& world_;
