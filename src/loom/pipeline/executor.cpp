@@ -4,89 +4,14 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <condition_variable>
 #include <deque>
-#include <mutex>
-#include <thread>
 
 #include "loom/core/error.h"
+#include "loom/pipeline/send_progress.h"
 
 namespace loom::pipeline {
 
 using Clock = std::chrono::steady_clock;
-
-namespace {
-
-// NOTE [Message progress]: Open MPI's shared-memory transport moves a large message in fragments,
-// and only while the sender is inside an MPI call. A stage that posts a send and then computes a
-// whole action would hold its neighbour up for that long (measured: gpt-tiny pp=2 1F1B steps
-// 1182 ms without any driving, 960 ms testing between layers). This helper thread drives the
-// sends in flight while the stage computes: it tests them every 50 us while any is pending and
-// sleeps otherwise. Only it touches the pending sends until finish(). Where MPI cannot take calls
-// from two threads at once (no MPI_THREAD_MULTIPLE) there is no helper: the stage drives its
-// sends itself between layers (`drive`), which is slower but correct.
-class SendProgress {
- public:
-  explicit SendProgress(bool helper) {
-    if (helper) thread_ = std::thread([this] { loop(); });
-  }
-  ~SendProgress() {
-    {
-      std::lock_guard lock(mutex_);
-      stop_ = true;
-    }
-    wake_.notify_one();
-    if (thread_.joinable()) thread_.join();
-  }
-  void add(dist::WorkPtr work) {
-    {
-      std::lock_guard lock(mutex_);
-      if (failure_) std::rethrow_exception(failure_);  // a send failed: stop here, not in a recv
-      pending_.push_back(std::move(work));
-    }
-    wake_.notify_one();
-  }
-  // Without a helper thread: one round of tests, from the stage's own thread.
-  void drive() {
-    if (thread_.joinable()) return;
-    std::erase_if(pending_, [](const dist::WorkPtr& work) { return work->test(); });
-  }
-  // Waits for every send; rethrows what driving them raised.
-  void finish() {
-    std::lock_guard lock(mutex_);
-    if (failure_) std::rethrow_exception(failure_);
-    for (auto& work : pending_) work->wait();
-    pending_.clear();
-  }
-
- private:
-  void loop() {
-    std::unique_lock lock(mutex_);
-    while (!stop_) {
-      if (pending_.empty() || failure_) {
-        wake_.wait(lock);
-        continue;
-      }
-      try {
-        std::erase_if(pending_, [](const dist::WorkPtr& work) { return work->test(); });
-      } catch (...) {  // reported by the stage's next add() or finish()
-        failure_ = std::current_exception();
-      }
-      lock.unlock();
-      std::this_thread::sleep_for(std::chrono::microseconds(50));
-      lock.lock();
-    }
-  }
-
-  std::mutex mutex_;
-  std::condition_variable wake_;
-  std::vector<dist::WorkPtr> pending_;
-  std::exception_ptr failure_;
-  bool stop_ = false;
-  std::thread thread_;  // last: starts once the rest exists (constructor body)
-};
-
-}  // namespace
 
 namespace {
 

@@ -10,13 +10,12 @@
 #include <map>
 
 #include "loom/core/error.h"
-#include "loom/cuda/device_memory.h"
 #include "loom/cuda/pinned_swap_tier.h"
-#include "loom/memory/host_memory.h"
 #include "loom/models/transformer_config.h"
 #include "loom/nn/attention.h"
 #include "loom/nn/precision.h"
 #include "loom/plan/gemm_peak.h"
+#include "loom/train/devices.h"
 #include "loom/train/profile_run.h"
 #include "loom/train/profile_timing.h"
 #include "loom/version.h"
@@ -147,16 +146,6 @@ std::string host_name() {
   return name.data();
 }
 
-// The memory of one device: the host's shared by the job's ranks, or the GPU's shared by the ranks
-// placed on it (local rank modulo the GPUs).
-double device_memory(const dist::Communicator& world, const ProfileDevice& device) {
-  if (!device.gpu()) return static_cast<double>(memory::host_memory_bytes()) / static_cast<double>(world.size());
-  const int gpus = std::max(1, cuda::devices().count);
-  int sharers = 0;
-  for (int r = 0; r < world.size(); ++r) sharers += r % gpus == device.placement.gpu ? 1 : 0;
-  return static_cast<double>(cuda::device_total_bytes(device.placement.gpu)) / std::max(1, sharers);
-}
-
 // One GPU alone has no link to another device: the links are its host link (the pinned copies'
 // rate, a small copy's time as latency), which a plan of one device never prices.
 plan::LinkSpec host_link(const plan::Cluster& c, const ProfileOptions& options, const ProfileDevice& device) {
@@ -181,7 +170,8 @@ void describe_machine(const dist::Communicator& world, const plan::Profile& mach
   c.measured->loom_version = loom::version();
   c.devices_per_node = world.size();
   c.max_nodes = 1;
-  c.memory_bytes = device_memory(world, device);
+  const plan::RankMemory memory = rank_memory(device.placement, world.size());  // every rank is on this host
+  c.memory_bytes = memory.bytes / memory.sharers;
   c.host_bytes_per_s = std::min(machine.device_to_host_bytes_per_s, machine.host_to_device_bytes_per_s);
   for (const plan::CollectiveProfile& m : machine.collectives) {
     c.collectives.push_back({.op = option_from<CommOp>("collective.op", m.op), .ranks = m.ranks,

@@ -49,6 +49,15 @@ std::unique_ptr<dist::Communicator> connect_devices(dist::Communicator& world, c
   return std::make_unique<dist::HostStagingCommunicator>(world);
 }
 
+plan::RankMemory rank_memory(const cuda::Placement& placement, int local_ranks) {
+  if (placement.device == TrainDevice::Cpu) return plan::host_rank_memory(local_ranks);
+  const int gpus = std::max(1, cuda::devices().count);
+  int sharers = 0;
+  for (int r = 0; r < local_ranks; ++r) sharers += r % gpus == placement.gpu ? 1 : 0;
+  return {.bytes = static_cast<double>(cuda::device_total_bytes(placement.gpu)), .sharers = std::max(1, sharers),
+          .where = fmt::format("GPU {}", placement.gpu)};
+}
+
 void wait_for_device(const cuda::Placement& placement) {
   if (placement.device != TrainDevice::Cpu) cuda::synchronize(placement.gpu);
 }
@@ -60,17 +69,6 @@ dist::Communicator& Trainer::device_world(dist::Communicator& world) {
 
 int64_t Trainer::peak_bytes() const {
   return device_.is_cpu() ? memory::peak_bytes() : cuda::device_peak_bytes(placement_.gpu);
-}
-
-// What the plan's memory is checked against without a budget: on a GPU, its memory shared by the
-// node's ranks placed on it (local rank modulo the GPUs, NOTE [Devices]).
-plan::RankMemory Trainer::rank_memory(int local_ranks) const {
-  if (device_.is_cpu()) return plan::host_rank_memory(local_ranks);
-  const int gpus = std::max(1, cuda::devices().count);
-  int sharers = 0;
-  for (int r = 0; r < local_ranks; ++r) sharers += r % gpus == placement_.gpu ? 1 : 0;
-  return {.bytes = static_cast<double>(cuda::device_total_bytes(placement_.gpu)), .sharers = std::max(1, sharers),
-          .where = fmt::format("GPU {}", placement_.gpu)};
 }
 
 // NOTE [Step clock]: host times on the CPU, CUDA events on a GPU.

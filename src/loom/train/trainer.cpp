@@ -22,6 +22,7 @@
 #include "loom/plan/run_plan.h"
 #include "loom/plan/gemm_peak.h"
 #include "loom/plan/mfu.h"
+#include "loom/train/devices.h"
 
 namespace loom::train {
 namespace {
@@ -151,7 +152,7 @@ void Trainer::check_input(int world_size, int local_rank, int local_ranks, const
   plan_ = plan::make_plan(config_, world_size, costs, kinds_);
   // A GPU rank's host allocations so far are not on its device.
   const auto live = device_.is_cpu() ? static_cast<double>(memory::live_bytes()) : 0.0;
-  const plan::RankMemory memory = rank_memory(local_ranks);
+  const plan::RankMemory memory = rank_memory(placement_, local_ranks);  // train/devices.h
   plan::check_memory(plan_, memory, live);
   if (sparse_mode() == SparseMode::Auto)
     plan_.dense_tables_fit = plan::dense_tables_fit(plan_, memory, live, costs, kinds_);

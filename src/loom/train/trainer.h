@@ -170,7 +170,6 @@ class Trainer {
   // parallel.sparse on this rank's device: "auto" keeps tables dense on a GPU, where the sparse
   // path's exchange does not run yet (cuda::check_trainable refuses "on").
   SparseMode sparse_mode() const { return device_.is_cpu() ? config_.parallel.sparse.value : SparseMode::Off; }
-  plan::RankMemory rank_memory(int local_ranks) const;  // what the plan must fit without a budget
   std::unique_ptr<StepClock> step_clock() const;  // what times a step's work on this rank's device
   std::function<std::unique_ptr<memory::SwapTier>()> swap_tier() const;  // the device's swap tier
   void begin_budgets();            // memory.budget on this rank's device
