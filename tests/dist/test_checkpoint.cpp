@@ -287,7 +287,7 @@ std::string describe(const Layout& l) {
   if (l.pp > 1) out += fmt::format("pp{}", l.pp);
   if (l.sp > 1) out += fmt::format("sp{}", l.sp);
   if (out.empty()) out = "dp";
-  if (l.zero) out += "_zero";
+  if (l.zero) out += l.zero == 1 ? std::string("_zero") : fmt::format("_zero{}", l.zero);
   if (l.sparse != "off") out += "_sparse" + l.sparse;
   if (l.partitions > 0) out += fmt::format("P{}", l.partitions);
   return out;
@@ -360,6 +360,12 @@ std::vector<AcrossCase> across_cases() {
       {"gpt_zero_to_replicated", "gpt", {.zero = 1}, {.zero = 0}, TableUpdate::Dense, /*async=*/true},
       {"gpt_replicated_to_zero", "gpt", {.zero = 0}, {.zero = 1}},
       {"gpt_replicated_to_zero_tp", "gpt", {.zero = 0}, {.tp = 2, .zero = 1}},
+      // ZeRO-3 <-> replicated and ZeRO-1 (its owned ranges are runs of each layer's vector), any dp.
+      {"gpt_zero3_to_replicated", "gpt", {.zero = 3}, {.zero = 0}, TableUpdate::Dense, /*async=*/true, 97},
+      {"gpt_replicated_to_zero3_tp", "gpt", {.zero = 0}, {.tp = 2, .zero = 3}, TableUpdate::Dense, false, 97},
+      {"gpt_zero3_pp_to_zero2_sp", "gpt", {.pp = 2, .zero = 3}, {.sp = 2, .zero = 2}},
+      {"llama_tied_zero3_to_zero1_tp", "llama_tied", {.zero = 3}, {.tp = 2, .zero = 1}},
+      {"gpt_lazy_zero2_to_sparse", "gpt", {.zero = 2}, {.sparse = "on", .partitions = 2}, lazy},
       // The sparse path's owners: other partitions, then dense tables, then back.
       {"gpt_sparse_P2_to_P3", "gpt", {.sparse = "on", .partitions = 2}, {.sparse = "on", .partitions = 3}},
       {"gpt_sparse_on_to_off", "gpt", {.zero = 1, .sparse = "on", .partitions = 2}, {.sparse = "off"}},

@@ -41,8 +41,8 @@ TEST_P(DataParallel, LossesMatchTheSerialRunInFloat32) {
   expect_same_training(layout, serial, 1e-5, 1e-3);
 }
 
-INSTANTIATE_TEST_SUITE_P(Zero, DataParallel, ::testing::Values(0, 1),
-                         [](const auto& info) { return info.param ? "Zero1" : "Replicated"; });
+INSTANTIATE_TEST_SUITE_P(Zero, DataParallel, ::testing::Values(0, 1, 2, 3),
+                         [](const auto& info) { return info.param ? fmt::format("Zero{}", info.param) : "Replicated"; });
 
 // The Llama (grouped kv heads, rotary, SwiGLU) under dp and ZeRO-1, its head separate from or
 // tied to the token table (one Param read by two layers, updated once).

@@ -23,7 +23,8 @@ struct PpCase {
   int dp = 1, tp = 1;          // pp = world / (dp x tp)
   int64_t chunks = 1;
   std::string recompute = "none";
-  bool zero = false, sequence = false;
+  int zero = 0;  // parallel.zero
+  bool sequence = false;
   int64_t overlap = 1;  // parallel.tp_overlap (micro-batches of 2 samples when > 1)
 };
 
@@ -39,7 +40,7 @@ TEST_P(PipelineGpt, MatchesTheSerialRunInFloat64) {
   c.parallel.pp = n / (pc.dp * pc.tp);
   c.parallel.schedule = pc.schedule;
   c.parallel.chunks = pc.chunks;
-  c.parallel.zero = pc.zero ? 1 : 0;
+  c.parallel.zero = pc.zero;
   c.parallel.tp_sequence = pc.sequence;
   c.parallel.tp_overlap = pc.overlap;
   if (pc.overlap > 1) c.train.micro_batch = 2;
@@ -59,11 +60,18 @@ INSTANTIATE_TEST_SUITE_P(
                       PpCase{"1f1b", 2, 1}, PpCase{"zb-h1", 2, 1, 1, "none", true}, PpCase{"1f1b", 1, 2},
                       PpCase{"interleaved", 1, 2, 2, "none", false, true}, PpCase{"1f1b", 2, 2},
                       PpCase{"scp", 2, 2, 1, "stage-aware", true, true},
-                      PpCase{"zb-h1", 1, 2, 1, "full", false, true, 2}),
+                      PpCase{"zb-h1", 1, 2, 1, "full", false, true, 2},
+                      // ZeRO-3 (NOTE [Fully sharded data parallelism]): each stage shards its own
+                      // layers; gathers per micro-batch and pass, under split and joint backwards.
+                      PpCase{"1f1b", 1, 1, 1, "none", 3}, PpCase{"zb-h1", 1, 1, 1, "none", 3},
+                      PpCase{"1f1b", 2, 1, 1, "none", 3}, PpCase{"zb-h1", 2, 1, 1, "full", 3},
+                      PpCase{"interleaved", 2, 1, 2, "none", 3}, PpCase{"1f1b", 1, 2, 1, "stage-aware", 3},
+                      PpCase{"1f1b", 2, 1, 1, "none", 2}),
     [](const auto& info) {
       const PpCase& p = info.param;
       std::string name = fmt::format("{}_dp{}_tp{}_chunks{}_{}{}{}_overlap{}", p.schedule, p.dp, p.tp, p.chunks,
-                                     p.recompute, p.zero ? "_zero" : "", p.sequence ? "_sequence" : "", p.overlap);
+                                     p.recompute, p.zero == 0 ? "" : p.zero == 1 ? std::string("_zero") : fmt::format("_zero{}", p.zero), p.sequence ? "_sequence" : "",
+                                     p.overlap);
       std::erase(name, '-');
       return name;
     });
@@ -83,6 +91,7 @@ TEST_P(PipelineLlama, MatchesTheSerialRunInFloat64) {
   c.parallel.schedule = pc.schedule;
   c.parallel.chunks = pc.chunks;
   c.parallel.tp_sequence = pc.sequence;
+  c.parallel.zero = pc.zero;
   c.memory.recompute = pc.recompute;
   if (c.parallel.pp * pc.chunks > 2 * c.model.n_layers + 3) GTEST_SKIP() << "more slices than the chain's layers";
   expect_same_training(train_run(c, world()), run_serial(c), 1e-9, 1e-9);
@@ -91,11 +100,13 @@ TEST_P(PipelineLlama, MatchesTheSerialRunInFloat64) {
 INSTANTIATE_TEST_SUITE_P(Layouts, PipelineLlama,
                          ::testing::Values(PpCase{"1f1b"}, PpCase{"interleaved", 1, 1, 2}, PpCase{"zb-h1"},
                                            PpCase{"1f1b", 1, 1, 1, "full"}, PpCase{"zb-h1", 1, 2, 1, "none", false, true},
-                                           PpCase{"interleaved", 2, 1, 2}),
+                                           PpCase{"interleaved", 2, 1, 2}, PpCase{"1f1b", 2, 1, 1, "none", 3},
+                                           PpCase{"zb-h1", 1, 1, 1, "full", 3}),
                          [](const auto& info) {
                            const PpCase& p = info.param;
-                           std::string name = fmt::format("{}_dp{}_tp{}_chunks{}_{}{}", p.schedule, p.dp, p.tp, p.chunks,
-                                                          p.recompute, p.sequence ? "_sequence" : "");
+                           std::string name = fmt::format("{}_dp{}_tp{}_chunks{}_{}{}{}", p.schedule, p.dp, p.tp,
+                                                          p.chunks, p.recompute, p.sequence ? "_sequence" : "",
+                                                          p.zero ? fmt::format("_zero{}", p.zero) : "");
                            std::erase(name, '-');
                            return name;
                          });

@@ -16,7 +16,8 @@ Config sp_config() { return small_gpt(97, /*n_layers=*/2, /*seq_len=*/64, 4, 2);
 
 struct SpCase {
   int dp = 1, tp = 1, pp = 1;  // sp = world / (dp x tp x pp)
-  bool zero = false, sequence = false;
+  int zero = 0;  // parallel.zero
+  bool sequence = false;
   int64_t overlap = 1;
   std::string mode = "allgather";
 };
@@ -32,7 +33,7 @@ TEST_P(SequenceParallelGpt, MatchesTheSerialRunInFloat64) {
   c.parallel.tp = sc.tp;
   c.parallel.pp = sc.pp;
   c.parallel.sp = n / others;
-  c.parallel.zero = sc.zero ? 1 : 0;
+  c.parallel.zero = sc.zero;
   c.parallel.tp_sequence = sc.sequence;
   c.parallel.tp_overlap = sc.overlap;
   c.parallel.sp_mode = sc.mode;
@@ -52,11 +53,15 @@ INSTANTIATE_TEST_SUITE_P(Layouts, SequenceParallelGpt,
                                            SpCase{1, 1, 1, false, false, 1, "ring"},
                                            SpCase{2, 1, 1, true, false, 1, "ring"},
                                            SpCase{1, 2, 1, false, true, 2, "ring"},
-                                           SpCase{1, 1, 2, false, false, 1, "ring"}),
+                                           SpCase{1, 1, 2, false, false, 1, "ring"},
+                                           // ZeRO-3 over the dp x sp replicas
+                                           SpCase{1, 1, 1, 3}, SpCase{2, 1, 1, 3}, SpCase{1, 2, 1, 3},
+                                           SpCase{1, 1, 2, 3}, SpCase{2, 1, 1, 3, false, 1, "ulysses"},
+                                           SpCase{1, 1, 1, 3, false, 1, "ring"}),
                          [](const auto& info) {
                            const SpCase& s = info.param;
                            return fmt::format("{}_dp{}_tp{}_pp{}{}{}_overlap{}", s.mode, s.dp, s.tp, s.pp,
-                                              s.zero ? "_zero" : "", s.sequence ? "_sequence" : "", s.overlap);
+                                              s.zero == 0 ? "" : s.zero == 1 ? std::string("_zero") : fmt::format("_zero{}", s.zero), s.sequence ? "_sequence" : "", s.overlap);
                          });
 
 // The Llama in every sp mode: rotary at each rank's global positions (its segment, or the ring's
@@ -73,7 +78,7 @@ TEST_P(SequenceParallelLlama, MatchesTheSerialRunInFloat64) {
   c.parallel.tp = sc.tp;
   c.parallel.pp = sc.pp;
   c.parallel.sp = n / others;
-  c.parallel.zero = sc.zero ? 1 : 0;
+  c.parallel.zero = sc.zero;
   c.parallel.tp_sequence = sc.sequence;
   c.parallel.tp_overlap = sc.overlap;
   c.parallel.sp_mode = sc.mode;
@@ -88,11 +93,12 @@ INSTANTIATE_TEST_SUITE_P(Layouts, SequenceParallelLlama,
                                            SpCase{2, 1, 1, true, false, 1, "ulysses"},
                                            SpCase{1, 1, 1, false, false, 1, "ring"},
                                            SpCase{1, 2, 1, false, true, 2, "ring"},
-                                           SpCase{1, 1, 2, false, false, 1, "ring"}),
+                                           SpCase{1, 1, 2, false, false, 1, "ring"}, SpCase{2, 1, 1, 3},
+                                           SpCase{1, 1, 1, 2, false, 1, "ulysses"}),
                          [](const auto& info) {
                            const SpCase& s = info.param;
                            return fmt::format("{}_dp{}_tp{}_pp{}{}{}_overlap{}", s.mode, s.dp, s.tp, s.pp,
-                                              s.zero ? "_zero" : "", s.sequence ? "_sequence" : "", s.overlap);
+                                              s.zero == 0 ? "" : s.zero == 1 ? std::string("_zero") : fmt::format("_zero{}", s.zero), s.sequence ? "_sequence" : "", s.overlap);
                          });
 
 // Ulysses moves the kv heads, not their expansion: per block one all-to-all of q, k, v (8 query

@@ -114,7 +114,9 @@ INSTANTIATE_TEST_SUITE_P(Cases, SparseParallel,
                                            SparseCase{"dlrm", 7, 1}, SparseCase{"gpt", 0, 0},
                                            SparseCase{"gpt", 5, 1}, SparseCase{"dlrm", 0, 0, TableUpdate::Dense},
                                            SparseCase{"dlrm", 7, 1, TableUpdate::Dense},
-                                           SparseCase{"gpt", 5, 1, TableUpdate::Dense}),
+                                           SparseCase{"gpt", 5, 1, TableUpdate::Dense},
+                                           SparseCase{"dlrm", 7, 3}, SparseCase{"gpt", 5, 3}, SparseCase{"gpt", 5, 2},
+                                           SparseCase{"dlrm", 7, 3, TableUpdate::Dense}),
                          [](const auto& info) { return case_name(info.param); });
 
 // The Llama on the sparse path: its token table is the one sparse table. Tied to the head, the
@@ -142,7 +144,7 @@ TEST_P(SparseParallelLlama, MatchesTheSerialRunInFloat64) {
 
 INSTANTIATE_TEST_SUITE_P(Cases, SparseParallelLlama,
                          ::testing::Values(SparseCase{"untied", 0, 0}, SparseCase{"untied", 5, 1},
-                                           SparseCase{"tied", 0, 0}),
+                                           SparseCase{"tied", 0, 0}, SparseCase{"untied", 5, 3}, SparseCase{"tied", 0, 3}),
                          [](const auto& info) {
                            return fmt::format("{}_P{}_zero{}", info.param.model, info.param.partitions,
                                               info.param.zero);
@@ -169,7 +171,9 @@ TEST_P(SparseParallelOff, DenseTablesMatchTheSerialRun) {
 INSTANTIATE_TEST_SUITE_P(Cases, SparseParallelOff,
                          ::testing::Values(SparseCase{"dlrm", 0, 0, TableUpdate::Dense},
                                            SparseCase{"dlrm", 0, 1, TableUpdate::Lazy},
-                                           SparseCase{"gpt", 0, 0, TableUpdate::Lazy}),
+                                           SparseCase{"gpt", 0, 0, TableUpdate::Lazy},
+                                           SparseCase{"gpt", 0, 2, TableUpdate::Lazy},
+                                           SparseCase{"dlrm", 0, 3, TableUpdate::Dense}),
                          [](const auto& info) { return case_name(info.param); });
 
 // What "auto" may choose changes no bit in float32 (NOTE [Table norms], NOTE [Reproducible table

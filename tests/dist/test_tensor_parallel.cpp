@@ -157,7 +157,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelGpt,
                                            TpCase{97, 1, true}, TpCase{96, 0, true}, TpCase{96, 0, false, 2},
                                            TpCase{97, 1, true, 2}, TpCase{97, 0, false, 1, true},
                                            TpCase{96, 1, false, 1, true}, TpCase{96, 0, false, 2, true},
-                                           TpCase{97, 0, true, 1, true}, TpCase{96, 1, true, 2, true}),
+                                           TpCase{97, 0, true, 1, true}, TpCase{96, 1, true, 2, true},
+                                           TpCase{97, 3, false}, TpCase{97, 3, true}, TpCase{97, 2, true, 2}),
                          [](const auto& info) {
                            const TpCase& t = info.param;
                            return fmt::format("vocab{}_zero{}{}_overlap{}{}", t.vocab, t.zero, t.with_dp ? "_dp2" : "",
@@ -192,7 +193,8 @@ TEST_P(TensorParallelLlama, MatchesTheSerialRunInFloat64) {
 INSTANTIATE_TEST_SUITE_P(Layouts, TensorParallelLlama,
                          ::testing::Values(LlamaTpCase{96}, LlamaTpCase{97, false, true}, LlamaTpCase{96, false, false, false, 2},
                                            LlamaTpCase{97, false, true, true}, LlamaTpCase{96, false, true, false, 2},
-                                           LlamaTpCase{97, true, true, false, 1, 1}, LlamaTpCase{96, true, false, true, 2, 1}),
+                                           LlamaTpCase{97, true, true, false, 1, 1}, LlamaTpCase{96, true, false, true, 2, 1},
+                                           LlamaTpCase{97, true, false, false, 1, 3}, LlamaTpCase{97, true, false, true, 1, 3}),
                          [](const auto& info) {
                            const LlamaTpCase& t = info.param;
                            return fmt::format("vocab{}{}{}{}_overlap{}_zero{}", t.vocab, t.with_dp ? "_dp2" : "",

@@ -45,15 +45,16 @@ std::vector<nn::Param*> TokenPositionEmbedding::params() {
   return {&token_table, &position_table};
 }
 
-// On the table's device: its lookups and its gradient's index_add_ take the index there.
-at::Tensor TokenPositionEmbedding::positions(int64_t seq, int64_t first, int64_t local) const {
-  return parallel::chunk_positions(chunks_, seq).narrow(0, first, local).to(position_table.value.device());
+// On the table's device: its lookups and its gradient's index_add_ take the index there (the
+// gradient's device, since a weight gradient never reads the value: NOTE [Sharded parameters]).
+at::Tensor TokenPositionEmbedding::positions(int64_t seq, int64_t first, int64_t local, at::Device device) const {
+  return parallel::chunk_positions(chunks_, seq).narrow(0, first, local).to(device);
 }
 
 at::Tensor TokenPositionEmbedding::position_rows(int64_t seq, int64_t first, int64_t local) const {
   const at::Tensor& table = nn::compute_value(position_table);
   if (chunks_.size() == 1) return table.narrow(0, chunks_[0] * seq + first, local);
-  return table.index_select(0, positions(seq, first, local));
+  return table.index_select(0, positions(seq, first, local, table.device()));
 }
 
 at::Tensor TokenPositionEmbedding::local_rows(const at::Tensor& ids) const {
@@ -126,7 +127,8 @@ void TokenPositionEmbedding::backward_weight(nn::Saved& saved) {
   }
   const int64_t local = s.dy_local.size(1);
   if (!position_table.name.empty())
-    position_table.grad.index_add_(0, positions(s.tokens.size(1), sequence_ ? tp_.rank() * local : 0, local),
+    position_table.grad.index_add_(0, positions(s.tokens.size(1), sequence_ ? tp_.rank() * local : 0, local,
+                                                position_table.grad.device()),
                                    at::sum(s.dy_local, {0}, false, position_table.grad.scalar_type()));
   saved.clear();
 }

@@ -57,7 +57,7 @@ class TokenPositionEmbedding final : public nn::Layer, public nn::Decodable {
  private:
   dist::Communicator& tp_;
   // The position of each of `local` tokens starting at token `first` of this rank's `seq` tokens.
-  at::Tensor positions(int64_t seq, int64_t first, int64_t local) const;
+  at::Tensor positions(int64_t seq, int64_t first, int64_t local, at::Device device) const;
   // Their rows of the position table: a view when the tokens are one chunk.
   at::Tensor position_rows(int64_t seq, int64_t first, int64_t local) const;
   // This rank's rows of `ids` (with tp: ids it owns, local; -1 for others') for the sparse path.

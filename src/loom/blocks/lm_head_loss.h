@@ -39,6 +39,7 @@ class LmHeadLoss final : public nn::Layer, public nn::Decodable {
   at::Tensor backward_input(const at::Tensor& dy, nn::Saved& saved) override;
   void backward_weight(nn::Saved& saved) override;
   std::vector<nn::Param*> params() override;
+  std::vector<nn::Param*> reads() override { return {&matrix()}; }
   at::Tensor decode(const at::Tensor& x, int64_t position, nn::DecodeCache& cache) override;
   // The logits of this rank's vocabulary slice for x [rows, d_model]: [rows, vocab / tp], in
   // float32 or wider (NOTE [Mixed precision]); padding columns as the product gives them.

@@ -58,6 +58,7 @@ struct ParallelConfig {
   bool tp_sequence = false;
   int64_t tp_overlap = 1;
   int64_t zero = 0;
+  int64_t shard_group = 0;  // ZeRO-2/3 hybrid: dp ranks per shard group (0 = all of dp)
   double bucket_mb = 25.0;
   Option<SparseMode> sparse = SparseMode::Auto;
   int64_t sparse_partitions = 0;

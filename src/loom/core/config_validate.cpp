@@ -21,6 +21,21 @@ namespace {
 
 
 
+// NOTE [Fully sharded data parallelism]: the shard groups cut dp evenly; what ZeRO-2/3 do not run
+// with yet is refused here.
+void validate_sharding(const ParallelConfig& p) {
+  LOOM_CHECK_INPUT(p.shard_group >= 0, "parallel.shard_group = {} must be >= 0 (0 = every dp rank)", p.shard_group);
+  if (p.shard_group == 0) return;
+  LOOM_CHECK_INPUT(p.zero >= 2,
+                   "parallel.shard_group = {} shards within groups of dp ranks, which only parallel.zero = 2 or 3 "
+                   "does (it is {}); hint: set parallel.zero = 3, or drop parallel.shard_group",
+                   p.shard_group, p.zero);
+  LOOM_CHECK_INPUT(p.dp % p.shard_group == 0,
+                   "parallel.shard_group = {} must divide parallel.dp = {}: the dp ranks form equal groups that each "
+                   "hold one copy of the shards; hint: a divisor of {}, e.g. {}",
+                   p.shard_group, p.dp, p.dp, p.dp % 2 == 0 ? p.dp / 2 : 1);
+}
+
 void validate_parallel(const ParallelConfig& p) {
   for (auto [key, value] : {std::pair{"parallel.dp", p.dp}, {"parallel.tp", p.tp}, {"parallel.pp", p.pp},
                             {"parallel.sp", p.sp}, {"parallel.chunks", p.chunks},
@@ -28,7 +43,11 @@ void validate_parallel(const ParallelConfig& p) {
     check_positive(key, value);
   if (!(p.schedule.starts_with("csv:") && p.schedule.size() > 4))
     option_from<ScheduleKind>("parallel.schedule", p.schedule);
-  LOOM_CHECK_INPUT(p.zero == 0 || p.zero == 1, "parallel.zero = {} must be 0 or 1", p.zero);
+  LOOM_CHECK_INPUT(p.zero >= 0 && p.zero <= 3,
+                   "parallel.zero = {} must be 0 (replicated), 1 (optimizer state sharded), 2 (and gradients) or 3 "
+                   "(and parameters)",
+                   p.zero);
+  validate_sharding(p);
   LOOM_CHECK_INPUT(p.bucket_mb > 0, "parallel.bucket_mb = {} must be positive", p.bucket_mb);
   LOOM_CHECK_INPUT(p.bucket_mb < 0x1p43,
                    "parallel.bucket_mb = {} is too large: a bucket's bytes must stay below 2^63 (8 EiB); hint: any "
@@ -194,6 +213,19 @@ void validate(const Config& config) {
   LOOM_CHECK_INPUT(config.parallel.backend != Backend::Nccl || config.train.device != TrainDevice::Cpu,
                    "parallel.backend = \"nccl\" carries GPU tensors, but train.device = \"cpu\"; hint: "
                    "train.device = \"cuda\" (or \"auto\"), or parallel.backend = \"mpi\" (or \"auto\")");
+  LOOM_CHECK_INPUT(config.parallel.zero < 2 || !config.parallel.tp_sequence,
+                   "parallel.zero = {} does not run with parallel.tp_sequence = true yet (its norms' partial "
+                   "gradients are summed over tp after the last micro-batch, when ZeRO-2/3 have already reduced "
+                   "them); hint: parallel.zero = 1, or parallel.tp_sequence = false",
+                   config.parallel.zero);
+  // A table on the sparse path updates its looked-up rows on its owners; a dense one finds them in
+  // its whole value (NOTE [Lazy rows of dense tables]), which ZeRO-3 never keeps.
+  const bool dense_tables = config.parallel.sparse != SparseMode::On || config.model.tie_embeddings;
+  LOOM_CHECK_INPUT(config.parallel.zero < 3 || config.train.table_update == TableUpdate::Dense || !dense_tables,
+                   "parallel.zero = 3 does not run train.table_update = \"lazy\" on a dense embedding table yet "
+                   "(parallel.sparse = \"{}\"{}); hint: parallel.zero = 2, train.table_update = \"dense\", or "
+                   "parallel.sparse = \"on\" with untied tables",
+                   config.parallel.sparse.name(), config.model.tie_embeddings ? ", model.tie_embeddings = true" : "");
   LOOM_CHECK_INPUT(config.train.micro_batch % config.parallel.tp_overlap == 0,
                    "[tp] parallel.tp_overlap ({}) must divide train.micro_batch ({}): each micro-batch is cut into "
                    "tp_overlap equal chunks",

@@ -124,6 +124,10 @@ class Layer {
   virtual at::Tensor backward_input(const at::Tensor& dy, Saved& saved) = 0;
   virtual void backward_weight(Saved& saved) = 0;
   virtual std::vector<Param*> params() = 0;
+  // The parameters its passes read: its own, and any it shares with another layer that owns them
+  // (a tied head reads the embedding's token table). What must be whole before a pass (NOTE
+  // [Sharded parameters]).
+  virtual std::vector<Param*> reads() { return params(); }
   // Layers with tables on the sparse path (Param::sparse) fetch the rows this step's micro-batches
   // look up, before any forward: a collective over the tables' replica group
   // (NOTE [Sparse exchange]). Every rank of the group calls it for the same layers in order.

@@ -58,6 +58,14 @@ struct LayerMemory {
   BeforeBackward before_backward;
 };
 
+// The model index of the layer a pass in direction `step` (+1 forward, -1 backward) reaches after
+// layer `l` of the chunk, if any: the one whose parameters may be gathered ahead.
+std::optional<size_t> next_layer(const StageChunk& chunk, size_t l, int step) {
+  const int64_t at = static_cast<int64_t>(l) + step;
+  if (at < 0 || at >= static_cast<int64_t>(chunk.layers.size())) return std::nullopt;
+  return chunk.model_index[static_cast<size_t>(at)];
+}
+
 LayerMemory memory_of(const StageChunk& chunk, size_t layer) {
   switch (chunk.policy[layer]) {
     case nn::MemoryPolicy::Keep: return {AfterForward::KeepSaved, BeforeBackward::Nothing};
@@ -180,7 +188,8 @@ void PipelineExecutor::traced(const std::string& layer, const char* pass, const 
 // own. Messages carry the
 // training tags of micro-batch 0: one (sender, receiver, tag) stream is delivered in order, and no
 // training message is in flight between steps.
-double PipelineExecutor::run_forward(int64_t microbatches, const std::function<nn::MicroBatch(int64_t)>& microbatch) {
+double PipelineExecutor::run_forward(int64_t microbatches, const std::function<nn::MicroBatch(int64_t)>& microbatch,
+                                     nn::ParamResidency* params) {
   const int64_t last = schedule_.virtual_stages() - 1;
   std::vector<const StageChunk*> order;
   for (const StageChunk& chunk : chunks_) order.push_back(&chunk);
@@ -196,10 +205,13 @@ double PipelineExecutor::run_forward(int64_t microbatches, const std::function<n
         x = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_).device(device_));
         pp_.recv(x, peer_of(v - 1), tag_of(0, v - 1, false));
       }
-      for (nn::Layer* layer : chunk->layers) {
+      for (size_t l = 0; l < chunk->layers.size(); ++l) {
+        nn::Layer* layer = chunk->layers[l];
+        if (params) params->need(chunk->model_index[l], next_layer(*chunk, l, +1));
         nn::Saved saved;  // dropped at once: there is no backward
         named(layer->name(), "forward", [&] { x = layer->forward(x, batch, saved); });
       }
+      if (params) params->action_done();
       if (v == last) {
         loss += x.item<double>();
         continue;
@@ -235,6 +247,7 @@ void PipelineExecutor::run_action(Step& step, const schedule::Action& a, const E
     case Op::BW: backward(step, a, f, hooks); break;
     case Op::W: weight_gradients(a, f, hooks); break;
   }
+  if (hooks.params && !a.is_message()) hooks.params->action_done();
   if (swapper_) prefetch(step, index);  // the flight this forward made may be the next backward's
   const size_t end = step.times.mark();
   const std::string text = hooks.trace ? a.text(schedule_.chunks > 1) : std::string();
@@ -287,6 +300,7 @@ void PipelineExecutor::forward(Step& step, const schedule::Action& a, Flight& f,
     if (input_only) f.inputs[l] = x;
     f.input_shapes[l] = c10::DimVector(x.sizes());
     f.floating_inputs[l] = x.is_floating_point();
+    if (hooks.params) hooks.params->need(chunk.model_index[l], next_layer(chunk, l, +1));
     traced(chunk.layers[l]->name(), "forward", [&] { x = chunk.layers[l]->forward(x, f.mb, f.saved[l]); });
     step.sends.drive();
     if (input_only) f.saved[l].clear();  // only the input stays until it is recomputed
@@ -318,6 +332,7 @@ void PipelineExecutor::backward(Step& step, const schedule::Action& a, Flight& f
     if (memory_of(chunk, l).before_backward == BeforeBackward::ForwardAgain && !f.recomputed)
       forward_again(chunk, f, l, hooks);
     if (memory_of(chunk, l).before_backward == BeforeBackward::MoveIn) bring_back(chunk, f, l, hooks);
+    if (hooks.params) hooks.params->need(chunk.model_index[l], next_layer(chunk, l, -1));
     traced(layer.name(), "backward_input", [&] { dy = layer.backward_input(dy, f.saved[l]); });
     check_input_gradient(layer, dy, f.input_shapes[l], f.floating_inputs[l]);
     step.sends.drive();
@@ -339,12 +354,15 @@ void PipelineExecutor::weight_gradients(const schedule::Action& a, Flight& f, co
 void PipelineExecutor::weight_gradient(const StageChunk& chunk, size_t layer, bool final_pass, Flight& f,
                                        const ExecutorHooks& hooks) {
   nn::Layer& l = *chunk.layers[layer];
+  if (hooks.params) hooks.params->before_weight_gradient(chunk.model_index[layer]);
   traced(l.name(), "backward_weight", [&] { l.backward_weight(f.saved[layer]); });
+  if (hooks.params) hooks.params->after_weight_gradient(chunk.model_index[layer]);
   if (final_pass && hooks.layer_done) hooks.layer_done(chunk.model_index[layer]);
 }
 
 void PipelineExecutor::forward_again(const StageChunk& chunk, Flight& f, size_t layer, const ExecutorHooks& hooks) {
   nn::Layer& l = *chunk.layers[layer];
+  if (hooks.params) hooks.params->need(chunk.model_index[layer], std::nullopt);
   traced(l.name(), "recompute", [&] { l.forward(f.inputs[layer], f.mb, f.saved[layer]); });
   f.inputs[layer].reset();
 }

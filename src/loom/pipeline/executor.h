@@ -16,6 +16,7 @@
 #include "loom/pipeline/action_times.h"
 #include "loom/nn/layer.h"
 #include "loom/nn/memory_policy.h"
+#include "loom/nn/param_residency.h"
 #include "loom/schedule/schedule.h"
 #include "loom/schedule/simulator.h"
 
@@ -40,6 +41,9 @@ struct ExecutorHooks {
   TraceHook trace;
   // What times the step's work (NOTE [Step clock]): null for the host clock, a CPU rank's.
   StepClock* clock = nullptr;
+  // Told before and after each layer's passes (NOTE [Sharded parameters]); null: the parameters
+  // are always whole.
+  nn::ParamResidency* params = nullptr;
 };
 
 struct StepResult {
@@ -67,7 +71,8 @@ class PipelineExecutor {
   // NOTE [Forward-only pass]: `microbatches` micro-batches through this rank's chunks, forward
   // only (validation): nothing is kept for a backward, whatever the memory policy. Returns the sum
   // of the losses this rank computed (last virtual stage only). Every pp rank calls it alike.
-  double run_forward(int64_t microbatches, const std::function<nn::MicroBatch(int64_t)>& microbatch);
+  double run_forward(int64_t microbatches, const std::function<nn::MicroBatch(int64_t)>& microbatch,
+                     nn::ParamResidency* params = nullptr);
   // The swap tier's peak since the last reset (0 when no layer swaps).
   int64_t host_peak_bytes() const { return tier_ ? tier_->host_peak_bytes() : 0; }
   void reset_host_peak() {

@@ -54,6 +54,17 @@ void add_table(std::vector<ckpt::TensorPiece>& out, const parallel::SparseTable&
 
 std::vector<ckpt::TensorPiece> ReplicaOptimizer::state_pieces() const {
   std::vector<ckpt::TensorPiece> out;
+  if (fsdp_) {  // values and moments: the runs inside this rank's owned ranges
+    const optim::AdamW& adamw = fsdp_->adamw();
+    for (size_t i = 0; i < fsdp_->parts().size(); ++i) {
+      const ShardedParams::Part& part = fsdp_->parts()[i];
+      add_runs(out, part.param->name, *part.param, part.begin, part.value);
+      add_runs(out, moment_name(*part.param, 0), *part.param, part.begin, adamw.exp_avg(i));
+      add_runs(out, moment_name(*part.param, 1), *part.param, part.begin, adamw.exp_avg_sq(i));
+    }
+    for (const auto& table : sparse_->tables()) add_table(out, *table);
+    return out;
+  }
   for (const nn::Param* p : dense_) add(out, p->name, *p, box_of(*p), p->value);
   if (sharded_) {
     optim::AdamW& adamw = sharded_->adamw();
@@ -74,11 +85,13 @@ std::vector<ckpt::TensorPiece> ReplicaOptimizer::state_pieces() const {
 }
 
 int64_t ReplicaOptimizer::step_count() const {
+  if (fsdp_) return fsdp_->adamw().step_count();
   return sharded_ ? sharded_->adamw().step_count() : adamw_->step_count();
 }
 
 void ReplicaOptimizer::set_step_count(int64_t steps) {
-  if (sharded_) sharded_->adamw().set_step_count(steps);
+  if (fsdp_) fsdp_->adamw().set_step_count(steps);
+  else if (sharded_) sharded_->adamw().set_step_count(steps);
   else adamw_->set_step_count(steps);
   for (const auto& table : sparse_->tables()) table->set_step_count(steps);
 }

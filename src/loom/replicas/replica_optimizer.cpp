@@ -13,8 +13,22 @@ ReplicaOptimizer::ReplicaOptimizer(models::Model& model, dist::Communicator& rep
   params_ = model.params();
   for (nn::Param* p : params_)
     if (p->sparse == nullptr) dense_.push_back(p);
+  if (options.zero >= 2) {
+    dist::Communicator* shard = &replicas;
+    const int group = options.shard_group > 0 ? static_cast<int>(options.shard_group) : replicas.size();
+    if (group < replicas.size()) {  // hybrid: shard within groups of consecutive replicas, sum across them
+      const int r = replicas.rank();
+      shard_group_ = replicas.split(r / group, r % group, "dp_shard");
+      across_groups_ = replicas.split(r % group, r / group, "dp_across");
+      shard = shard_group_.get();
+    }
+    fsdp_ = std::make_unique<ShardedParams>(model, *shard, across_groups_.get(), tp, pp,
+                                            ShardedOptions{.zero = options.zero, .adamw = options_.adamw,
+                                                           .wire = options.grad_wire, .activations = options.activations});
+    return;
+  }
   flat_ = std::make_unique<FlatParams>(model, replicas.size());
-  if (options.zero) {
+  if (options.zero == 1) {
     sharded_ = std::make_unique<ShardedAdamW>(*flat_, replicas, tp, pp, options_.adamw, options.grad_wire);
   } else {
     reducer_ = std::make_unique<GradientReducer>(*flat_, replicas, options.bucket_mb, options.grad_wire);
@@ -36,6 +50,11 @@ void ReplicaOptimizer::pull(const std::vector<nn::MicroBatch>& microbatches, con
     sparse_->pull(microbatches);
     return 0;
   });
+}
+
+void ReplicaOptimizer::zero_grad() {
+  if (fsdp_) fsdp_->zero_grad();
+  else flat_->grads.zero_();
 }
 
 double ReplicaOptimizer::clip_replicated(double clip) {
@@ -60,7 +79,9 @@ double ReplicaOptimizer::step(double lr, const std::function<void(double)>& befo
     return sparse_->push();
   });
   double norm = 0;
-  if (sharded_) {
+  if (fsdp_) {
+    norm = timed(timeline, "zero_step", "optimizer", [&] { return fsdp_->step(lr, clip, sparse, before_update); });
+  } else if (sharded_) {
     norm = timed(timeline, "zero_step", "optimizer", [&] { return sharded_->step(lr, clip, sparse, before_update); });
   } else {
     timed(timeline, "all_reduce_wait", "communication", [&] {

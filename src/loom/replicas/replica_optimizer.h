@@ -1,7 +1,8 @@
 #pragma once
 // One rank's optimizer step over parameters replicated on `replicas` (the dp group, or dp x sp:
 // NOTE [Sequence parallelism]): the dense gradients summed over the replicas (a bucketed
-// all-reduce that overlaps backward, or ZeRO-1's reduce-scatter and all-gather), the global
+// all-reduce that overlaps backward, ZeRO-1's reduce-scatter and all-gather, or ZeRO-2/3's
+// reduce-scatters per layer: NOTE [Fully sharded data parallelism]), the global
 // gradient norm over every group and clipping, AdamW (over the looked-up rows only for lazy dense
 // tables: NOTE [Lazy rows of dense tables]); the sparse tables' row gradients pushed to their
 // owners, which update them (NOTE [Sparse exchange]).
@@ -17,17 +18,20 @@
 #include "loom/replicas/flat_params.h"
 #include "loom/replicas/gradient_reducer.h"
 #include "loom/replicas/sharded_adamw.h"
+#include "loom/replicas/sharded_params.h"
 #include "loom/replicas/sparse_tables.h"
 
 namespace loom::replicas {
 
 struct ReplicaOptions {
-  bool zero = false;       // parallel.zero = 1: ZeRO-1
+  int zero = 0;            // parallel.zero: 0 replicated, 1 ZeRO-1, 2 and 3 sharded
+  int64_t shard_group = 0; // ZeRO-2/3: replica ranks per shard group (parallel.shard_group x sp); 0 all
   double bucket_mb = 25;   // the all-reduce's bucket size
   double clip = 0;         // global-norm limit; 0 = off
   optim::AdamWOptions adamw;
   // The type gradients cross the replicas in (parallel.grad_dtype); nullopt: their own.
   std::optional<at::ScalarType> grad_wire;
+  at::ScalarType activations = at::kFloat;  // the products' type (ZeRO-3's gathered compute copies)
 };
 
 // An interval of the step for the trace: (name, category, begin, end); may be empty.
@@ -49,19 +53,28 @@ class ReplicaOptimizer {
   // The same for a forward-only pass, which trains nothing (SparseTables::pull_for_forward).
   void pull_for_forward(const std::vector<nn::MicroBatch>& microbatches) { sparse_->pull_for_forward(microbatches); }
 
-  void zero_grad() { flat_->grads.zero_(); }
+  void zero_grad();
   // Every micro-batch has passed layer `layer` (its index in the model): its bucket may go.
   void layer_done(size_t layer) {
     if (reducer_) reducer_->layer_done(layer);
+  }
+  // ZeRO-2/3's gathers and reductions around the layers' passes (NOTE [Sharded parameters]); null
+  // for the other stages.
+  nn::ParamResidency* residency() { return fsdp_.get(); }
+  // A dense parameter's whole value (its tp part): collective over the shard group under ZeRO-3.
+  at::Tensor full_value(const nn::Param& p) { return fsdp_ ? fsdp_->full_value(p) : p.value; }
+  // After a resume assigned the state: what is derived from the owned ranges is made again.
+  void state_assigned() {
+    if (fsdp_) fsdp_->refresh_units();
   }
   // Returns the global gradient norm; `before_update(norm)` runs once it is known and before any
   // weight changes (it may throw to stop the step: NOTE [Non-finite guard]).
   double step(double lr, const std::function<void(double)>& before_update, const Timeline& timeline);
 
   // Everything this rank holds of the run's state, as pieces of full tensors (NOTE
-  // [Checkpoints]): each parameter's value (its tp shard), its AdamW moments (the whole shard, or
-  // under ZeRO-1 the runs of it inside this rank's optimizer shard), and the sparse tables' owned
-  // rows and their moments. Views of the live state. replicas/optimizer_state.cpp.
+  // [Checkpoints]): each parameter's value (its tp shard; under ZeRO-2/3 the runs of it inside
+  // this rank's owned ranges), its AdamW moments (the whole shard, or under ZeRO-1/2/3 the runs of
+  // it inside this rank's optimizer shard), and the sparse tables' owned rows and their moments. Views of the live state. replicas/optimizer_state.cpp.
   std::vector<ckpt::TensorPiece> state_pieces() const;
   // Optimizer steps taken (the bias corrections' count); set when a run resumes.
   int64_t step_count() const;
@@ -84,6 +97,8 @@ class ReplicaOptimizer {
   std::unique_ptr<GradientReducer> reducer_;  // replicated AdamW
   std::unique_ptr<optim::AdamW> adamw_;
   std::unique_ptr<ShardedAdamW> sharded_;     // ZeRO-1
+  std::unique_ptr<dist::Communicator> shard_group_, across_groups_;  // ZeRO-2/3 hybrid: split from the replicas
+  std::unique_ptr<ShardedParams> fsdp_;       // ZeRO-2/3
 };
 
 }  // namespace loom::replicas

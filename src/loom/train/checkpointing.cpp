@@ -94,6 +94,7 @@ void Trainer::restore() {
   resume_.bytes = ckpt::load(resume_.dir, *resume_.manifest, pieces, *base_world_);
   resume_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   optimizer_->set_step_count(resume_.manifest->step);
+  optimizer_->state_assigned();
   refresh_compute_values();
   resume_.start_step = resume_.manifest->step;
 }

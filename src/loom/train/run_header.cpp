@@ -42,6 +42,13 @@ std::string policy_words(const plan::RunPlan& plan) {
   return fmt::format("loom: memory.policy = \"{}\": {}\n", plan.config.memory.policy.name(), stages);
 }
 
+// ", ZeRO-3" and, for a hybrid layout, its shard groups.
+std::string zero_words(const ParallelConfig& p) {
+  if (p.zero == 0) return "";
+  if (p.shard_group == 0 || p.shard_group == p.dp) return fmt::format(", ZeRO-{}", p.zero);
+  return fmt::format(", ZeRO-{} in {} groups of {} dp ranks", p.zero, p.dp / p.shard_group, p.shard_group);
+}
+
 }  // namespace
 
 // Collective over the world: every rank's parameters by name, so the count is the model's (each
@@ -70,7 +77,7 @@ std::string Trainer::header() const {
       "loom: {} parameters ({}){}, {}; {} = dp {} x tp {} x pp {} x sp {}{}{}, {} per rank; data: {}\n",
       short_count(total), total, mine == total ? "" : fmt::format(", {} on rank 0", short_count(mine)),
       config_.model.dtype.name(), counted(mesh_->world().size(), "rank", "ranks"), p.dp, p.tp, p.pp, p.sp,
-      p.zero ? ", ZeRO-1" : "", p.pp > 1 ? fmt::format(", schedule {}", plan_.schedule.kind) : "", counted(at::get_num_threads(), "thread", "threads"),
+      zero_words(p), p.pp > 1 ? fmt::format(", schedule {}", plan_.schedule.kind) : "", counted(at::get_num_threads(), "thread", "threads"),
       data_->describe());
   text += fmt::format("loom: {}\n", build_line(build_info()));
   text += policy_words(plan_);

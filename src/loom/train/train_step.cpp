@@ -65,6 +65,7 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
     trace_->add(name, category, begin, end, copy ? trace::kSwapTrack : trace::kComputeTrack);
   };
   hooks.clock = clock_.get();
+  hooks.params = optimizer_->residency();
   const pipeline::StepResult result = executor_->run_step(hooks);
   // The loss is summed once the gradients are (a blocking collective among the buckets' in-flight
   // all-reduces would hold them up), and checked before the update.

@@ -108,8 +108,9 @@ void Trainer::allocate() {
   // group (NOTE [Sequence parallelism]); with sp = 1 that is the dp group.
   optimizer_ = std::make_unique<replicas::ReplicaOptimizer>(
       model_, replicas(), mesh_->tp(), mesh_->pp(),
-      replicas::ReplicaOptions{.zero = config_.parallel.zero == 1, .bucket_mb = config_.parallel.bucket_mb,
-                               .clip = config_.train.clip, .adamw = adamw, .grad_wire = grad_wire()},
+      replicas::ReplicaOptions{.zero = static_cast<int>(p.zero), .shard_group = p.shard_group * p.sp,
+                               .bucket_mb = p.bucket_mb, .clip = config_.train.clip, .adamw = adamw,
+                               .grad_wire = grad_wire(), .activations = activations()},
       std::move(tables));
   const auto& m = config_.model;
   const int64_t tokens = config_.parallel.tp_sequence ? local_seq() / config_.parallel.tp : local_seq();

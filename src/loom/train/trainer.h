@@ -115,8 +115,9 @@ class Trainer {
   const plan::RunPlan& plan() const { return plan_; }
   // A parameter's value as the serial model would hold it on this rank (its tp shard): a table on
   // the sparse path is gathered from its owners (collective over the replicas, in params() order).
+  // Under ZeRO-3 a dense parameter is gathered (collective over its shard group).
   at::Tensor value_of(nn::Param& param) const {
-    return param.sparse != nullptr ? param.sparse->gather_full() : param.value;
+    return param.sparse != nullptr ? param.sparse->gather_full() : optimizer_->full_value(param);
   }
   // This rank's embedding tables and their paths (NOTE [Table paths]): each one's path and why,
   // the partition count (0: no table on the sparse path), and the trials that chose it when

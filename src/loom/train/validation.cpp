@@ -47,7 +47,8 @@ double Trainer::validation_loss() {
       const std::vector<nn::MicroBatch> microbatches = local_microbatches(e, valid_.get());
       optimizer_->pull_for_forward(microbatches);
       local += executor_->run_forward(static_cast<int64_t>(microbatches.size()),
-                                      [&](int64_t i) { return microbatches[static_cast<size_t>(i)]; });
+                                      [&](int64_t i) { return microbatches[static_cast<size_t>(i)]; },
+                                      optimizer_->residency());
     }
   } catch (const memory::OutOfMemory& e) {
     throw Error(fmt::format("{} in a validation pass; {}", e.what(), plan::memory_text(plan_, estimate())));

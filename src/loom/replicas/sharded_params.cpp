@@ -1,0 +1,247 @@
+#include "loom/replicas/sharded_params.h"
+
+#include <algorithm>
+#include <map>
+
+#include "loom/core/error.h"
+#include "loom/dist/tensor_placement.h"
+#include "loom/nn/precision.h"
+#include "loom/optim/clip.h"
+
+namespace loom::replicas {
+namespace {
+
+constexpr size_t kInFlight = 2;  // reduce-scatters outstanding at once (their gradients' buffers)
+
+void add_unique(std::vector<size_t>& to, size_t value) {
+  if (std::find(to.begin(), to.end(), value) == to.end()) to.push_back(value);
+}
+
+}  // namespace
+
+ShardedParams::ShardedParams(models::Model& model, dist::Communicator& shard, dist::Communicator* across,
+                             dist::Communicator& tp, dist::Communicator& pp, const ShardedOptions& options)
+    : options_(options), shard_(shard), across_(across), tp_(tp), pp_(pp) {
+  LOOM_CHECK(options.zero == 2 || options.zero == 3, "[zero] stage {} is not a sharded stage", options.zero);
+  std::map<const nn::Param*, size_t> unit_of;
+  for (const auto& layer : model.chain) {
+    Unit unit;
+    std::vector<size_t> reads;
+    for (nn::Param* p : layer->reads()) {
+      if (p->sparse != nullptr) continue;  // its rows live on their owners (NOTE [Sparse exchange])
+      if (const auto it = unit_of.find(p); it != unit_of.end()) {
+        add_unique(reads, it->second);
+        continue;
+      }
+      unit_of[p] = units_.size();
+      unit.slots.push_back({p, unit.padded, p->numel(), p->value.sizes().vec()});
+      unit.padded += p->numel();
+    }
+    if (!unit.slots.empty()) {
+      add_unique(reads, units_.size());
+      units_.push_back(std::move(unit));
+    }
+    layer_units_.push_back(std::move(reads));
+  }
+  LOOM_CHECK(!units_.empty(), "[zero] the model has no dense parameters");
+  const at::TensorOptions master = units_.front().slots.front().param->value.options();
+  wire_ = options.wire.value_or(master.dtype().toScalarType());
+  const int n = shard.size(), r = shard.rank();
+  int64_t total = 0;
+  for (Unit& u : units_) {
+    u.owned = dist::piece_length(u.padded, n);
+    u.padded = u.owned * n;
+    u.at = total;
+    total += u.owned;
+  }
+  grads_ = at::zeros({total}, master);
+  if (options.zero == 3) values_ = at::zeros({total}, master);
+  for (Unit& u : units_) {
+    at::Tensor whole = at::zeros({u.padded}, master);
+    for (const Slot& s : u.slots) {
+      s.param->grad.reset();  // the model's own buffers go as each unit takes their place
+      whole.narrow(0, s.offset, s.numel).copy_(s.param->value.reshape({-1}));
+      if (options.zero == 2) {
+        s.param->value = whole.narrow(0, s.offset, s.numel).view(s.shape);
+      } else {
+        s.param->value.reset();
+        s.param->compute.reset();
+      }
+    }
+    if (options.zero == 2) u.whole = whole;
+    else values_.narrow(0, u.at, u.owned).copy_(whole.narrow(0, r * u.owned, u.owned));
+  }
+  for (Unit& u : units_) {
+    const int64_t begin = r * u.owned, end = begin + u.owned;
+    for (const Slot& s : u.slots) {
+      const int64_t lo = std::max(s.offset, begin), hi = std::min(s.offset + s.numel, end);
+      if (lo >= hi) continue;
+      nn::Param part{.name = fmt::format("{}[{}:{}]", s.param->name, lo - s.offset, hi - s.offset),
+                     .full_shape = {hi - lo}, .weight_decay = s.param->weight_decay};
+      part.shard.dim = s.param->shard.dim;  // only whether it is tp-sharded matters here (the norm)
+      part.value = owned_value(u).narrow(0, lo - begin, hi - lo);
+      part.grad = grads_.narrow(0, u.at + lo - begin, hi - lo);
+      parts_.push_back({s.param, lo - s.offset, part.value});
+      owned_params_.push_back(std::move(part));
+    }
+  }
+  std::vector<nn::Param*> pointers;
+  for (nn::Param& p : owned_params_) pointers.push_back(&p);
+  adamw_ = std::make_unique<optim::AdamW>(std::move(pointers), options.adamw);
+}
+
+ShardedParams::~ShardedParams() = default;  // unfinished work is abandoned only while an error unwinds
+
+at::Tensor ShardedParams::owned_value(const Unit& u) const {
+  return options_.zero == 2 ? u.whole.narrow(0, shard_.rank() * u.owned, u.owned) : values_.narrow(0, u.at, u.owned);
+}
+
+void ShardedParams::start_gather(size_t unit) {
+  Unit& u = units_[unit];
+  if (u.whole.defined()) return;
+  u.whole = at::empty({u.padded}, values_.options());
+  u.gathering = shard_.all_gather_async(owned_value(u), u.whole);
+  resident_.push_back(unit);
+  gathered_peak_ = std::max(gathered_peak_, whole_bytes());
+}
+
+void ShardedParams::finish_gather(size_t unit) {
+  Unit& u = units_[unit];
+  if (!u.gathering) return;
+  u.gathering->wait();
+  u.gathering.reset();
+  for (const Slot& s : u.slots) {
+    s.param->value = u.whole.narrow(0, s.offset, s.numel).view(s.shape);
+    nn::refresh_compute(*s.param, options_.activations);
+  }
+}
+
+void ShardedParams::release(size_t unit) {
+  Unit& u = units_[unit];
+  if (u.gathering) u.gathering->wait();  // a prefetch no pass used: it still completes on every rank
+  u.gathering.reset();
+  for (const Slot& s : u.slots) {
+    s.param->value.reset();
+    s.param->compute.reset();
+  }
+  u.whole.reset();
+  resident_.erase(std::remove(resident_.begin(), resident_.end(), unit), resident_.end());
+}
+
+void ShardedParams::need(size_t layer, std::optional<size_t> next) {
+  progress();
+  if (options_.zero == 2) return;
+  std::vector<size_t> wanted = layer_units_[layer];
+  for (size_t u : wanted) start_gather(u);
+  for (size_t u : wanted) finish_gather(u);
+  if (next) {
+    for (size_t u : layer_units_[*next]) {
+      start_gather(u);  // overlaps this layer's pass
+      add_unique(wanted, u);
+    }
+  }
+  const std::vector<size_t> resident = resident_;
+  for (size_t u : resident)
+    if (std::find(wanted.begin(), wanted.end(), u) == wanted.end()) release(u);
+}
+
+void ShardedParams::action_done() {
+  progress();
+  if (options_.zero == 2) return;
+  while (!resident_.empty()) release(resident_.back());
+}
+
+void ShardedParams::before_weight_gradient(size_t layer) {
+  for (size_t unit : layer_units_[layer]) {
+    Unit& u = units_[unit];
+    if (u.grad.defined()) continue;
+    u.grad = at::zeros({u.padded}, grads_.options());
+    for (const Slot& s : u.slots) s.param->grad = u.grad.narrow(0, s.offset, s.numel).view(s.shape);
+  }
+}
+
+void ShardedParams::after_weight_gradient(size_t layer) {
+  for (size_t unit : layer_units_[layer]) reduce(unit);
+}
+
+// One micro-batch's gradient of a unit (Partial) into the owned range's sum (Shard(0)).
+void ShardedParams::reduce(size_t unit) {
+  Unit& u = units_[unit];
+  if (!u.grad.defined()) return;
+  complete_reductions(kInFlight - 1);
+  const at::Tensor input = nn::to_type(u.grad, wire_);
+  Reduction r{.out = at::empty({u.owned}, input.options()), .unit = unit};
+  r.work = shard_.reduce_scatter_async(input, r.out, dist::ReduceOp::Sum);  // the Work keeps `input`
+  for (const Slot& s : u.slots) s.param->grad.reset();
+  u.grad.reset();
+  reducing_.push_back(std::move(r));
+}
+
+void ShardedParams::complete_reductions(size_t keep) {
+  while (reducing_.size() > keep) {
+    Reduction& r = reducing_.front();
+    r.work->wait();
+    const Unit& u = units_[r.unit];
+    grads_.narrow(0, u.at, u.owned).add_(r.out);
+    reducing_.pop_front();
+  }
+}
+
+void ShardedParams::progress() {
+  for (Reduction& r : reducing_) r.work->test();  // NOTE [Progress]
+  while (!reducing_.empty() && reducing_.front().work->test()) complete_reductions(reducing_.size() - 1);
+  for (size_t u : resident_)
+    if (units_[u].gathering) units_[u].gathering->test();
+}
+
+int64_t ShardedParams::whole_bytes() const {
+  int64_t bytes = 0;
+  for (const Unit& u : units_)
+    if (u.whole.defined()) bytes += u.padded * static_cast<int64_t>(u.whole.element_size());
+  return bytes;
+}
+
+void ShardedParams::zero_grad() { grads_.zero_(); }
+
+double ShardedParams::step(double lr, double clip, std::pair<double, double> extra,
+                           const std::function<void(double)>& before_update) {
+  complete_reductions(0);
+  if (across_ != nullptr && across_->size() > 1) across_->all_reduce(grads_, dist::ReduceOp::Sum);  // hybrid
+  // Squared norms of the owned ranges: [replicated, tp-sharded] parameters; summed over the shard
+  // group, the tp-sharded part also over tp.
+  std::vector<nn::Param*> owned;
+  for (nn::Param& p : owned_params_) owned.push_back(&p);
+  auto [replicated, sharded] = optim::grad_norm_squares(owned);
+  at::Tensor sums = at::tensor({replicated, sharded}, at::TensorOptions().dtype(at::kDouble));
+  shard_.all_reduce(sums, dist::ReduceOp::Sum);
+  const double norm = optim::combine_norm_squares(sums[0].item<double>() + extra.first,
+                                                  sums[1].item<double>() + extra.second, tp_, &pp_);
+  if (before_update) before_update(norm);
+  const double factor = optim::clip_factor(norm, clip);
+  if (factor != 1.0) grads_.mul_(factor);
+  adamw_->step(lr);
+  refresh_units();
+  return norm;
+}
+
+void ShardedParams::refresh_units() {
+  if (options_.zero != 2) return;
+  std::vector<dist::WorkPtr> works;
+  for (Unit& u : units_) works.push_back(shard_.all_gather_async(owned_value(u).clone(), u.whole));
+  for (auto& w : works) w->wait();
+}
+
+at::Tensor ShardedParams::full_value(const nn::Param& p) {
+  if (options_.zero == 2) return p.value;
+  for (const Unit& u : units_) {
+    for (const Slot& s : u.slots) {
+      if (s.param != &p) continue;
+      at::Tensor whole = at::empty({u.padded}, values_.options());
+      shard_.all_gather(owned_value(u), whole);
+      return whole.narrow(0, s.offset, s.numel).view(s.shape).clone();
+    }
+  }
+  throw Error(fmt::format("[zero] {} is not a sharded parameter of this rank", p.name));
+}
+
+}  // namespace loom::replicas

@@ -1,0 +1,129 @@
+#pragma once
+// NOTE [Fully sharded data parallelism]: parallel.zero = 2 and 3. The dense parameters of each
+// layer (those that first appear in it, in the rank's model order: a table tied to the head
+// belongs to the embedding's layer and is needed by both) form a unit: one flat vector of the
+// parameters' local (tp) parts, padded to a multiple of the shard group's size n and placed
+// Shard(0) over it (NOTE [Placements]). Rank r of the group owns elements [r S, (r + 1) S) of
+// every unit, S = padded / n: their float32 (master) values, their gradient sum and their AdamW
+// moments. The parts of parameters inside an owned range update exactly as the whole parameter
+// would (AdamW is elementwise), so every layout trains the serial model.
+//   - zero = 2: every unit stays whole on every rank (the owned range is a view of it); a
+//     micro-batch's gradient of a layer is written into a fresh buffer (Partial), reduce-scattered
+//     into the owned range's sum as soon as the layer's weight gradient is done, and freed; after
+//     the update each unit is all-gathered.
+//   - zero = 3: a unit is whole only from need() to the action's end (NOTE [Sharded parameters]):
+//     all-gathered just before the layer's forward and again before its backward, the next
+//     layer's gather started while the current one computes, freed when the action ends. Between
+//     uses a parameter's `value` is undefined, so a stray read fails at once instead of reading
+//     stale numbers. Under mixed precision the gathered values are rounded to the compute type
+//     beside them (NOTE [Mixed precision]).
+// Reduce-scatters of one micro-batch's gradient overlap the backward of the next layers; at most
+// kInFlight are outstanding, so their buffers stay bounded. With parallel.shard_group = g < dp
+// (hybrid) a group is g dp ranks (times sp), and the owned sums are all-reduced across the dp / g
+// groups that own the same range before the update. The trade against ZeRO-1's one reduce-scatter
+// per step: one per micro-batch per layer, each 1 / (micro-batches) of the bytes times as many
+// calls, for a gradient that is never whole for longer than a layer's backward.
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "loom/dist/communicator.h"
+#include "loom/models/model.h"
+#include "loom/nn/param_residency.h"
+#include "loom/optim/adamw.h"
+
+namespace loom::replicas {
+
+struct ShardedOptions {
+  int zero = 3;  // 2 or 3
+  optim::AdamWOptions adamw;
+  std::optional<at::ScalarType> wire;  // the type gradients are reduce-scattered in (parallel.grad_dtype)
+  at::ScalarType activations = at::kFloat;  // the products' type (a gathered value's compute copy)
+};
+
+class ShardedParams final : public nn::ParamResidency {
+ public:
+  // `shard`: the group a unit is sharded over; `across`: the groups that own the same ranges
+  // (hybrid), null when there are none; `tp`, `pp`: the other groups the gradient norm spans.
+  // `model`'s parameters are initialised; from here on they live here.
+  ShardedParams(models::Model& model, dist::Communicator& shard, dist::Communicator* across, dist::Communicator& tp,
+                dist::Communicator& pp, const ShardedOptions& options);
+  ~ShardedParams() override;
+
+  void need(size_t layer, std::optional<size_t> next) override;
+  void before_weight_gradient(size_t layer) override;
+  void after_weight_gradient(size_t layer) override;
+  void action_done() override;
+
+  void zero_grad();
+  // As ShardedAdamW::step: waits for the reductions, returns the global gradient norm before
+  // clipping, runs `before_update(norm)` before any value changes, updates the owned ranges and
+  // (zero = 2) gathers the units.
+  double step(double lr, double clip, std::pair<double, double> extra, const std::function<void(double)>& before_update);
+  // A parameter's whole value (its tp part); collective over the shard group under zero = 3.
+  at::Tensor full_value(const nn::Param& p);
+  // After the owned ranges were assigned (a resume): zero = 2 gathers the units again.
+  void refresh_units();
+
+  // The parts of parameters inside this rank's owned ranges, as ShardedAdamW::Part, with their value.
+  struct Part {
+    nn::Param* param;
+    int64_t begin;
+    at::Tensor value;
+  };
+  const std::vector<Part>& parts() const { return parts_; }
+  const optim::AdamW& adamw() const { return *adamw_; }
+  optim::AdamW& adamw() { return *adamw_; }
+  // Bytes of the units now whole on this rank (zero = 3: the gathered working set), and the most
+  // at once since the last reset.
+  int64_t gathered_peak_bytes() const { return gathered_peak_; }
+
+ private:
+  struct Slot {
+    nn::Param* param;
+    int64_t offset, numel;
+    std::vector<int64_t> shape;  // the local (tp) part's
+  };
+  struct Reduction {
+    dist::WorkPtr work;
+    at::Tensor out;  // the owned range's share of one micro-batch, in the wire type
+    size_t unit;
+  };
+  struct Unit {
+    std::vector<Slot> slots;
+    int64_t padded = 0, owned = 0;  // elements of the whole vector and of each rank's range
+    int64_t at = 0;                 // where the owned range starts in values_ and grads_
+    at::Tensor whole;               // while whole on this rank
+    dist::WorkPtr gathering;        // zero = 3: its all-gather in flight
+    at::Tensor grad;                // a micro-batch's gradient being written
+  };
+  at::Tensor owned_value(const Unit& u) const;
+  void start_gather(size_t unit);
+  void finish_gather(size_t unit);  // the unit whole, its parameters viewing it
+  void release(size_t unit);
+  void reduce(size_t unit);
+  void complete_reductions(size_t keep);  // until at most `keep` are in flight
+  void progress();
+  int64_t whole_bytes() const;
+
+  ShardedOptions options_;
+  dist::Communicator& shard_;
+  dist::Communicator* across_;
+  dist::Communicator& tp_;
+  dist::Communicator& pp_;
+  at::ScalarType wire_;
+  std::vector<Unit> units_;
+  std::vector<std::vector<size_t>> layer_units_;  // per layer of the model: the units it reads
+  at::Tensor values_;  // zero = 3: every owned range, one after another
+  at::Tensor grads_;   // the owned ranges' gradient sums
+  std::deque<Reduction> reducing_;
+  std::vector<size_t> resident_;  // zero = 3: the units whole now
+  std::vector<nn::Param> owned_params_;
+  std::vector<Part> parts_;
+  std::unique_ptr<optim::AdamW> adamw_;
+  int64_t gathered_peak_ = 0;
+};
+
+}  // namespace loom::replicas
