@@ -70,6 +70,16 @@ std::vector<Layout> layouts() {
       {"serial_bf16", 1, [](Config& c) { c.model.dtype = DType::BFloat16; }},
       {"dp2_bf16", 2, [](Config& c) { c.model.dtype = DType::BFloat16, c.parallel.dp = 2; }},
       {"pp2_bf16", 2, [](Config& c) { c.model.dtype = DType::BFloat16, c.parallel.pp = 2; }},
+      // ZeRO-2/3: the owned ranges and the largest layer's working set (NOTE [Fully sharded data
+      // parallelism]).
+      {"dp2_zero2", 2, [](Config& c) { c.parallel.dp = 2, c.parallel.zero = 2; }},
+      {"dp2_zero3", 2, [](Config& c) { c.parallel.dp = 2, c.parallel.zero = 3; }},
+      {"dp4_zero3", 4, [](Config& c) { c.parallel.dp = 4, c.parallel.zero = 3, c.train.global_batch = 16; }},
+      {"dp4_zero3_groups2", 4,
+       [](Config& c) { c.parallel.dp = 4, c.parallel.zero = 3, c.parallel.shard_group = 2, c.train.global_batch = 16; }},
+      {"pp2_dp2_zero3", 4,
+       [](Config& c) { c.parallel.pp = 2, c.parallel.dp = 2, c.parallel.zero = 3, c.train.global_batch = 16; }},
+      {"dp2_zero3_bf16", 2, [](Config& c) { c.model.dtype = DType::BFloat16, c.parallel.dp = 2, c.parallel.zero = 3; }},
   };
 }
 

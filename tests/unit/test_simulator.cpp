@@ -178,6 +178,52 @@ TEST(Simulator, BucketsHideUnderTheBackwardWhenTheLinkIsFast) {
   EXPECT_NEAR(slow.step_s, s.back().end + slow.optimizer_s, near(slow.step_s));
 }
 
+// NOTE [Fully sharded data parallelism] in the plan: at dp = 4 in float32, ZeRO-1 keeps a quarter
+// of the moments, ZeRO-2 of the gradients too, ZeRO-3 of everything; the working set is only
+// ZeRO-2/3's, held by the largest layer's neighbourhood; a hybrid group of 2 keeps half.
+TEST(ShardedPlan, EachStageKeepsItsShareAndTheWorkingSet) {
+  auto memory = [](int64_t zero, int64_t group) {
+    Config c = gpt(4, 1);
+    c.parallel.zero = zero, c.parallel.shard_group = group;
+    return make_plan(c, 4, CostModel{}).stages.front().memory;
+  };
+  const MemoryEstimate zero0 = memory(0, 0), zero1 = memory(1, 0), zero2 = memory(2, 0), zero3 = memory(3, 0);
+  const double p = zero0.params;  // every dense parameter's float32 value
+  EXPECT_NEAR(zero0.grads, p, near(p));
+  EXPECT_NEAR(zero0.moments, 2 * p, near(p));
+  EXPECT_NEAR(zero1.moments, 2 * p / 4, near(p));
+  EXPECT_NEAR(zero2.params, p, near(p));
+  EXPECT_NEAR(zero2.grads, p / 4, near(p));
+  EXPECT_NEAR(zero2.moments, 2 * p / 4, near(p));
+  EXPECT_NEAR(zero3.weights, 4 * p / 4, near(p));
+  EXPECT_NEAR(zero3.weights, zero3.params + zero3.grads + zero3.moments, near(p));
+  EXPECT_EQ(zero0.gathered, 0);
+  EXPECT_EQ(zero1.gathered, 0);
+  EXPECT_GT(zero2.gathered, 0);
+  EXPECT_GT(zero3.gathered, zero2.gathered) << "ZeRO-3 also holds gathered values";
+  EXPECT_LT(zero3.gathered, p) << "a layer's neighbourhood, not the model";
+  EXPECT_NEAR(memory(3, 2).weights, 4 * p / 2, near(p)) << "hybrid: a group of 2 holds half each";
+}
+
+// The simulator prices ZeRO-2/3's traffic: per micro-batch reduce-scatters (and ZeRO-3's gathers)
+// on one channel beside the compute. On a slow link it lengthens the step, ZeRO-3's more; on a
+// fast one it hides.
+TEST(ShardedPlan, TheSimulatorCostsGathersAndReduceScatters) {
+  auto step = [](int64_t zero, double link) {
+    Config c = gpt(2, 1);
+    c.parallel.zero = zero;
+    c.parallel.sparse = SparseMode::Off;
+    return simulate_step(c, ideal_cluster(link), 2);
+  };
+  const StepPrediction slow2 = step(2, 1e7), slow3 = step(3, 1e7), fast3 = step(3, 1e13);
+  EXPECT_GT(slow3.step_s, slow2.step_s);
+  EXPECT_GT(slow2.gradient_tail_s, 0);
+  EXPECT_LT(fast3.gradient_tail_s, 1e-3 * fast3.step_s);
+  bool traffic = false;
+  for (const Span& s : slow3.after_pipeline) traffic |= s.track == "gradients";
+  EXPECT_TRUE(traffic);
+}
+
 // Every layer kept: each rank's replayed activations are the micro-batches the schedule
 // validator says it holds at once times what one micro-batch keeps on that rank.
 TEST(Simulator, ActivationsAreTheValidatorsStashTimesTheKeptBytes) {

@@ -290,12 +290,15 @@ Prediction predict(const MemoryModel& m, const std::vector<int64_t>& cuts, const
 namespace {
 
 double fixed_of(const MemoryModel& m, const std::vector<int64_t>& cuts, int64_t rank) {
-  double bytes = 0;
+  double bytes = 0, working = 0;
   for (int64_t c = 0; c < m.schedule.chunks; ++c) {
     const int64_t v = m.schedule.virtual_stage(rank, c);
-    for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) bytes += m.layers[i].fixed_bytes;
+    for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) {
+      bytes += m.layers[i].fixed_bytes;
+      working = std::max(working, m.layers[i].working_bytes);
+    }
   }
-  return bytes;
+  return bytes + working;
 }
 
 int64_t rank_of_layer(const MemoryModel& m, const std::vector<int64_t>& cuts, int64_t layer) {

@@ -52,6 +52,10 @@ struct LayerCosts {
   double input_bytes = 0;      // what a recomputing layer keeps instead: its input
   double workspace_bytes = 0;  // temporaries at the layer's busiest moment
   double fixed_bytes = 0;      // what no policy changes: parameters, gradients, moments, table rows
+  // ZeRO-2/3: what the rank holds of this layer only while it runs (its gathered values and their
+  // compute copy under ZeRO-3, its micro-batch gradients until reduced: NOTE [Fully sharded data
+  // parallelism]); a rank's stage adds its largest layer's, once.
+  double working_bytes = 0;
 };
 
 // A recomputing layer's busiest moment: its state rebuilt, and its backward's gradients of that

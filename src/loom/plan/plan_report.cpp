@@ -156,12 +156,16 @@ std::string RunPlan::describe() const {
     const MemoryEstimate& m = stage.memory;
     text += fmt::format(
         "# stage {}: {} layers ({} .. {}), {} recomputed, {} swapped; predicted peak per rank {}: "
-        "weights+grads+moments {}, activations {} ({} micro-batch{} in flight), sparse rows {}, transient {}{}{}{}\n",
+        "weights+grads+moments {} ({}), activations {} ({} micro-batch{} in flight), sparse rows {}, transient {}{}{}{}{}\n",
         s, stage.layers.size(), chain[stage.layers.front()].name, chain[stage.layers.back()].name, recomputed, swapped,
-        format_bytes(m.total()), format_bytes(m.weights), format_bytes(m.activations), m.stashed,
+        format_bytes(m.total()), format_bytes(m.weights),
+        fmt::format("parameters {}, gradients {}, moments {}", format_bytes(m.params), format_bytes(m.grads),
+                    format_bytes(m.moments)),
+        format_bytes(m.activations), m.stashed,
         m.stashed == 1 ? "" : "es", format_bytes(m.sparse), format_bytes(m.transient),
         m.boundary > 0 ? fmt::format(", stage-boundary messages {}", format_bytes(m.boundary)) : "",
         m.checkpoint > 0 ? fmt::format(", async checkpoint copy {}", format_bytes(m.checkpoint)) : "",
+        m.gathered > 0 ? fmt::format(", gathered working set {}", format_bytes(m.gathered)) : "",
         m.host > 0 ? fmt::format("; swap tier (host) {}", format_bytes(m.host)) : "");
     text += policy_lines(*this, stage);
     for (const auto& [axis, bytes] : stage.comm_bytes)
@@ -183,7 +187,9 @@ nlohmann::json RunPlan::to_json() const {
     }
     const MemoryEstimate& m = stage.memory;
     stages_json.push_back({{"virtual_stages", stage.virtual_stages}, {"layers", layers},
-                           {"memory", {{"weights", m.weights}, {"activations", m.activations}, {"sparse", m.sparse},
+                           {"memory", {{"weights", m.weights}, {"params", m.params}, {"grads", m.grads},
+                                       {"moments", m.moments}, {"gathered", m.gathered},
+                                       {"activations", m.activations}, {"sparse", m.sparse},
                                        {"transient", m.transient}, {"boundary", m.boundary}, {"checkpoint", m.checkpoint}, {"host", m.host},
                                        {"stashed_microbatches", m.stashed}, {"total", m.total()}}},
                            {"comm_bytes_per_step", stage.comm_bytes}});

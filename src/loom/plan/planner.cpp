@@ -37,8 +37,8 @@ struct Candidate {
 
 std::string layout_key(const Config& c) {
   const auto& p = c.parallel;
-  return fmt::format("{} {} {} {} {} {} {} {} {} {}", p.dp, p.tp, p.pp, p.sp, p.sp_mode.name(), c.train.micro_batch,
-                     p.schedule, p.chunks, p.zero, p.tp_sequence);
+  return fmt::format("{} {} {} {} {} {} {} {} {} {} {}", p.dp, p.tp, p.pp, p.sp, p.sp_mode.name(), c.train.micro_batch,
+                     p.schedule, p.chunks, p.zero, p.shard_group, p.tp_sequence);
 }
 
 // A candidate whose estimate exceeds the K-th best simulated step by more than this is not
@@ -61,7 +61,15 @@ void apply_memory(Config& c, MemoryMode mode) {
 double weight_bound(const Config& c, double params) {
   const double master = c.model.dtype == DType::Float64 ? 8 : 4, copy = c.model.dtype == DType::BFloat16 ? 2 : 0;
   const double local = params / static_cast<double>(c.parallel.tp * c.parallel.pp);
-  return local * (2 * master + copy) + local * 2 * master / static_cast<double>(c.parallel.zero == 1 ? c.parallel.dp : 1);
+  const auto& p = c.parallel;
+  // ZeRO-2/3 shard over the shard group (NOTE [Fully sharded data parallelism]); ZeRO-1 over dp.
+  const auto n = static_cast<double>((p.shard_group > 0 ? p.shard_group : p.dp) * (p.zero >= 2 ? p.sp : 1));
+  switch (p.zero) {
+    case 0: return local * (4 * master + copy);
+    case 1: return local * (2 * master + copy) + local * 2 * master / static_cast<double>(p.dp);
+    case 2: return local * (master + copy) + local * 3 * master / n;
+    default: return local * 4 * master / n;
+  }
 }
 
 double peak_of(const StepPrediction& p) {
@@ -104,6 +112,7 @@ class Search {
   }
 
   std::vector<Candidate> enumerate(PlanResult& result);
+  std::vector<int64_t> shard_groups(int64_t zero, int64_t dp, int64_t dp_per_node) const;
   void simulate(std::vector<Candidate> candidates, PlanResult& result);
 
  private:
@@ -224,6 +233,15 @@ void Search::add_schedules(Config c, PlanResult& result, std::vector<Candidate>&
   }
 }
 
+// ZeRO-2/3's shard groups: all of dp, and, when dp spans nodes, the dp ranks of one node (hybrid:
+// the reduce-scatters and gathers stay inside a node, one all-reduce of the shards crosses them).
+std::vector<int64_t> Search::shard_groups(int64_t zero, int64_t dp, int64_t dp_per_node) const {
+  if (zero < 2) return {0};
+  std::vector<int64_t> groups{0};
+  if (dp_per_node > 1 && dp_per_node < dp && dp % dp_per_node == 0) groups.push_back(dp_per_node);
+  return choices<int64_t>("shard_group", base_.parallel.shard_group, groups);
+}
+
 std::vector<Candidate> Search::enumerate(PlanResult& result) {
   std::vector<Candidate> out;
   const int64_t node = cluster().devices_per_node;
@@ -238,15 +256,18 @@ std::vector<Candidate> Search::enumerate(PlanResult& result) {
           for (SpMode mode : sp > 1 ? choices<SpMode>("sp_mode", base_.parallel.sp_mode,
                                                       {SpMode::AllGather, SpMode::Ring, SpMode::Ulysses})
                                     : std::vector{base_.parallel.sp_mode.value})
-            for (int64_t zero : dp > 1 ? choices<int64_t>("zero", base_.parallel.zero, {0, 1}) : std::vector<int64_t>{0})
-              for (bool seq : tp > 1 ? choices("tp_sequence", base_.parallel.tp_sequence, {false, true})
-                                     : std::vector{false}) {
-                Config c = base_;
-                c.parallel.dp = dp, c.parallel.tp = tp, c.parallel.pp = pp, c.parallel.sp = sp;
-                c.parallel.sp_mode = mode, c.parallel.zero = zero, c.parallel.tp_sequence = seq;
-                c.train.micro_batch = mb;
-                add_schedules(std::move(c), result, out);
-              }
+            for (int64_t zero : dp > 1 ? choices<int64_t>("zero", base_.parallel.zero, {0, 1, 2, 3}) : std::vector<int64_t>{0})
+              for (int64_t group : shard_groups(zero, dp, node / (tp * sp)))
+                for (bool seq : tp > 1 ? choices("tp_sequence", base_.parallel.tp_sequence, {false, true})
+                                       : std::vector{false}) {
+                  if (zero >= 2 && seq) continue;  // not run together yet (core/config_validate.cpp)
+                  Config c = base_;
+                  c.parallel.dp = dp, c.parallel.tp = tp, c.parallel.pp = pp, c.parallel.sp = sp;
+                  c.parallel.sp_mode = mode, c.parallel.zero = zero, c.parallel.shard_group = group;
+                  c.parallel.tp_sequence = seq;
+                  c.train.micro_batch = mb;
+                  add_schedules(std::move(c), result, out);
+                }
       }
   return out;
 }
@@ -299,7 +320,8 @@ std::string layout_name(const StepPrediction& p) {
       fmt::format("dp{} tp{} pp{} sp{} mb{} {}", q.dp, q.tp, q.pp, q.sp, c.train.micro_batch, q.schedule);
   if (q.chunks > 1) layout += fmt::format("x{}", q.chunks);
   if (q.sp > 1) layout += fmt::format(" {}", q.sp_mode.name());
-  if (q.zero == 1) layout += " zero1";
+  if (q.zero > 0) layout += fmt::format(" zero{}", q.zero);
+  if (q.shard_group > 0 && q.shard_group < q.dp) layout += fmt::format("/{}", q.shard_group);
   if (q.tp_sequence) layout += " tp-seq";
   layout += c.memory.policy == PolicyMode::Auto ? " mem-auto"
             : c.memory.recompute == Recompute::Full ? " recompute" : "";
@@ -323,7 +345,7 @@ PlanResult plan_layouts(const Config& config, const Cluster& cluster, int64_t gp
     LOOM_CHECK_INPUT(std::find_if(std::begin(kLayoutKeys), std::end(kLayoutKeys),
                                   [&](const char* k) { return key == k; }) != std::end(kLayoutKeys),
                      "--keep {} is not a layout key; hint: one of dp, tp, pp, sp, sp_mode, micro_batch, schedule, "
-                     "chunks, zero, tp_sequence, memory",
+                     "chunks, zero, shard_group, tp_sequence, memory",
                      key);
   PlanResult result;
   Search search(config, cluster, gpus, options, kinds);

@@ -102,25 +102,67 @@ double input_bytes(const RunPlan& plan) {
                              activation_bytes(c.model));
 }
 
+// The ranks one layer's vector is sharded over under ZeRO-2/3 (the shard group, times sp), or 1.
+int64_t shard_ways(const ParallelConfig& p) {
+  if (p.zero < 2) return 1;
+  return (p.shard_group > 0 ? p.shard_group : p.dp) * p.sp;
+}
+
+double dense_elements(const LayerPlan& layer) {
+  double n = 0;
+  for (const ParamInfo& p : layer.params)
+    if (!p.table) n += static_cast<double>(p.numel);
+  return n;
+}
+
+// ZeRO-2/3: what chain layer `i` holds while it runs (NOTE [Fully sharded data parallelism]): the
+// gradient it writes and the two before it still being reduce-scattered (its successors in the
+// chain, whose backward came first; replicas/sharded_params.cpp, kInFlight), and under ZeRO-3
+// its gathered values and their compute copy, and a neighbour's gathered ahead.
+double working_bytes(const RunPlan& plan, size_t i) {
+  const Config& c = plan.config;
+  if (c.parallel.zero < 2) return 0;
+  const auto master = static_cast<double>(master_bytes(c.model));
+  auto dense = [&](size_t at) { return at < plan.chain.size() ? dense_elements(plan.chain[at]) : 0.0; };
+  double bytes = (dense(i) + dense(i + 1) + dense(i + 2)) * master;
+  if (c.parallel.zero == 3) {
+    const double neighbour = std::max(i > 0 ? dense(i - 1) : 0.0, dense(i + 1));
+    bytes += (dense(i) + neighbour) * (master + static_cast<double>(compute_copy_bytes(c.model)));
+  }
+  return bytes;
+}
+
 // What `layers` hold whatever their memory policy: weights, table rows, the async checkpoint's copy.
 MemoryEstimate fixed_memory(const RunPlan& plan, const std::vector<int64_t>& layers) {
   const Config& c = plan.config;
-  double dense = 0, sparse = 0;  // dense: parameter elements
-  for (int64_t i : layers)
+  double dense = 0, sparse = 0, working = 0;  // dense: parameter elements
+  for (int64_t i : layers) {
     for (const ParamInfo& p : plan.chain[i].params)
       if (p.table) sparse += sparse_bytes(plan, p);
       else dense += static_cast<double>(p.numel);
-  // Value and gradient (and a product copy under mixed precision); ZeRO-1 keeps 1/dp of the two
-  // AdamW moments.
+    working = std::max(working, working_bytes(plan, static_cast<size_t>(i)));
+  }
+  // Value and gradient (and a product copy under mixed precision) and the two AdamW moments:
+  // ZeRO-1 keeps 1/dp of the moments; ZeRO-2 1/n of the gradients too (n: the shard group), ZeRO-3
+  // 1/n of the values as well, and no product copy between the layers' passes.
   const auto master = static_cast<double>(master_bytes(c.model));
-  const double moments = 2 * dense * master / (c.parallel.zero == 1 ? static_cast<double>(c.parallel.dp) : 1);
+  const auto copy = static_cast<double>(compute_copy_bytes(c.model));
+  const auto n = static_cast<double>(shard_ways(c.parallel));
+  const int64_t zero = c.parallel.zero;
+  const double params = zero == 3 ? dense * master / n : dense * (master + copy);
+  const double grads = zero >= 2 ? dense * master / n : dense * master;
+  const double moments = 2 * dense * master / (zero == 1 ? static_cast<double>(c.parallel.dp) : zero >= 2 ? n : 1.0);
   // An async checkpoint copies what this rank writes: the replicas share the stage's values and
   // moments (NOTE [Checkpoints]); a sparse owner writes its own rows.
   const bool async = !c.checkpoint.dir.empty() && c.checkpoint.async;
   const double replicas = static_cast<double>(c.parallel.dp * c.parallel.sp);
-  return {.weights = dense * (2 * master + static_cast<double>(compute_copy_bytes(c.model))) + moments,
+  return {.weights = params + grads + moments,
           .sparse = sparse,
-          .checkpoint = async ? 3 * dense * master / replicas + sparse : 0};
+          .params = params,
+          .grads = grads,
+          .moments = moments,
+          .checkpoint = async ? 3 * dense * master / replicas + sparse : 0,
+          .gathered = working};
 }
 
 // The chain as the memory cost model sees it (NOTE [Memory cost model]).
@@ -140,7 +182,8 @@ MemoryModel memory_model(const RunPlan& plan) {
                         .saved_bytes = l.cost.saved_bytes,
                         .input_bytes = input,
                         .workspace_bytes = l.cost.workspace_bytes,
-                        .fixed_bytes = fixed.weights + fixed.sparse + fixed.checkpoint});
+                        .fixed_bytes = fixed.weights + fixed.sparse + fixed.checkpoint,
+                        .working_bytes = fixed.gathered});
   }
   return m;
 }
@@ -152,7 +195,23 @@ std::map<std::string, double> comm_volume(const RunPlan& plan, int64_t pp_rank, 
   // Gradients cross the replicas in parallel.grad_dtype's width, or their own.
   const int64_t grad_bytes = p.grad_dtype == GradDType::BFloat16 ? 2 : master_bytes(c.model);
   std::map<std::string, double> comm;
-  if (replicas > 1) {
+  if (replicas > 1 && p.zero >= 2) {
+    // Per local micro-batch each layer's vector (padded to the group) is reduce-scattered; ZeRO-3
+    // gathers it before its forward and its backward, ZeRO-2 once after the update. Hybrid groups
+    // all-reduce the owned sums across (NOTE [Fully sharded data parallelism]).
+    const int64_t group = shard_ways(p), across = replicas / group, m = plan.schedule.microbatches;
+    int64_t padded = 0;
+    for (int64_t i : layers) {
+      int64_t mine = 0;
+      for (const ParamInfo& param : plan.chain[i].params)
+        if (!param.table) mine += param.numel;
+      padded += (mine + group - 1) / group * group;
+    }
+    const int64_t owned = padded / group, master = master_bytes(c.model);
+    comm[across > 1 ? "dp_shard" : p.sp > 1 ? "dp_sp" : "dp"] =
+        static_cast<double>(m * padded * grad_bytes + (p.zero == 3 ? 2 * m : 1) * owned * master);
+    if (across > 1) comm["dp_across"] = static_cast<double>(owned * master);
+  } else if (replicas > 1) {
     int64_t dense = 0;
     for (int64_t i : layers)
       for (const ParamInfo& param : plan.chain[i].params)

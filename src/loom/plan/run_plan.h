@@ -52,16 +52,23 @@ struct LayerPlan {
 // gradients of it, plus its temporaries, nn::Cost::workspace_bytes).
 struct MemoryEstimate {
   double weights = 0, activations = 0, sparse = 0, transient = 0;
+  // The weights' parts: the dense parameters' values (with their compute copy), gradients and
+  // AdamW moments this rank keeps between steps.
+  double params = 0, grads = 0, moments = 0;
   // The stage boundaries' messages held at the peak beyond the activations: outputs and input
   // gradients sent, output gradients received (NOTE [Stage boundaries in the replay]).
   double boundary = 0;
   // checkpoint.async: the copy of the state this rank writes (its share of the stage's weights
   // and moments over the replicas, and its sparse rows), held while the save is written.
   double checkpoint = 0;
+  // ZeRO-2/3 (NOTE [Fully sharded data parallelism]): the largest layer's working set, held only
+  // while it runs: its gathered values (and their compute copy) under ZeRO-3 with the next layer's
+  // prefetched, and the gradient buffers of one micro-batch until they are reduce-scattered.
+  double gathered = 0;
   int64_t stashed = 1;  // micro-batches held at once (the schedule's peak)
   // The swap tier's peak (host memory; not in the budget, not in total()).
   double host = 0;
-  double total() const { return weights + activations + boundary + sparse + transient + checkpoint; }
+  double total() const { return weights + activations + boundary + sparse + transient + checkpoint + gathered; }
 };
 
 struct StagePlan {

@@ -64,11 +64,51 @@ struct RankTail {
   double optimizer = 0;
 };
 
+// ZeRO-2/3 (NOTE [Fully sharded data parallelism]): each micro-batch's gradient of each layer is
+// reduce-scattered over the shard group as its backward ends, and under ZeRO-3 each layer is
+// gathered before its forward and again before its backward. That traffic runs on one channel
+// beside the compute, from the rank's first action on; what it cannot hide lengthens the step, and
+// the last micro-batch's reduce-scatter of the rank's first layer always follows its backward.
+// Then the hybrid groups' all-reduce of the owned sums, the update of the owned ranges and (ZeRO-2)
+// the gather of every layer.
+RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t rank, std::vector<Span>& timeline) {
+  const Config& c = plan.config;
+  const auto& p = c.parallel;
+  const int64_t group = (p.shard_group > 0 ? p.shard_group : p.dp) * p.sp, across = p.dp * p.sp / group;
+  const bool spans = group_spans_nodes(plan.mesh, "dp_sp", cluster.devices_per_node) && across == 1;
+  const auto m = static_cast<double>(plan.schedule.microbatches);
+  const std::vector<std::pair<int64_t, double>> ready = gradient_ready(plan, rank);
+  double params = 0;
+  for (const auto& [layer, at] : ready) params += dense_numel(plan.chain[layer]);
+  const auto& actions = plan.prediction.simulation.ranks[rank];
+  const double first = actions.empty() ? 0 : actions.front().start, end = actions.empty() ? 0 : actions.back().end;
+  const double scatter = cluster.collective_seconds(CommOp::ReduceScatter, group, params * grad_wire_bytes(c), spans);
+  const double gather = cluster.collective_seconds(CommOp::AllGather, group, params * master_bytes(c), spans);
+  const double channel = m * scatter + (p.zero == 3 ? 2 * m * gather : 0);
+  const double last = ready.empty() ? 0 : cluster.collective_seconds(CommOp::ReduceScatter, group,
+                                                                      dense_numel(plan.chain[ready.back().first]) *
+                                                                          grad_wire_bytes(c), spans);
+  RankTail tail{.reduced = std::max(first + channel, end + last)};
+  timeline.push_back({rank, "gradients", fmt::format("reduce_scatter x{:g}{}", m, p.zero == 3 ? ", all_gather" : ""),
+                      first, tail.reduced});
+  const double owned = params / static_cast<double>(group);
+  tail.optimizer = owned * optimizer_bytes_per_param(c.model.dtype) / (cluster.memory_bytes_per_s * cluster.memory_efficiency);
+  if (across > 1)
+    tail.optimizer += cluster.collective_seconds(CommOp::AllReduce, across, owned * grad_wire_bytes(c),
+                                                 group_spans_nodes(plan.mesh, "dp_sp", cluster.devices_per_node));
+  if (p.zero == 2) tail.optimizer += gather;
+  const double start = std::max(end, tail.reduced);
+  tail.end = start + tail.optimizer;
+  timeline.push_back({rank, "compute", "optimizer", start, tail.end});
+  return tail;
+}
+
 // The replicas' buckets in reverse chain order, each reduced once ready on one channel, then the
 // optimizer (and ZeRO-1's all-gather of the updated shard).
 RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, std::vector<Span>& timeline) {
   const Config& c = plan.config;
   const int64_t replicas = c.parallel.dp * c.parallel.sp;
+  if (c.parallel.zero >= 2 && replicas > 1) return finish_sharded(plan, cluster, rank, timeline);
   const bool spans = group_spans_nodes(plan.mesh, "dp_sp", cluster.devices_per_node);
   const CommOp reduce = c.parallel.zero == 1 ? CommOp::ReduceScatter : CommOp::AllReduce;
   const double bucket_bytes = c.parallel.bucket_mb * 1024 * 1024;

@@ -288,7 +288,8 @@ std::string describe_layout(const plan::StepPrediction& p) {
   if (q.sp > 1) text += fmt::format(" ({})", q.sp_mode.name());
   text += fmt::format(", micro-batch {}", c.train.micro_batch);
   if (q.pp > 1) text += fmt::format(", {}{}", q.schedule, q.chunks > 1 ? fmt::format(" x {} chunks", q.chunks) : "");
-  if (q.zero == 1) text += ", ZeRO-1";
+  if (q.zero > 0) text += fmt::format(", ZeRO-{}", q.zero);
+  if (q.shard_group > 0 && q.shard_group < q.dp) text += fmt::format(" in groups of {} dp ranks", q.shard_group);
   if (q.tp_sequence) text += ", tp_sequence";
   text += c.memory.policy == PolicyMode::Auto       ? ", memory.policy auto"
           : c.memory.recompute == Recompute::Full ? ", recompute full"
