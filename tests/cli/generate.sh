@@ -5,8 +5,9 @@
 #   checkpoint.dir or a step directory, with the key/value cache or recomputing every token.
 # - A BPE run's checkpoint generates with the tokenizer its token file's sidecar names.
 # - Sampling with a seed repeats exactly; another seed gives another text.
-# - Checkpoints saved by tp = 2 (a vocabulary of 257 padded to 258) and pp = 2 runs load into the
-#   serial model: the same float64 run in those layouts samples the very same text as serially
+# - Checkpoints saved by tp = 2 (a vocabulary of 257 padded to 258), pp = 2 and dp = 2 under ZeRO-3
+#   runs load into the serial model: the same float64 run in those layouts samples the very same
+#   text as serially
 #   (trained on data.source = "text:PATH": byte level, any vocabulary of at least 256).
 # - A prompt longer than the context is read from its end, and the run says so.
 # - Bad input, one `loom: error:` line, exit 2, nothing on stdout: a DLRM checkpoint, a missing or damaged checkpoint, out-of-range flags, a missing
@@ -71,7 +72,8 @@ cmp -s "$dir/a.txt" "$dir/b.txt" || { echo "FAIL: the same seed sampled differen
 ! cmp -s "$dir/a.txt" "$dir/c.txt" || { echo "FAIL: seeds 5 and 6 sampled the same text"; exit 1; }
 echo "ok: sampling with a seed repeats"
 
-# Layouts: the same float64 run serially, over tp = 2 and over pp = 2 samples the same text.
+# Layouts: the same float64 run serially, over tp = 2, over pp = 2 and over dp = 2 with ZeRO-3 (each
+# rank saves only its owned ranges) samples the same text.
 layout_run=(-c "$src/configs/gpt-tiny.toml" --peak-flops 1e10 --quiet --set data.source="text:$dir/text.txt"
             --set model.vocab=257 --set model.d_model=32 --set model.n_layers=2 --set model.n_heads=4
             --set model.seq_len=32 --set model.dtype=float64 --set train.steps=20 --set train.warmup=2
@@ -79,13 +81,16 @@ layout_run=(-c "$src/configs/gpt-tiny.toml" --peak-flops 1e10 --quiet --set data
 "$loom" train "${layout_run[@]}" --set checkpoint.dir="$dir/serial"
 "$src/scripts/mpirun.sh" 2 "$loom" train "${layout_run[@]}" --set parallel.tp=2 --set checkpoint.dir="$dir/tp2"
 "$src/scripts/mpirun.sh" 2 "$loom" train "${layout_run[@]}" --set parallel.pp=2 --set checkpoint.dir="$dir/pp2"
-for layout in serial tp2 pp2; do
+"$src/scripts/mpirun.sh" 2 "$loom" train "${layout_run[@]}" --set parallel.dp=2 --set parallel.zero=3 \
+  --set checkpoint.dir="$dir/zero3"
+for layout in serial tp2 pp2 zero3; do
   "$loom" generate --checkpoint "$dir/$layout" --prompt 'the quick' --temperature 1.5 --seed 9 --max-tokens 23 \
     >"$dir/$layout.txt"
 done
 cmp "$dir/serial.txt" "$dir/tp2.txt"
 cmp "$dir/serial.txt" "$dir/pp2.txt"
-echo "ok: tp = 2 and pp = 2 checkpoints sample what the serial one does"
+cmp "$dir/serial.txt" "$dir/zero3.txt"
+echo "ok: tp = 2, pp = 2 and ZeRO-3 checkpoints sample what the serial one does"
 
 # Bad input.
 "$loom" train -c "$src/configs/dlrm-sparse.toml" --peak-flops 1e10 --quiet --set parallel.dp=1 \

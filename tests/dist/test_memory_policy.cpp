@@ -24,6 +24,7 @@ struct MemoryCase {
   int64_t chunks = 1;
   std::string swap = "all", policy = "manual", partition = "compute", recompute = "none";
   bool budget = false;  // policy "auto": a budget that binds (binding_budget)
+  int zero = 0;         // parallel.zero
 };
 
 // A budget that binds but can be met: the cost model aims halfway between the largest stage's
@@ -57,6 +58,7 @@ TEST_P(PipelineMemory, MatchesTheSerialRunInFloat64) {
   c.parallel.dp = mc.dp, c.parallel.tp = mc.tp, c.parallel.pp = n / (mc.dp * mc.tp);
   c.parallel.schedule = mc.schedule;
   c.parallel.chunks = mc.chunks;
+  c.parallel.zero = mc.zero;
   if (c.parallel.pp * mc.chunks > 2 * c.model.n_layers + 3) GTEST_SKIP() << "more slices than the chain's layers";
   c.memory.swap = mc.swap, c.memory.policy = mc.policy, c.memory.recompute = mc.recompute;
   c.memory.recompute_ratio = 0.5;
@@ -95,11 +97,14 @@ INSTANTIATE_TEST_SUITE_P(
         MemoryCase{"interleaved", 1, 1, 2, "none", "auto", "compute", "none", true},
         MemoryCase{"1f1b", 2, 1, 1, "none", "auto", "auto", "none", true},
         MemoryCase{"1f1b", 1, 2, 1, "none", "auto", "memory", "none", true},
-        MemoryCase{"1f1b", 1, 1, 1, "none", "manual", "memory"}),
+        MemoryCase{"1f1b", 1, 1, 1, "none", "manual", "memory"},
+        // ZeRO-3 beside the swap tier and recomputation: gathers around the moved and rebuilt state.
+        MemoryCase{"1f1b", 2, 1, 1, "all", "manual", "compute", "none", false, 3},
+        MemoryCase{"scp", 1, 1, 1, "all", "manual", "compute", "stage-aware", false, 3}),
     [](const auto& info) {
       const MemoryCase& m = info.param;
-      std::string name = fmt::format("{}_dp{}_tp{}_chunks{}_swap{}_{}_{}_{}", m.schedule, m.dp, m.tp, m.chunks, m.swap,
-                                     m.policy, m.partition, m.recompute);
+      std::string name = fmt::format("{}_dp{}_tp{}_chunks{}_swap{}_{}_{}_{}{}", m.schedule, m.dp, m.tp, m.chunks, m.swap,
+                                     m.policy, m.partition, m.recompute, m.zero ? fmt::format("_zero{}", m.zero) : "");
       std::erase(name, '-');
       return name;
     });

@@ -60,6 +60,12 @@ const Layout kLayouts[] = {
     {"dp", [](Config& c, int n) { c.parallel.dp = n; }},
     {"dp_zero", [](Config& c, int n) { c.parallel.dp = n, c.parallel.zero = 1; }},
     {"dp_bf16_grads", [](Config& c, int n) { c.parallel.dp = n, c.parallel.grad_dtype = "bfloat16"; }},
+    // ZeRO-2/3: float32 owned ranges, bfloat16 copies of the gathered values (NOTE [Fully sharded
+    // data parallelism]), and their gradients reduce-scattered in bfloat16.
+    {"dp_zero2", [](Config& c, int n) { c.parallel.dp = n, c.parallel.zero = 2; }},
+    {"dp_zero3", [](Config& c, int n) { c.parallel.dp = n, c.parallel.zero = 3; }},
+    {"dp_zero3_bf16_grads",
+     [](Config& c, int n) { c.parallel.dp = n, c.parallel.zero = 3, c.parallel.grad_dtype = "bfloat16"; }},
     {"tp", [](Config& c, int n) { c.parallel.tp = n; }},
     {"tp_sequence", [](Config& c, int n) { c.parallel.tp = n, c.parallel.tp_sequence = true; }},
     {"pp", [](Config& c, int n) { c.parallel.pp = n; }},

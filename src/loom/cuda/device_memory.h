@@ -18,6 +18,8 @@ namespace loom::cuda {
 // this build has no CUDA.
 int64_t device_peak_bytes(int gpu);
 void reset_device_peak(int gpu);
+// The bytes the rank's tensors hold on `gpu` now.
+int64_t device_live_bytes(int gpu);
 // The GPU's memory in bytes, as the driver reports it.
 int64_t device_total_bytes(int gpu);
 // Bounds what the allocator may reserve on `gpu` to `bytes` (0: the whole GPU again).

@@ -23,6 +23,8 @@ int64_t device_peak_bytes(int) { throw Error(kNone); }
 
 void reset_device_peak(int) { throw Error(kNone); }
 
+int64_t device_live_bytes(int) { throw Error(kNone); }
+
 int64_t device_total_bytes(int) { throw Error(kNone); }
 
 void set_device_budget(int, int64_t) { throw Error(kNone); }

@@ -24,7 +24,8 @@ ReplicaOptimizer::ReplicaOptimizer(models::Model& model, dist::Communicator& rep
     }
     fsdp_ = std::make_unique<ShardedParams>(model, *shard, across_groups_.get(), tp, pp,
                                             ShardedOptions{.zero = options.zero, .adamw = options_.adamw,
-                                                           .wire = options.grad_wire, .activations = options.activations});
+                                                           .wire = options.grad_wire, .activations = options.activations,
+                                                           .initialise = options.initialise});
     return;
   }
   flat_ = std::make_unique<FlatParams>(model, replicas.size());
@@ -46,6 +47,7 @@ auto ReplicaOptimizer::timed(const Timeline& timeline, const char* name, const c
 }
 
 void ReplicaOptimizer::pull(const std::vector<nn::MicroBatch>& microbatches, const Timeline& timeline) {
+  if (fsdp_) fsdp_->set_timeline(timeline);  // the step's gathers and reduce-scatters
   timed(timeline, "sparse_pull", "communication", [&] {
     sparse_->pull(microbatches);
     return 0;

@@ -20,6 +20,7 @@
 #include "loom/replicas/sharded_adamw.h"
 #include "loom/replicas/sharded_params.h"
 #include "loom/replicas/sparse_tables.h"
+#include "loom/replicas/timeline.h"
 
 namespace loom::replicas {
 
@@ -32,11 +33,9 @@ struct ReplicaOptions {
   // The type gradients cross the replicas in (parallel.grad_dtype); nullopt: their own.
   std::optional<at::ScalarType> grad_wire;
   at::ScalarType activations = at::kFloat;  // the products' type (ZeRO-3's gathered compute copies)
+  // ZeRO-2/3: makes a dense parameter's value as its layer is sharded (ShardedOptions::initialise).
+  std::function<void(nn::Param&)> initialise;
 };
-
-// An interval of the step for the trace: (name, category, begin, end); may be empty.
-using Timeline = std::function<void(const char*, const char*, std::chrono::steady_clock::time_point,
-                                    std::chrono::steady_clock::time_point)>;
 
 class ReplicaOptimizer {
  public:

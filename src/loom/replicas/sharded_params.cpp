@@ -34,17 +34,23 @@ ShardedParams::ShardedParams(models::Model& model, dist::Communicator& shard, di
         continue;
       }
       unit_of[p] = units_.size();
-      unit.slots.push_back({p, unit.padded, p->numel(), p->value.sizes().vec()});
+      std::vector<int64_t> shape = p->full_shape;
+      if (p->shard.dim >= 0) shape[static_cast<size_t>(p->shard.dim)] = p->shard.length;
+      unit.slots.push_back({p, unit.padded, p->numel(), std::move(shape)});
       unit.padded += p->numel();
     }
     if (!unit.slots.empty()) {
+      const std::string& name = unit.slots.front().param->name;
+      unit.label = name.substr(0, name.rfind('.'));
       add_unique(reads, units_.size());
       units_.push_back(std::move(unit));
     }
     layer_units_.push_back(std::move(reads));
   }
   LOOM_CHECK(!units_.empty(), "[zero] the model has no dense parameters");
-  const at::TensorOptions master = units_.front().slots.front().param->value.options();
+  nn::Param& first = *units_.front().slots.front().param;
+  if (options.initialise && !first.value.defined()) options.initialise(first);
+  const at::TensorOptions master = first.value.options();
   wire_ = options.wire.value_or(master.dtype().toScalarType());
   const int n = shard.size(), r = shard.rank();
   int64_t total = 0;
@@ -59,6 +65,7 @@ ShardedParams::ShardedParams(models::Model& model, dist::Communicator& shard, di
   for (Unit& u : units_) {
     at::Tensor whole = at::zeros({u.padded}, master);
     for (const Slot& s : u.slots) {
+      if (options.initialise && !s.param->value.defined()) options.initialise(*s.param);
       s.param->grad.reset();  // the model's own buffers go as each unit takes their place
       whole.narrow(0, s.offset, s.numel).copy_(s.param->value.reshape({-1}));
       if (options.zero == 2) {
@@ -100,6 +107,8 @@ void ShardedParams::start_gather(size_t unit) {
   Unit& u = units_[unit];
   if (u.whole.defined()) return;
   u.whole = at::empty({u.padded}, values_.options());
+  u.gather_start = Clock::now();
+  u.gather_traced = false;
   u.gathering = shard_.all_gather_async(owned_value(u), u.whole);
   resident_.push_back(unit);
   gathered_peak_ = std::max(gathered_peak_, whole_bytes());
@@ -110,6 +119,7 @@ void ShardedParams::finish_gather(size_t unit) {
   if (!u.gathering) return;
   u.gathering->wait();
   u.gathering.reset();
+  if (!u.gather_traced) trace("gather " + u.label, u.gather_start);
   for (const Slot& s : u.slots) {
     s.param->value = u.whole.narrow(0, s.offset, s.numel).view(s.shape);
     nn::refresh_compute(*s.param, options_.activations);
@@ -170,7 +180,7 @@ void ShardedParams::reduce(size_t unit) {
   if (!u.grad.defined()) return;
   complete_reductions(kInFlight - 1);
   const at::Tensor input = nn::to_type(u.grad, wire_);
-  Reduction r{.out = at::empty({u.owned}, input.options()), .unit = unit};
+  Reduction r{.out = at::empty({u.owned}, input.options()), .unit = unit, .start = Clock::now()};
   r.work = shard_.reduce_scatter_async(input, r.out, dist::ReduceOp::Sum);  // the Work keeps `input`
   for (const Slot& s : u.slots) s.param->grad.reset();
   u.grad.reset();
@@ -182,6 +192,7 @@ void ShardedParams::complete_reductions(size_t keep) {
     Reduction& r = reducing_.front();
     r.work->wait();
     const Unit& u = units_[r.unit];
+    trace("reduce_scatter " + u.label, r.start);
     grads_.narrow(0, u.at, u.owned).add_(r.out);
     reducing_.pop_front();
   }
@@ -190,8 +201,17 @@ void ShardedParams::complete_reductions(size_t keep) {
 void ShardedParams::progress() {
   for (Reduction& r : reducing_) r.work->test();  // NOTE [Progress]
   while (!reducing_.empty() && reducing_.front().work->test()) complete_reductions(reducing_.size() - 1);
-  for (size_t u : resident_)
-    if (units_[u].gathering) units_[u].gathering->test();
+  for (size_t unit : resident_) {
+    Unit& u = units_[unit];
+    if (u.gathering && !u.gather_traced && u.gathering->test()) {  // seen complete: its span ends here
+      trace("gather " + u.label, u.gather_start);
+      u.gather_traced = true;
+    }
+  }
+}
+
+void ShardedParams::trace(const std::string& what, Clock::time_point start) {
+  if (timeline_) timeline_(what.c_str(), kShardedTraffic, start, Clock::now());
 }
 
 int64_t ShardedParams::whole_bytes() const {

@@ -23,7 +23,9 @@
 // groups that own the same range before the update. The trade against ZeRO-1's one reduce-scatter
 // per step: one per micro-batch per layer, each 1 / (micro-batches) of the bytes times as many
 // calls, for a gradient that is never whole for longer than a layer's backward.
+#include <chrono>
 #include <deque>
+#include <string>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -33,6 +35,7 @@
 #include "loom/models/model.h"
 #include "loom/nn/param_residency.h"
 #include "loom/optim/adamw.h"
+#include "loom/replicas/timeline.h"
 
 namespace loom::replicas {
 
@@ -41,13 +44,17 @@ struct ShardedOptions {
   optim::AdamWOptions adamw;
   std::optional<at::ScalarType> wire;  // the type gradients are reduce-scattered in (parallel.grad_dtype)
   at::ScalarType activations = at::kFloat;  // the products' type (a gathered value's compute copy)
+  // Makes a dense parameter's value (nn::initialise), called for each as its layer is sharded, so
+  // a rank never holds more than one layer whole while it starts; null: the values exist already.
+  std::function<void(nn::Param&)> initialise;
 };
 
 class ShardedParams final : public nn::ParamResidency {
  public:
   // `shard`: the group a unit is sharded over; `across`: the groups that own the same ranges
   // (hybrid), null when there are none; `tp`, `pp`: the other groups the gradient norm spans.
-  // `model`'s parameters are initialised; from here on they live here.
+  // `model`'s dense parameters are initialised (or options.initialise makes them); from here on
+  // they live here.
   ShardedParams(models::Model& model, dist::Communicator& shard, dist::Communicator* across, dist::Communicator& tp,
                 dist::Communicator& pp, const ShardedOptions& options);
   ~ShardedParams() override;
@@ -57,6 +64,9 @@ class ShardedParams final : public nn::ParamResidency {
   void after_weight_gradient(size_t layer) override;
   void action_done() override;
 
+  // Where this step's gathers and reduce-scatters go in the trace (from issue to completion, as
+  // this rank saw them); empty: nowhere.
+  void set_timeline(Timeline timeline) { timeline_ = std::move(timeline); }
   void zero_grad();
   // As ShardedAdamW::step: waits for the reductions, returns the global gradient norm before
   // clipping, runs `before_update(norm)` before any value changes, updates the owned ranges and
@@ -86,10 +96,12 @@ class ShardedParams final : public nn::ParamResidency {
     int64_t offset, numel;
     std::vector<int64_t> shape;  // the local (tp) part's
   };
+  using Clock = std::chrono::steady_clock;
   struct Reduction {
     dist::WorkPtr work;
     at::Tensor out;  // the owned range's share of one micro-batch, in the wire type
     size_t unit;
+    Clock::time_point start;
   };
   struct Unit {
     std::vector<Slot> slots;
@@ -97,6 +109,9 @@ class ShardedParams final : public nn::ParamResidency {
     int64_t at = 0;                 // where the owned range starts in values_ and grads_
     at::Tensor whole;               // while whole on this rank
     dist::WorkPtr gathering;        // zero = 3: its all-gather in flight
+    Clock::time_point gather_start;
+    bool gather_traced = false;
+    std::string label;              // its first parameter's layer, for the trace
     at::Tensor grad;                // a micro-batch's gradient being written
   };
   at::Tensor owned_value(const Unit& u) const;
@@ -107,6 +122,7 @@ class ShardedParams final : public nn::ParamResidency {
   void complete_reductions(size_t keep);  // until at most `keep` are in flight
   void progress();
   int64_t whole_bytes() const;
+  void trace(const std::string& what, Clock::time_point start);
 
   ShardedOptions options_;
   dist::Communicator& shard_;
@@ -124,6 +140,7 @@ class ShardedParams final : public nn::ParamResidency {
   std::vector<Part> parts_;
   std::unique_ptr<optim::AdamW> adamw_;
   int64_t gathered_peak_ = 0;
+  Timeline timeline_;
 };
 
 }  // namespace loom::replicas

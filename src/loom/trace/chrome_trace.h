@@ -24,7 +24,8 @@ namespace loom::trace {
 // (NOTE [Swap tier]), which run beside them.
 inline constexpr int kComputeTrack = 0;
 inline constexpr int kSwapTrack = 1;
-// The replicas' gradient reduction, drawn by `loom simulate` (a real run's runs inside the compute
+// The replicas' gradient reduction, drawn by `loom simulate`; in a real run ZeRO-2/3's gathers and
+// reduce-scatters, from issue to completion (the buckets' all-reduce shows inside the compute
 // track's actions).
 inline constexpr int kGradientTrack = 2;
 

@@ -71,6 +71,10 @@ int64_t Trainer::peak_bytes() const {
   return device_.is_cpu() ? memory::peak_bytes() : cuda::device_peak_bytes(placement_.gpu);
 }
 
+int64_t Trainer::live_bytes() const {
+  return device_.is_cpu() ? memory::live_bytes() : cuda::device_live_bytes(placement_.gpu);
+}
+
 // NOTE [Step clock]: host times on the CPU, CUDA events on a GPU.
 std::unique_ptr<StepClock> Trainer::step_clock() const {
   return device_.is_cpu() ? make_host_clock() : cuda::make_event_clock(placement_.gpu);

@@ -25,6 +25,9 @@ struct StepRecord {
   double tokens_per_s = 0, step_ms = 0, mfu = 0;  // tokens_per_s: the model kind's items per second
   int64_t peak_bytes = 0;                       // largest over ranks
   int64_t host_peak_bytes = 0;                  // the swap tier's (memory.swap, NOTE [Swap tier]), largest over ranks
+  // What a rank holds between steps, right after the update (parameters, the gradients it keeps,
+  // moments, table rows: the state ZeRO shards), largest over ranks.
+  int64_t state_bytes = 0;
   double bubble_fraction = 0;                   // pp > 1: 1 - compute time / pipeline time, mean over ranks
   double predicted_bubble_fraction = 0;         // pp > 1: the simulator's, for the measured action times
   std::vector<int64_t> peak_bytes_by_stage;     // pp > 1: each pipeline stage's peak (this dp/tp slice)

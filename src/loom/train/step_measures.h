@@ -11,6 +11,6 @@
 namespace loom::train {
 
 void measure_step(StepRecord& record, const pipeline::StepResult& result, dist::Mesh& mesh,
-                  const schedule::Schedule& schedule, int64_t peak_bytes, int64_t host_peak);
+                  const schedule::Schedule& schedule, int64_t peak_bytes, int64_t host_peak, int64_t state_bytes);
 
 }  // namespace loom::train

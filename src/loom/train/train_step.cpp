@@ -49,7 +49,8 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
   const std::vector<nn::MicroBatch> microbatches = local_microbatches(step);
   replicas::Timeline timeline;
   if (trace_) timeline = [&](const char* name, const char* category, auto begin, auto end) {
-    trace_->add(name, category, begin, end);
+    const bool beside = std::string_view(category) == replicas::kShardedTraffic;
+    trace_->add(name, category, begin, end, beside ? trace::kGradientTrack : trace::kComputeTrack);
   };
   optimizer_->pull(microbatches, timeline);  // the rows this step's tables look up
   pipeline::ExecutorHooks hooks;
@@ -76,7 +77,7 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
   }, timeline);
   refresh_compute_values();
   r.comm_bytes = comm_stats_.bytes_by_axis();
-  measure_step(r, result, *mesh_, plan_.schedule, peak_bytes(), executor_->host_peak_bytes());
+  measure_step(r, result, *mesh_, plan_.schedule, peak_bytes(), executor_->host_peak_bytes(), live_bytes());
   r.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   return r;
 }

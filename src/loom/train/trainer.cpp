@@ -98,9 +98,9 @@ void Trainer::allocate() {
   // the sparse path is never whole on a rank.
   auto tables = std::make_unique<replicas::SparseTables>(model_, replicas(), mesh_->tp(), table_options(adamw));
   const auto seed = static_cast<uint64_t>(config_.train.seed);
-  model_.initialise(seed, param_options());
+  // ZeRO-2/3 make each layer's values as they shard it: the rank never holds the model whole.
+  if (p.zero < 2) model_.initialise(seed, param_options());
   tables->initialise(seed, dtype());
-  refresh_compute_values();
   std::vector<std::vector<nn::Param*>> layer_params;
   for (auto& layer : model_.chain) layer_params.push_back(layer->params());
   sequence_grads_ = std::make_unique<parallel::SequenceGradReducer>(layer_params, mesh_->tp());
@@ -110,8 +110,10 @@ void Trainer::allocate() {
       model_, replicas(), mesh_->tp(), mesh_->pp(),
       replicas::ReplicaOptions{.zero = static_cast<int>(p.zero), .shard_group = p.shard_group * p.sp,
                                .bucket_mb = p.bucket_mb, .clip = config_.train.clip, .adamw = adamw,
-                               .grad_wire = grad_wire(), .activations = activations()},
+                               .grad_wire = grad_wire(), .activations = activations(),
+                               .initialise = [this, seed](nn::Param& param) { nn::initialise(param, seed, param_options()); }},
       std::move(tables));
+  refresh_compute_values();
   const auto& m = config_.model;
   const int64_t tokens = config_.parallel.tp_sequence ? local_seq() / config_.parallel.tp : local_seq();
   executor_ = std::make_unique<pipeline::PipelineExecutor>(

@@ -178,6 +178,7 @@ class Trainer {
   // The most bytes this rank's tensors held since the run's start: on its device (NOTE [Device
   // memory]) or, on the host, what the accounting allocator counted.
   int64_t peak_bytes() const;
+  int64_t live_bytes() const;  // what this rank's tensors hold now, on its device
   // How this rank's embedding tables choose their paths (replicas::SparseTables).
   replicas::TableOptions table_options(const optim::AdamWOptions& adamw) const;
   void refresh_compute_values();
