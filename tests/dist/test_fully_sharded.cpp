@@ -94,7 +94,7 @@ TEST_P(FullyShardedComm, EachMicroBatchIsReduceScatteredAndParametersGathered) {
   Config c = sharded_config({"gpt", GetParam()});
   c.train.steps = 2;
   train::Trainer trainer(c, world());
-  trainer.run({.peak_flops = 1e9});
+  const auto records = trainer.run({.peak_flops = 1e9});
   const auto dp = ops_on(trainer.comm_stats(), "dp");
   const int64_t params = trainer.model().param_count(), layers = static_cast<int64_t>(trainer.model().chain.size());
   const int64_t local = 12 / n, padding = layers * (n - 1);  // each layer's vector pads to a multiple of n
@@ -117,6 +117,10 @@ TEST_P(FullyShardedComm, EachMicroBatchIsReduceScatteredAndParametersGathered) {
     }
   }
   EXPECT_EQ(dp.count("all_reduce") ? dp.at("all_reduce").second : 0, 16 + 8) << "the norms' sums and the loss only";
+  // The working set (gathered values, gradients not yet reduced) is held, and within what the plan
+  // counts for it.
+  EXPECT_GT(records.back().working_bytes, 0);
+  EXPECT_LE(static_cast<double>(records.back().working_bytes), trainer.plan().stages.front().memory.gathered);
 }
 
 INSTANTIATE_TEST_SUITE_P(Zero, FullyShardedComm, ::testing::Values(2, 3),

@@ -16,17 +16,19 @@ namespace {
 struct GpuLayout {
   int dp = 1, tp = 1, pp = 1, sp = 1;
   bool swap = false;
+  int zero = 0;
   std::string name() const {
-    return fmt::format("dp{} tp{} pp{} sp{}{}", dp, tp, pp, sp, swap ? " swap" : "");
+    return fmt::format("dp{} tp{} pp{} sp{}{}{}", dp, tp, pp, sp, swap ? " swap" : "",
+                       zero ? fmt::format(" zero{}", zero) : "");
   }
 };
 
 // Every layout of `ranks` ranks these tests run: each axis alone, then two axes together.
 std::vector<GpuLayout> layouts(int ranks) {
-  if (ranks == 2) return {{.dp = 2}, {.tp = 2}, {.pp = 2}, {.pp = 2, .swap = true}, {.sp = 2}};
+  if (ranks == 2) return {{.dp = 2}, {.tp = 2}, {.pp = 2}, {.pp = 2, .swap = true}, {.sp = 2}, {.dp = 2, .zero = 3}};
   if (ranks == 4)
     return {{.dp = 4}, {.tp = 4}, {.pp = 4}, {.sp = 4}, {.dp = 2, .tp = 2}, {.dp = 2, .pp = 2, .swap = true},
-            {.tp = 2, .sp = 2}, {.pp = 2, .sp = 2}};
+            {.tp = 2, .sp = 2}, {.pp = 2, .sp = 2}, {.dp = 4, .zero = 2}, {.dp = 2, .pp = 2, .zero = 3}};
   return {};
 }
 
@@ -46,6 +48,7 @@ void expect_gpu_layouts_equal_the_cpu(const std::string& kind) {
     const TrainedRun serial = run_serial(c);  // on the CPU
     c.parallel.dp = l.dp, c.parallel.tp = l.tp, c.parallel.pp = l.pp, c.parallel.sp = l.sp;
     if (l.swap) c.memory.swap = Swap::All;
+    c.parallel.zero = l.zero;
     c.train.device = TrainDevice::Cuda;
     c.parallel.backend = Backend::Mpi;  // ranks share the GPUs
     expect_same_training(train_run(c, world()), serial, 1e-9, 1e-9);

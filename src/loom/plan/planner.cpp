@@ -257,7 +257,7 @@ std::vector<Candidate> Search::enumerate(PlanResult& result) {
                                                       {SpMode::AllGather, SpMode::Ring, SpMode::Ulysses})
                                     : std::vector{base_.parallel.sp_mode.value})
             for (int64_t zero : dp > 1 ? choices<int64_t>("zero", base_.parallel.zero, {0, 1, 2, 3}) : std::vector<int64_t>{0})
-              for (int64_t group : shard_groups(zero, dp, node / (tp * sp)))
+              for (int64_t group : shard_groups(zero, dp, node % (tp * sp * pp) == 0 ? node / (tp * sp * pp) : 1))
                 for (bool seq : tp > 1 ? choices("tp_sequence", base_.parallel.tp_sequence, {false, true})
                                        : std::vector{false}) {
                   if (zero >= 2 && seq) continue;  // not run together yet (core/config_validate.cpp)

@@ -123,7 +123,10 @@ double working_bytes(const RunPlan& plan, size_t i) {
   const Config& c = plan.config;
   if (c.parallel.zero < 2) return 0;
   const auto master = static_cast<double>(master_bytes(c.model));
-  auto dense = [&](size_t at) { return at < plan.chain.size() ? dense_elements(plan.chain[at]) : 0.0; };
+  const auto n = static_cast<double>(shard_ways(c.parallel));
+  auto dense = [&](size_t at) {  // the layer's vector, padded to the group
+    return at < plan.chain.size() ? std::ceil(dense_elements(plan.chain[at]) / n) * n : 0.0;
+  };
   double bytes = (dense(i) + dense(i + 1) + dense(i + 2)) * master;
   if (c.parallel.zero == 3) {
     const double neighbour = std::max(i > 0 ? dense(i - 1) : 0.0, dense(i + 1));

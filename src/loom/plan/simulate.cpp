@@ -75,7 +75,10 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
   const Config& c = plan.config;
   const auto& p = c.parallel;
   const int64_t group = (p.shard_group > 0 ? p.shard_group : p.dp) * p.sp, across = p.dp * p.sp / group;
-  const bool spans = group_spans_nodes(plan.mesh, "dp_sp", cluster.devices_per_node) && across == 1;
+  // A dp rank's ranks are pp x sp x tp consecutive ones (dp outermost): a group of g of them spans
+  // nodes when g x pp x sp x tp ranks do.
+  const int64_t group_ranks = group / p.sp * p.pp * p.sp * p.tp;
+  const bool spans = group_ranks > cluster.devices_per_node;
   const auto m = static_cast<double>(plan.schedule.microbatches);
   const std::vector<std::pair<int64_t, double>> ready = gradient_ready(plan, rank);
   double params = 0;
@@ -94,7 +97,7 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
   const double owned = params / static_cast<double>(group);
   tail.optimizer = owned * optimizer_bytes_per_param(c.model.dtype) / (cluster.memory_bytes_per_s * cluster.memory_efficiency);
   if (across > 1)
-    tail.optimizer += cluster.collective_seconds(CommOp::AllReduce, across, owned * grad_wire_bytes(c),
+    tail.optimizer += cluster.collective_seconds(CommOp::AllReduce, across, owned * master_bytes(c),
                                                  group_spans_nodes(plan.mesh, "dp_sp", cluster.devices_per_node));
   if (p.zero == 2) tail.optimizer += gather;
   const double start = std::max(end, tail.reduced);

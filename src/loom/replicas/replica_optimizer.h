@@ -60,6 +60,8 @@ class ReplicaOptimizer {
   // ZeRO-2/3's gathers and reductions around the layers' passes (NOTE [Sharded parameters]); null
   // for the other stages.
   nn::ParamResidency* residency() { return fsdp_.get(); }
+  // ZeRO-2/3's working set this step at its largest (ShardedParams::working_peak_bytes); 0 otherwise.
+  int64_t working_peak_bytes() const { return fsdp_ ? fsdp_->working_peak_bytes() : 0; }
   // A dense parameter's whole value (its tp part): collective over the shard group under ZeRO-3.
   at::Tensor full_value(const nn::Param& p) { return fsdp_ ? fsdp_->full_value(p) : p.value; }
   // After a resume assigned the state: what is derived from the owned ranges is made again.

@@ -47,10 +47,14 @@ ShardedParams::ShardedParams(models::Model& model, dist::Communicator& shard, di
     }
     layer_units_.push_back(std::move(reads));
   }
-  LOOM_CHECK(!units_.empty(), "[zero] the model has no dense parameters");
-  nn::Param& first = *units_.front().slots.front().param;
-  if (options.initialise && !first.value.defined()) options.initialise(first);
-  const at::TensorOptions master = first.value.options();
+  // A stage may hold no dense parameter (only tables on the sparse path): it still joins the
+  // step's collectives, with nothing of its own.
+  at::TensorOptions master = at::TensorOptions().dtype(at::kFloat);
+  if (!units_.empty()) {
+    nn::Param& first = *units_.front().slots.front().param;
+    if (options.initialise && !first.value.defined()) options.initialise(first);
+    master = first.value.options();
+  }
   wire_ = options.wire.value_or(master.dtype().toScalarType());
   const int n = shard.size(), r = shard.rank();
   int64_t total = 0;
@@ -111,7 +115,7 @@ void ShardedParams::start_gather(size_t unit) {
   u.gather_traced = false;
   u.gathering = shard_.all_gather_async(owned_value(u), u.whole);
   resident_.push_back(unit);
-  gathered_peak_ = std::max(gathered_peak_, whole_bytes());
+  note_working();
 }
 
 void ShardedParams::finish_gather(size_t unit) {
@@ -166,6 +170,8 @@ void ShardedParams::before_weight_gradient(size_t layer) {
     Unit& u = units_[unit];
     if (u.grad.defined()) continue;
     u.grad = at::zeros({u.padded}, grads_.options());
+    grad_bytes_ += u.padded * static_cast<int64_t>(u.grad.element_size());
+    note_working();
     for (const Slot& s : u.slots) s.param->grad = u.grad.narrow(0, s.offset, s.numel).view(s.shape);
   }
 }
@@ -180,9 +186,14 @@ void ShardedParams::reduce(size_t unit) {
   if (!u.grad.defined()) return;
   complete_reductions(kInFlight - 1);
   const at::Tensor input = nn::to_type(u.grad, wire_);
-  Reduction r{.out = at::empty({u.owned}, input.options()), .unit = unit, .start = Clock::now()};
+  Reduction r{.out = at::empty({u.owned}, input.options()), .unit = unit, .start = Clock::now(),
+              .held = input.numel() * static_cast<int64_t>(input.element_size())};
+  const bool copied = !input.is_same(u.grad);  // a narrower wire's copy, beside the buffer for a moment
+  if (copied) grad_bytes_ += r.held;
+  note_working();
   r.work = shard_.reduce_scatter_async(input, r.out, dist::ReduceOp::Sum);  // the Work keeps `input`
   for (const Slot& s : u.slots) s.param->grad.reset();
+  if (copied) grad_bytes_ -= u.padded * static_cast<int64_t>(u.grad.element_size());
   u.grad.reset();
   reducing_.push_back(std::move(r));
 }
@@ -194,6 +205,7 @@ void ShardedParams::complete_reductions(size_t keep) {
     const Unit& u = units_[r.unit];
     trace("reduce_scatter " + u.label, r.start);
     grads_.narrow(0, u.at, u.owned).add_(r.out);
+    grad_bytes_ -= r.held;
     reducing_.pop_front();
   }
 }
@@ -221,12 +233,21 @@ int64_t ShardedParams::whole_bytes() const {
   return bytes;
 }
 
-void ShardedParams::zero_grad() { grads_.zero_(); }
+void ShardedParams::note_working() {
+  const int64_t gathered = options_.zero == 3 ? whole_bytes() : 0;  // ZeRO-2's whole units are its state
+  working_peak_ = std::max(working_peak_, gathered + grad_bytes_);
+}
+
+void ShardedParams::zero_grad() {
+  grads_.zero_();
+  working_peak_ = 0;
+}
 
 double ShardedParams::step(double lr, double clip, std::pair<double, double> extra,
                            const std::function<void(double)>& before_update) {
   complete_reductions(0);
-  if (across_ != nullptr && across_->size() > 1) across_->all_reduce(grads_, dist::ReduceOp::Sum);  // hybrid
+  if (across_ != nullptr && across_->size() > 1 && grads_.numel() > 0)  // hybrid (the same units across)
+    across_->all_reduce(grads_, dist::ReduceOp::Sum);
   // Squared norms of the owned ranges: [replicated, tp-sharded] parameters; summed over the shard
   // group, the tp-sharded part also over tp.
   std::vector<nn::Param*> owned;

@@ -21,8 +21,9 @@
 // kInFlight are outstanding, so their buffers stay bounded. With parallel.shard_group = g < dp
 // (hybrid) a group is g dp ranks (times sp), and the owned sums are all-reduced across the dp / g
 // groups that own the same range before the update. The trade against ZeRO-1's one reduce-scatter
-// per step: one per micro-batch per layer, each 1 / (micro-batches) of the bytes times as many
-// calls, for a gradient that is never whole for longer than a layer's backward.
+// of the whole gradient per step: one per micro-batch per layer, each of the layer's whole
+// gradient, so m (local micro-batches) times ZeRO-1's gradient bytes, for a gradient that is never
+// whole for longer than a layer's backward; ZeRO-3 adds two gathers of every layer per micro-batch.
 #include <chrono>
 #include <deque>
 #include <string>
@@ -86,9 +87,9 @@ class ShardedParams final : public nn::ParamResidency {
   const std::vector<Part>& parts() const { return parts_; }
   const optim::AdamW& adamw() const { return *adamw_; }
   optim::AdamW& adamw() { return *adamw_; }
-  // Bytes of the units now whole on this rank (zero = 3: the gathered working set), and the most
-  // at once since the last reset.
-  int64_t gathered_peak_bytes() const { return gathered_peak_; }
+  // The working set: bytes of gathered values (ZeRO-3) and of gradient buffers not yet reduced
+  // that this rank held at once, at most, since zero_grad (the step's start).
+  int64_t working_peak_bytes() const { return working_peak_; }
 
  private:
   struct Slot {
@@ -102,6 +103,7 @@ class ShardedParams final : public nn::ParamResidency {
     at::Tensor out;  // the owned range's share of one micro-batch, in the wire type
     size_t unit;
     Clock::time_point start;
+    int64_t held = 0;  // bytes of its input the operation keeps
   };
   struct Unit {
     std::vector<Slot> slots;
@@ -122,6 +124,7 @@ class ShardedParams final : public nn::ParamResidency {
   void complete_reductions(size_t keep);  // until at most `keep` are in flight
   void progress();
   int64_t whole_bytes() const;
+  void note_working();  // the working set now, into its peak
   void trace(const std::string& what, Clock::time_point start);
 
   ShardedOptions options_;
@@ -139,7 +142,8 @@ class ShardedParams final : public nn::ParamResidency {
   std::vector<nn::Param> owned_params_;
   std::vector<Part> parts_;
   std::unique_ptr<optim::AdamW> adamw_;
-  int64_t gathered_peak_ = 0;
+  int64_t grad_bytes_ = 0;  // gradient buffers allocated and not yet reduced
+  int64_t working_peak_ = 0;
   Timeline timeline_;
 };
 

@@ -28,6 +28,9 @@ struct StepRecord {
   // What a rank holds between steps, right after the update (parameters, the gradients it keeps,
   // moments, table rows: the state ZeRO shards), largest over ranks.
   int64_t state_bytes = 0;
+  // ZeRO-2/3: the most bytes of gathered values and unreduced gradients a rank held at once in the
+  // step (the working set beside the state), largest over ranks; 0 for the other stages.
+  int64_t working_bytes = 0;
   double bubble_fraction = 0;                   // pp > 1: 1 - compute time / pipeline time, mean over ranks
   double predicted_bubble_fraction = 0;         // pp > 1: the simulator's, for the measured action times
   std::vector<int64_t> peak_bytes_by_stage;     // pp > 1: each pipeline stage's peak (this dp/tp slice)

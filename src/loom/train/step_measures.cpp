@@ -25,12 +25,14 @@ double predicted_bubble(const pipeline::StepResult& result, dist::Mesh& mesh, co
 }  // namespace
 
 void measure_step(StepRecord& r, const pipeline::StepResult& result, dist::Mesh& mesh,
-                  const schedule::Schedule& schedule, int64_t peak_bytes, int64_t host_peak, int64_t state_bytes) {
-  at::Tensor peak = at::tensor({peak_bytes, host_peak, state_bytes}, at::kLong);
+                  const schedule::Schedule& schedule, int64_t peak_bytes, int64_t host_peak, int64_t state_bytes,
+                  int64_t working_bytes) {
+  at::Tensor peak = at::tensor({peak_bytes, host_peak, state_bytes, working_bytes}, at::kLong);
   mesh.world().all_reduce(peak, dist::ReduceOp::Max);
   r.peak_bytes = peak[0].item<int64_t>();
   r.host_peak_bytes = peak[1].item<int64_t>();
   r.state_bytes = peak[2].item<int64_t>();
+  r.working_bytes = peak[3].item<int64_t>();
   if (mesh.pp().size() == 1) return;
   // Idle time in the pipeline's part of the step, averaged over the ranks.
   at::Tensor bubble = at::full({1}, 1.0 - result.busy_s / result.wall_s, at::TensorOptions().dtype(at::kDouble));

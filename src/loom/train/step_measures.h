@@ -11,6 +11,7 @@
 namespace loom::train {
 
 void measure_step(StepRecord& record, const pipeline::StepResult& result, dist::Mesh& mesh,
-                  const schedule::Schedule& schedule, int64_t peak_bytes, int64_t host_peak, int64_t state_bytes);
+                  const schedule::Schedule& schedule, int64_t peak_bytes, int64_t host_peak, int64_t state_bytes,
+                  int64_t working_bytes);
 
 }  // namespace loom::train

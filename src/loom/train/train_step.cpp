@@ -77,7 +77,8 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
   }, timeline);
   refresh_compute_values();
   r.comm_bytes = comm_stats_.bytes_by_axis();
-  measure_step(r, result, *mesh_, plan_.schedule, peak_bytes(), executor_->host_peak_bytes(), live_bytes());
+  measure_step(r, result, *mesh_, plan_.schedule, peak_bytes(), executor_->host_peak_bytes(), live_bytes(),
+               optimizer_->working_peak_bytes());
   r.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   return r;
 }
