@@ -153,7 +153,11 @@ MemoryEstimate fixed_memory(const RunPlan& plan, const std::vector<int64_t>& lay
   const auto n = static_cast<double>(shard_ways(c.parallel));
   const int64_t zero = c.parallel.zero;
   const double params = zero == 3 ? dense * master / n : dense * (master + copy);
-  const double grads = zero >= 2 ? dense * master / n : dense * master;
+  // ZeRO-1 keeps its shard's reduced gradient beside the whole one, and copies the updated shard
+  // for its all-gather (replicas/sharded_adamw.cpp): two more dp-th parts.
+  const double grads = zero >= 2 ? dense * master / n
+                       : zero == 1 ? dense * master * (1 + 2 / static_cast<double>(c.parallel.dp))
+                                   : dense * master;
   const double moments = 2 * dense * master / (zero == 1 ? static_cast<double>(c.parallel.dp) : zero >= 2 ? n : 1.0);
   // An async checkpoint copies what this rank writes: the replicas share the stage's values and
   // moments (NOTE [Checkpoints]); a sparse owner writes its own rows.

@@ -146,17 +146,17 @@ void ShardedParams::need(size_t layer, std::optional<size_t> next) {
   progress();
   if (options_.zero == 2) return;
   std::vector<size_t> wanted = layer_units_[layer];
-  for (size_t u : wanted) start_gather(u);
-  for (size_t u : wanted) finish_gather(u);
-  if (next) {
-    for (size_t u : layer_units_[*next]) {
-      start_gather(u);  // overlaps this layer's pass
-      add_unique(wanted, u);
-    }
-  }
+  if (next)
+    for (size_t u : layer_units_[*next]) add_unique(wanted, u);
+  // What neither this pass nor the next needs goes first, so the working set never holds three
+  // layers at once.
   const std::vector<size_t> resident = resident_;
   for (size_t u : resident)
     if (std::find(wanted.begin(), wanted.end(), u) == wanted.end()) release(u);
+  for (size_t u : layer_units_[layer]) start_gather(u);
+  for (size_t u : layer_units_[layer]) finish_gather(u);
+  if (next)
+    for (size_t u : layer_units_[*next]) start_gather(u);  // overlaps this layer's pass
 }
 
 void ShardedParams::action_done() {
