@@ -84,4 +84,14 @@ double clip_grad_norm(const std::vector<nn::Param*>& params, double max_norm, di
   return norm;
 }
 
+double sharded_grad_norm(std::vector<nn::Param>& parts, dist::Communicator& owners, std::pair<double, double> extra,
+                         dist::Communicator& tp, dist::Communicator* pp) {
+  std::vector<nn::Param*> pointers;
+  for (nn::Param& p : parts) pointers.push_back(&p);
+  const auto [replicated, sharded] = grad_norm_squares(pointers);
+  at::Tensor sums = at::tensor({replicated, sharded}, at::TensorOptions().dtype(at::kDouble));
+  owners.all_reduce(sums, dist::ReduceOp::Sum);
+  return combine_norm_squares(sums[0].item<double>() + extra.first, sums[1].item<double>() + extra.second, tp, pp);
+}
+
 }  // namespace loom::optim

@@ -26,6 +26,11 @@ double combine_norm_squares(double replicated, double sharded, dist::Communicato
 // Squared gradient norms of the replicated and the tp-sharded parameters, in that order, each
 // parameter's grad_norm_square added in the order of `params`.
 std::pair<double, double> grad_norm_squares(const std::vector<nn::Param*>& params);
+// The global norm when the data-parallel group `owners` splits the gradients between its ranks
+// (ZeRO's shards, each rank's `parts`): their squared norms summed over `owners` (one 16-byte
+// all-reduce), then `extra` (see clip_grad_norm) added and the result combined over tp and pp.
+double sharded_grad_norm(std::vector<nn::Param>& parts, dist::Communicator& owners, std::pair<double, double> extra,
+                         dist::Communicator& tp, dist::Communicator* pp);
 
 // NOTE [Table norms]
 // An embedding table's squared gradient norm is one sum, the same whichever path the table takes

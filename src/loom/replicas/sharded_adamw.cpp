@@ -42,15 +42,7 @@ double ShardedAdamW::step(double lr, double clip, std::pair<double, double> extr
     dp_.reduce_scatter(flat_.grads.to(wire_), shard, dist::ReduceOp::Sum);
     shard_grad_.copy_(shard);
   }
-  // Squared norms of this dp shard: [replicated, tp-sharded] parameters; summed over dp, and the
-  // tp-sharded part also over tp.
-  std::vector<nn::Param*> parts;
-  for (nn::Param& p : shard_params_) parts.push_back(&p);
-  auto [replicated, sharded] = optim::grad_norm_squares(parts);
-  at::Tensor sums = at::tensor({replicated, sharded}, at::TensorOptions().dtype(at::kDouble));
-  dp_.all_reduce(sums, dist::ReduceOp::Sum);
-  const double norm = optim::combine_norm_squares(sums[0].item<double>() + extra.first,
-                                                  sums[1].item<double>() + extra.second, tp_, &pp_);
+  const double norm = optim::sharded_grad_norm(shard_params_, dp_, extra, tp_, &pp_);  // this dp shard's
   if (before_update) before_update(norm);
   const double factor = optim::clip_factor(norm, clip);
   if (factor != 1.0) shard_grad_.mul_(factor);

@@ -248,15 +248,7 @@ double ShardedParams::step(double lr, double clip, std::pair<double, double> ext
   complete_reductions(0);
   if (across_ != nullptr && across_->size() > 1 && grads_.numel() > 0)  // hybrid (the same units across)
     across_->all_reduce(grads_, dist::ReduceOp::Sum);
-  // Squared norms of the owned ranges: [replicated, tp-sharded] parameters; summed over the shard
-  // group, the tp-sharded part also over tp.
-  std::vector<nn::Param*> owned;
-  for (nn::Param& p : owned_params_) owned.push_back(&p);
-  auto [replicated, sharded] = optim::grad_norm_squares(owned);
-  at::Tensor sums = at::tensor({replicated, sharded}, at::TensorOptions().dtype(at::kDouble));
-  shard_.all_reduce(sums, dist::ReduceOp::Sum);
-  const double norm = optim::combine_norm_squares(sums[0].item<double>() + extra.first,
-                                                  sums[1].item<double>() + extra.second, tp_, &pp_);
+  const double norm = optim::sharded_grad_norm(owned_params_, shard_, extra, tp_, &pp_);  // the owned ranges'
   if (before_update) before_update(norm);
   const double factor = optim::clip_factor(norm, clip);
   if (factor != 1.0) grads_.mul_(factor);
