@@ -23,6 +23,23 @@ ShardedParams::ShardedParams(models::Model& model, dist::Communicator& shard, di
                              dist::Communicator& tp, dist::Communicator& pp, const ShardedOptions& options)
     : options_(options), shard_(shard), across_(across), tp_(tp), pp_(pp) {
   LOOM_CHECK(options.zero == 2 || options.zero == 3, "[zero] stage {} is not a sharded stage", options.zero);
+  form_units(model);
+  // A stage may hold no dense parameter (only tables on the sparse path): it still joins the
+  // step's collectives, with nothing of its own.
+  at::TensorOptions master = at::TensorOptions().dtype(at::kFloat);
+  if (!units_.empty()) {
+    nn::Param& first = *units_.front().slots.front().param;
+    if (options.initialise && !first.value.defined()) options.initialise(first);
+    master = first.value.options();
+  }
+  wire_ = options.wire.value_or(master.dtype().toScalarType());
+  take_values(master);
+  make_parts();
+}
+
+// Each layer's dense parameters not in an earlier unit become its unit (a tied table belongs to
+// the first layer that reads it); every layer notes the units its passes read.
+void ShardedParams::form_units(models::Model& model) {
   std::map<const nn::Param*, size_t> unit_of;
   for (const auto& layer : model.chain) {
     Unit unit;
@@ -47,16 +64,12 @@ ShardedParams::ShardedParams(models::Model& model, dist::Communicator& shard, di
     }
     layer_units_.push_back(std::move(reads));
   }
-  // A stage may hold no dense parameter (only tables on the sparse path): it still joins the
-  // step's collectives, with nothing of its own.
-  at::TensorOptions master = at::TensorOptions().dtype(at::kFloat);
-  if (!units_.empty()) {
-    nn::Param& first = *units_.front().slots.front().param;
-    if (options.initialise && !first.value.defined()) options.initialise(first);
-    master = first.value.options();
-  }
-  wire_ = options.wire.value_or(master.dtype().toScalarType());
-  const int n = shard.size(), r = shard.rank();
+}
+
+// The units padded to the group and their owned ranges laid out; each unit's values made (or
+// taken) one unit at a time and kept whole (ZeRO-2) or only as the owned range (ZeRO-3).
+void ShardedParams::take_values(const at::TensorOptions& master) {
+  const int n = shard_.size(), r = shard_.rank();
   int64_t total = 0;
   for (Unit& u : units_) {
     u.owned = dist::piece_length(u.padded, n);
@@ -65,23 +78,28 @@ ShardedParams::ShardedParams(models::Model& model, dist::Communicator& shard, di
     total += u.owned;
   }
   grads_ = at::zeros({total}, master);
-  if (options.zero == 3) values_ = at::zeros({total}, master);
+  if (options_.zero == 3) values_ = at::zeros({total}, master);
   for (Unit& u : units_) {
     at::Tensor whole = at::zeros({u.padded}, master);
     for (const Slot& s : u.slots) {
-      if (options.initialise && !s.param->value.defined()) options.initialise(*s.param);
+      if (options_.initialise && !s.param->value.defined()) options_.initialise(*s.param);
       s.param->grad.reset();  // the model's own buffers go as each unit takes their place
       whole.narrow(0, s.offset, s.numel).copy_(s.param->value.reshape({-1}));
-      if (options.zero == 2) {
+      if (options_.zero == 2) {
         s.param->value = whole.narrow(0, s.offset, s.numel).view(s.shape);
       } else {
         s.param->value.reset();
         s.param->compute.reset();
       }
     }
-    if (options.zero == 2) u.whole = whole;
+    if (options_.zero == 2) u.whole = whole;
     else values_.narrow(0, u.at, u.owned).copy_(whole.narrow(0, r * u.owned, u.owned));
   }
+}
+
+// The parts of parameters inside the owned ranges, as parameters of their own for AdamW.
+void ShardedParams::make_parts() {
+  const int r = shard_.rank();
   for (Unit& u : units_) {
     const int64_t begin = r * u.owned, end = begin + u.owned;
     for (const Slot& s : u.slots) {
@@ -98,7 +116,7 @@ ShardedParams::ShardedParams(models::Model& model, dist::Communicator& shard, di
   }
   std::vector<nn::Param*> pointers;
   for (nn::Param& p : owned_params_) pointers.push_back(&p);
-  adamw_ = std::make_unique<optim::AdamW>(std::move(pointers), options.adamw);
+  adamw_ = std::make_unique<optim::AdamW>(std::move(pointers), options_.adamw);
 }
 
 ShardedParams::~ShardedParams() = default;  // unfinished work is abandoned only while an error unwinds

@@ -116,6 +116,9 @@ class ShardedParams final : public nn::ParamResidency {
     std::string label;              // its first parameter's layer, for the trace
     at::Tensor grad;                // a micro-batch's gradient being written
   };
+  void form_units(models::Model& model);
+  void take_values(const at::TensorOptions& master);
+  void make_parts();
   at::Tensor owned_value(const Unit& u) const;
   void start_gather(size_t unit);
   void finish_gather(size_t unit);  // the unit whole, its parameters viewing it
