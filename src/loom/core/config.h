@@ -59,6 +59,9 @@ struct ParallelConfig {
   int64_t tp_overlap = 1;
   int64_t zero = 0;
   int64_t shard_group = 0;  // ZeRO-2/3 hybrid: dp ranks per shard group (0 = all of dp)
+  // ZeRO-2/3: the replica ranks (dp x sp) one layer's vector is sharded over: a shard group's dp
+  // ranks, times sp (NOTE [Fully sharded data parallelism]).
+  int64_t shard_ranks() const { return (shard_group > 0 ? shard_group : dp) * sp; }
   double bucket_mb = 25.0;
   Option<SparseMode> sparse = SparseMode::Auto;
   int64_t sparse_partitions = 0;

@@ -43,10 +43,10 @@ bool splits_backward(const schedule::Schedule& s) {
 SliceCheck check_slice(const MemoryModel& m, int64_t stashed, int64_t j, int64_t i, double budget) {
   const auto held = static_cast<double>(stashed);
   const bool split = splits_backward(m.schedule);
-  double fixed = 0, step = 0, working = 0;  // working: ZeRO-2/3's largest layer's, once
+  FixedBytes fixed;
+  double step = 0;
   for (int64_t l = j; l < i; ++l) {
-    fixed += m.layers[l].fixed_bytes;
-    working = std::max(working, m.layers[l].working_bytes);
+    fixed.add(m.layers[l]);
     step += m.layers[l].forward_s + m.layers[l].backward_input_s + m.layers[l].backward_weight_s;
   }
   const double window = (held - 1) * step;  // actions between a micro-batch's forward and backward
@@ -60,7 +60,7 @@ SliceCheck check_slice(const MemoryModel& m, int64_t stashed, int64_t j, int64_t
   std::vector<int> choice(layers.size(), 0);  // 0 keep, 1 swap, 2 recompute
   // The replay's backward moments: last layer first, each beside what the later ones left.
   auto need = [&] {
-    double bytes = fixed + working, temporary = 0, freed = 0;
+    double bytes = fixed.total(), temporary = 0, freed = 0;
     for (size_t l = layers.size(); l-- > 0;) {
       const SliceLayer& s = layers[l];
       bytes += choice[l] == 0 ? s.held_keep : choice[l] == 1 ? s.held_swap : s.held_recompute;
@@ -107,14 +107,15 @@ std::vector<int64_t> memory_cuts(const MemoryModel& m) {
   const std::vector<int64_t> held = schedule::simulate(m.schedule).peak_stashed;
   return schedule::balanced_cuts(static_cast<int64_t>(m.layers.size()), m.schedule.stages,
                                  [&](int64_t k, int64_t j, int64_t i) {
-                                   double bytes = 0, transient = 0, working = 0;
+                                   FixedBytes fixed;
+                                   double bytes = 0, transient = 0;
                                    for (int64_t l = j; l < i; ++l) {
                                      const LayerCosts& c = m.layers[l];
-                                     bytes += c.fixed_bytes + static_cast<double>(held[k]) * c.saved_bytes;
+                                     fixed.add(c);
+                                     bytes += static_cast<double>(held[k]) * c.saved_bytes;
                                      transient = std::max(transient, c.workspace_bytes);
-                                     working = std::max(working, c.working_bytes);
                                    }
-                                   return bytes + transient + working;
+                                   return fixed.total() + bytes + transient;
                                  });
 }
 

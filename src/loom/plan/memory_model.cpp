@@ -290,15 +290,12 @@ Prediction predict(const MemoryModel& m, const std::vector<int64_t>& cuts, const
 namespace {
 
 double fixed_of(const MemoryModel& m, const std::vector<int64_t>& cuts, int64_t rank) {
-  double bytes = 0, working = 0;
+  FixedBytes fixed;
   for (int64_t c = 0; c < m.schedule.chunks; ++c) {
     const int64_t v = m.schedule.virtual_stage(rank, c);
-    for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) {
-      bytes += m.layers[i].fixed_bytes;
-      working = std::max(working, m.layers[i].working_bytes);
-    }
+    for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) fixed.add(m.layers[i]);
   }
-  return bytes + working;
+  return fixed.total();
 }
 
 int64_t rank_of_layer(const MemoryModel& m, const std::vector<int64_t>& cuts, int64_t layer) {

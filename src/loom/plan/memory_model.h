@@ -58,6 +58,17 @@ struct LayerCosts {
   double working_bytes = 0;
 };
 
+// What a rank's layers hold whatever their policy: every layer's fixed_bytes, and the largest
+// working_bytes once (ZeRO-2/3 hold one layer's working set at a time).
+struct FixedBytes {
+  double sum = 0, working = 0;
+  void add(const LayerCosts& layer) {
+    sum += layer.fixed_bytes;
+    working = working > layer.working_bytes ? working : layer.working_bytes;
+  }
+  double total() const { return sum + working; }
+};
+
 // A recomputing layer's busiest moment: its state rebuilt, and its backward's gradients of that
 // state (about as large: 0.7 of it measured on gpt-small's blocks at micro-batch 4) or its own
 // temporaries where larger (the head's logits). A layer that keeps finds that room in the state

@@ -63,7 +63,7 @@ double weight_bound(const Config& c, double params) {
   const double local = params / static_cast<double>(c.parallel.tp * c.parallel.pp);
   const auto& p = c.parallel;
   // ZeRO-2/3 shard over the shard group (NOTE [Fully sharded data parallelism]); ZeRO-1 over dp.
-  const auto n = static_cast<double>((p.shard_group > 0 ? p.shard_group : p.dp) * (p.zero >= 2 ? p.sp : 1));
+  const auto n = static_cast<double>(p.shard_ranks());  // read by ZeRO-2/3 only
   switch (p.zero) {
     case 0: return local * (4 * master + copy);
     case 1: return local * (2 * master + copy) + local * 2 * master / static_cast<double>(p.dp);

@@ -102,18 +102,8 @@ double input_bytes(const RunPlan& plan) {
                              activation_bytes(c.model));
 }
 
-// The ranks one layer's vector is sharded over under ZeRO-2/3 (the shard group, times sp), or 1.
-int64_t shard_ways(const ParallelConfig& p) {
-  if (p.zero < 2) return 1;
-  return (p.shard_group > 0 ? p.shard_group : p.dp) * p.sp;
-}
-
-double dense_elements(const LayerPlan& layer) {
-  double n = 0;
-  for (const ParamInfo& p : layer.params)
-    if (!p.table) n += static_cast<double>(p.numel);
-  return n;
-}
+// The ranks one layer's vector is sharded over under ZeRO-2/3, or 1.
+int64_t shard_ways(const ParallelConfig& p) { return p.zero < 2 ? 1 : p.shard_ranks(); }
 
 // ZeRO-2/3: what chain layer `i` holds while it runs (NOTE [Fully sharded data parallelism]): the
 // gradient it writes and the two before it still being reduce-scattered (its successors in the
@@ -125,7 +115,7 @@ double working_bytes(const RunPlan& plan, size_t i) {
   const auto master = static_cast<double>(master_bytes(c.model));
   const auto n = static_cast<double>(shard_ways(c.parallel));
   auto dense = [&](size_t at) {  // the layer's vector, padded to the group
-    return at < plan.chain.size() ? std::ceil(dense_elements(plan.chain[at]) / n) * n : 0.0;
+    return at < plan.chain.size() ? std::ceil(dense_numel(plan.chain[at]) / n) * n : 0.0;
   };
   double bytes = (dense(i) + dense(i + 1) + dense(i + 2)) * master;
   if (c.parallel.zero == 3) {
@@ -209,9 +199,7 @@ std::map<std::string, double> comm_volume(const RunPlan& plan, int64_t pp_rank, 
     const int64_t group = shard_ways(p), across = replicas / group, m = plan.schedule.microbatches;
     int64_t padded = 0;
     for (int64_t i : layers) {
-      int64_t mine = 0;
-      for (const ParamInfo& param : plan.chain[i].params)
-        if (!param.table) mine += param.numel;
+      const auto mine = static_cast<int64_t>(dense_numel(plan.chain[i]));
       padded += (mine + group - 1) / group * group;
     }
     const int64_t owned = padded / group, master = master_bytes(c.model);
@@ -220,9 +208,7 @@ std::map<std::string, double> comm_volume(const RunPlan& plan, int64_t pp_rank, 
     if (across > 1) comm["dp_across"] = static_cast<double>(owned * master);
   } else if (replicas > 1) {
     int64_t dense = 0;
-    for (int64_t i : layers)
-      for (const ParamInfo& param : plan.chain[i].params)
-        if (!param.table) dense += param.numel;
+    for (int64_t i : layers) dense += static_cast<int64_t>(dense_numel(plan.chain[i]));
     const int64_t padded = (dense + replicas - 1) / replicas * replicas;  // FlatParams pads to the group
     comm[p.sp > 1 ? "dp_sp" : "dp"] =
         static_cast<double>(padded * grad_bytes + (p.zero == 1 ? padded / replicas * master_bytes(c.model) : 0));
@@ -398,6 +384,13 @@ RunPlan make_plan(const Config& config, int world_size, const CostModel& costs, 
   // Last: the layout's own errors (stages, schedule) say more than a rank count that does not fit.
   dist::check_mesh_shape(plan.mesh, world_size);
   return plan;
+}
+
+double dense_numel(const LayerPlan& layer) {
+  double n = 0;
+  for (const ParamInfo& p : layer.params)
+    if (!p.table) n += static_cast<double>(p.numel);
+  return n;
 }
 
 }  // namespace loom::plan

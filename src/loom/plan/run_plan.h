@@ -45,6 +45,9 @@ struct LayerPlan {
   nn::MemoryPolicy policy = nn::MemoryPolicy::Keep;
 };
 
+// A layer's dense parameter elements on one rank (its tables on the sparse path left out).
+double dense_numel(const LayerPlan& layer);
+
 // Bytes per rank. `weights`: parameters, their gradients and AdamW moments (dense); `activations`:
 // the saved activations of the micro-batches a stage holds at once; `sparse`: a table's owned
 // rows, their moments and the rows pulled in a step; `transient`: the busiest layer's moment

@@ -28,12 +28,6 @@ double grad_wire_bytes(const Config& c) {
 }
 double master_bytes(const Config& c) { return c.model.dtype == DType::Float64 ? 8 : 4; }
 
-double dense_numel(const LayerPlan& layer) {
-  double n = 0;
-  for (const ParamInfo& p : layer.params)
-    if (!p.table) n += static_cast<double>(p.numel);
-  return n;
-}
 
 // When each layer of pipeline rank `rank` has its final weight gradient: its virtual stage's last
 // W (or BW) ends, the stage's layers finishing back to front in proportion to their W time.
@@ -74,7 +68,7 @@ struct RankTail {
 RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t rank, std::vector<Span>& timeline) {
   const Config& c = plan.config;
   const auto& p = c.parallel;
-  const int64_t group = (p.shard_group > 0 ? p.shard_group : p.dp) * p.sp, across = p.dp * p.sp / group;
+  const int64_t group = p.shard_ranks(), across = p.dp * p.sp / group;
   // A dp rank's ranks are pp x sp x tp consecutive ones (dp outermost): a group of g of them spans
   // nodes when g x pp x sp x tp ranks do.
   const int64_t group_ranks = group / p.sp * p.pp * p.sp * p.tp;

@@ -26,7 +26,7 @@ namespace loom::replicas {
 
 struct ReplicaOptions {
   int zero = 0;            // parallel.zero: 0 replicated, 1 ZeRO-1, 2 and 3 sharded
-  int64_t shard_group = 0; // ZeRO-2/3: replica ranks per shard group (parallel.shard_group x sp); 0 all
+  int64_t shard_group = 0; // ZeRO-2/3: replica ranks per shard group (ParallelConfig::shard_ranks); 0 all
   double bucket_mb = 25;   // the all-reduce's bucket size
   double clip = 0;         // global-norm limit; 0 = off
   optim::AdamWOptions adamw;

@@ -129,6 +129,7 @@ void ShardedParams::start_gather(size_t unit) {
   Unit& u = units_[unit];
   if (u.whole.defined()) return;
   u.whole = at::empty({u.padded}, values_.options());
+  gathered_bytes_ += u.padded * static_cast<int64_t>(u.whole.element_size());
   u.gather_start = Clock::now();
   u.gather_traced = false;
   u.gathering = shard_.all_gather_async(owned_value(u), u.whole);
@@ -156,6 +157,7 @@ void ShardedParams::release(size_t unit) {
     s.param->value.reset();
     s.param->compute.reset();
   }
+  gathered_bytes_ -= u.padded * static_cast<int64_t>(u.whole.element_size());
   u.whole.reset();
   resident_.erase(std::remove(resident_.begin(), resident_.end(), unit), resident_.end());
 }
@@ -244,16 +246,8 @@ void ShardedParams::trace(const std::string& what, Clock::time_point start) {
   if (timeline_) timeline_(what.c_str(), kShardedTraffic, start, Clock::now());
 }
 
-int64_t ShardedParams::whole_bytes() const {
-  int64_t bytes = 0;
-  for (const Unit& u : units_)
-    if (u.whole.defined()) bytes += u.padded * static_cast<int64_t>(u.whole.element_size());
-  return bytes;
-}
-
 void ShardedParams::note_working() {
-  const int64_t gathered = options_.zero == 3 ? whole_bytes() : 0;  // ZeRO-2's whole units are its state
-  working_peak_ = std::max(working_peak_, gathered + grad_bytes_);
+  working_peak_ = std::max(working_peak_, gathered_bytes_ + grad_bytes_);  // ZeRO-2 gathers nothing: its units are state
 }
 
 void ShardedParams::zero_grad() {

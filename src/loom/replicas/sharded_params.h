@@ -126,7 +126,6 @@ class ShardedParams final : public nn::ParamResidency {
   void reduce(size_t unit);
   void complete_reductions(size_t keep);  // until at most `keep` are in flight
   void progress();
-  int64_t whole_bytes() const;
   void note_working();  // the working set now, into its peak
   void trace(const std::string& what, Clock::time_point start);
 
@@ -145,7 +144,8 @@ class ShardedParams final : public nn::ParamResidency {
   std::vector<nn::Param> owned_params_;
   std::vector<Part> parts_;
   std::unique_ptr<optim::AdamW> adamw_;
-  int64_t grad_bytes_ = 0;  // gradient buffers allocated and not yet reduced
+  int64_t gathered_bytes_ = 0;  // ZeRO-3: the units whole now
+  int64_t grad_bytes_ = 0;      // gradient buffers allocated and not yet reduced
   int64_t working_peak_ = 0;
   Timeline timeline_;
 };

@@ -108,7 +108,7 @@ void Trainer::allocate() {
   // group (NOTE [Sequence parallelism]); with sp = 1 that is the dp group.
   optimizer_ = std::make_unique<replicas::ReplicaOptimizer>(
       model_, replicas(), mesh_->tp(), mesh_->pp(),
-      replicas::ReplicaOptions{.zero = static_cast<int>(p.zero), .shard_group = p.shard_group * p.sp,
+      replicas::ReplicaOptions{.zero = static_cast<int>(p.zero), .shard_group = p.shard_ranks(),
                                .bucket_mb = p.bucket_mb, .clip = config_.train.clip, .adamw = adamw,
                                .grad_wire = grad_wire(), .activations = activations(),
                                .initialise = [this, seed](nn::Param& param) { nn::initialise(param, seed, param_options()); }},
