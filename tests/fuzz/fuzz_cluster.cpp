@@ -41,8 +41,9 @@ void use(const loom::plan::Cluster& c) {
     } catch (const loom::InputError&) {
     }
   }
-  const loom::dist::MeshShape mesh{.dp = 2, .pp = 2, .sp = 1, .tp = 2};
-  for (const char* axis : {"tp", "sp", "pp", "dp", "dp_sp"}) (void)loom::plan::group_spans_nodes(mesh, axis, c.devices_per_node);
+  const loom::dist::MeshShape mesh = loom::dist::MeshDegrees{.dp = 2, .pp = 2, .sp = 1, .tp = 2};
+  for (const auto axes : {std::initializer_list<std::string_view>{"tp"}, {"sp"}, {"pp"}, {"dp"}, {"dp", "sp"}})
+    (void)loom::plan::group_spans_nodes(mesh, axes, c.devices_per_node);
   for (const auto& [dtype, flops] : c.peak_flops) {
     const double t = c.compute_seconds({.gemm_flops = 1e12, .gemm_dim = 1024, .attention_flops = 1e11,
                                         .elementwise_bytes = 1e9, .fusable_bytes = 5e8, .score_bytes = 1e9},

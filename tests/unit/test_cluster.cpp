@@ -219,14 +219,14 @@ TEST(Cluster, UsesMeasuredCollectivesInsideANode) {
 }
 
 TEST(Cluster, GroupsSpanNodesByTheMeshOrder) {
-  EXPECT_FALSE(group_spans_nodes({.tp = 8}, "tp", 8));
-  EXPECT_FALSE(group_spans_nodes({.dp = 2, .pp = 2, .tp = 8}, "tp", 8));
-  EXPECT_TRUE(group_spans_nodes({.dp = 2, .pp = 2, .tp = 8}, "dp", 8));
-  EXPECT_TRUE(group_spans_nodes({.dp = 2, .pp = 2, .tp = 8}, "pp", 8));  // stage neighbours on two nodes
-  EXPECT_FALSE(group_spans_nodes({.pp = 2, .tp = 4}, "pp", 8));         // both stages on one node
-  EXPECT_TRUE(group_spans_nodes({.dp = 2, .tp = 4}, "dp", 4));
-  EXPECT_FALSE(group_spans_nodes({.dp = 2, .sp = 2, .tp = 2}, "dp_sp", 8));
-  EXPECT_TRUE(group_spans_nodes({.dp = 2, .sp = 2, .tp = 2}, "dp_sp", 4));
+  EXPECT_FALSE(group_spans_nodes(dist::MeshDegrees{.tp = 8}, {"tp"}, 8));
+  EXPECT_FALSE(group_spans_nodes(dist::MeshDegrees{.dp = 2, .pp = 2, .tp = 8}, {"tp"}, 8));
+  EXPECT_TRUE(group_spans_nodes(dist::MeshDegrees{.dp = 2, .pp = 2, .tp = 8}, {"dp"}, 8));
+  EXPECT_TRUE(group_spans_nodes(dist::MeshDegrees{.dp = 2, .pp = 2, .tp = 8}, {"pp"}, 8));  // stage neighbours on two nodes
+  EXPECT_FALSE(group_spans_nodes(dist::MeshDegrees{.pp = 2, .tp = 4}, {"pp"}, 8));         // both stages on one node
+  EXPECT_TRUE(group_spans_nodes(dist::MeshDegrees{.dp = 2, .tp = 4}, {"dp"}, 4));
+  EXPECT_FALSE(group_spans_nodes(dist::MeshDegrees{.dp = 2, .sp = 2, .tp = 2}, {"dp", "sp"}, 8));
+  EXPECT_TRUE(group_spans_nodes(dist::MeshDegrees{.dp = 2, .sp = 2, .tp = 2}, {"dp", "sp"}, 4));
 }
 
 // `loom profile --cluster-out`'s curve: a measured e(d) = 0.9 d / (d + 100) is recovered; one above

@@ -65,7 +65,7 @@ TEST(Simulator, LayerPassFollowsTheClusterFormulas) {
   nn::Cost cost{.forward_flops = 3e9, .backward_input_flops = 4e9, .backward_weight_flops = 2e9,
                 .attention_flops = 1e9, .gemm_dim = 100, .elementwise_bytes = 1e8};
   cost.comm.push_back({.op = CommOp::AllReduce, .axis = nn::CommAxis::Tp, .pass = nn::CommPass::Forward, .bytes = 4e6});
-  const dist::MeshShape mesh{.tp = 4};
+  const dist::MeshShape mesh = dist::MeshDegrees{.tp = 4};
   const PassTimes t = pass_times(cluster, cost, DType::Float32, mesh);
   // GEMMs at 0.5 x 100 / 200 of 1 TFLOP/s, attention at 0.25, bytes at half of 100 GB/s, and a ring
   // all-reduce of 4 MB over 4 ranks: 2 x 3/4 x 4e6 / 1e10 (the tree's 2 x 4e6 / 1e10 is slower).

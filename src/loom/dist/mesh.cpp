@@ -6,45 +6,65 @@
 
 namespace loom::dist {
 
+MeshShape::MeshShape(MeshDegrees d) : MeshShape({{"dp", d.dp}, {"pp", d.pp}, {"sp", d.sp}, {"tp", d.tp}}) {}
+
+MeshShape::MeshShape(std::vector<MeshAxis> axes) : axes_(std::move(axes)) {
+  for (size_t i = 0; i < axes_.size(); ++i) {
+    LOOM_CHECK(!axes_[i].name.empty() && axes_[i].size >= 1, "[mesh] axis {} is \"{}\" of size {}", i, axes_[i].name,
+               axes_[i].size);
+    for (size_t j = 0; j < i; ++j) LOOM_CHECK(axes_[j].name != axes_[i].name, "[mesh] two axes named \"{}\"", axes_[i].name);
+  }
+}
+
+int MeshShape::size(std::string_view axis) const {
+  for (const MeshAxis& a : axes_)
+    if (a.name == axis) return a.size;
+  return 1;
+}
+
+int MeshShape::ranks() const {
+  int n = 1;
+  for (const MeshAxis& a : axes_) n *= a.size;
+  return n;
+}
+
+int MeshShape::stride(std::string_view axis) const {
+  int inside = 1;
+  for (size_t i = axes_.size(); i-- > 0;) {
+    if (axes_[i].name == axis) return inside;
+    inside *= axes_[i].size;
+  }
+  return inside;  // an axis it does not hold: size 1, any stride would do
+}
+
+int MeshShape::coordinate(int rank, std::string_view axis) const { return rank / stride(axis) % size(axis); }
+
 MeshShape mesh_shape(const ParallelConfig& p) {
-  return {static_cast<int>(p.dp), static_cast<int>(p.pp), static_cast<int>(p.sp), static_cast<int>(p.tp)};
+  return MeshDegrees{static_cast<int>(p.dp), static_cast<int>(p.pp), static_cast<int>(p.sp), static_cast<int>(p.tp)};
 }
 
 void check_mesh_shape(const MeshShape& s, int world_size) {
-  LOOM_CHECK_INPUT(s.dp >= 1 && s.pp >= 1 && s.sp >= 1 && s.tp >= 1 && s.ranks() == world_size,
+  LOOM_CHECK_INPUT(s.ranks() == world_size,
                    "[mesh] dp ({}) x pp ({}) x sp ({}) x tp ({}) = {} ranks, but the job has {}; hint: launch "
                    "with `mpirun -np {}` or change the [parallel] degrees",
-                   s.dp, s.pp, s.sp, s.tp, s.ranks(), world_size, s.ranks());
+                   s.dp(), s.pp(), s.sp(), s.tp(), s.ranks(), world_size, s.ranks());
 }
-
-namespace {
-
-// A rank's coordinate on each axis of shape.axes(), in that order.
-std::array<int, 4> coordinates(const MeshShape& shape, int rank) {
-  const auto axes = shape.axes();
-  std::array<int, 4> c{};
-  for (size_t i = axes.size(); i-- > 0;) c[i] = rank % axes[i].size, rank /= axes[i].size;
-  return c;
-}
-
-}  // namespace
 
 MeshCoords mesh_coords(const MeshShape& shape, int rank) {
-  const std::array<int, 4> c = coordinates(shape, rank);
-  return {.dp = c[0], .pp = c[1], .sp = c[2], .tp = c[3]};
+  return {.dp = shape.coordinate(rank, "dp"), .pp = shape.coordinate(rank, "pp"), .sp = shape.coordinate(rank, "sp"),
+          .tp = shape.coordinate(rank, "tp")};
 }
 
 GroupPlace group_place(const MeshShape& shape, int rank, std::initializer_list<std::string_view> axes) {
-  const auto all = shape.axes();
+  const std::vector<MeshAxis>& all = shape.axes();
   for (std::string_view name : axes)
     LOOM_CHECK(std::any_of(all.begin(), all.end(), [&](const MeshAxis& a) { return a.name == name; }),
                "[mesh] no axis named \"{}\"", name);
-  const std::array<int, 4> c = coordinates(shape, rank);
   GroupPlace place;
-  for (size_t i = 0; i < all.size(); ++i) {  // outermost first: each digit in its own radix
-    const bool in_group = std::find(axes.begin(), axes.end(), all[i].name) != axes.end();
+  for (const MeshAxis& a : all) {  // outermost first: each digit in its own radix
+    const bool in_group = std::find(axes.begin(), axes.end(), a.name) != axes.end();
     int& digits = in_group ? place.key : place.color;
-    digits = digits * all[i].size + c[i];
+    digits = digits * a.size + shape.coordinate(rank, a.name);
   }
   return place;
 }

@@ -9,10 +9,11 @@
 // ("double gradient averaging"). Groups are named by their axes, never hand-written: an axis more
 // (an expert or a shard axis) is an entry in axes() and the groups that use it. Every rank of the
 // world constructs the Mesh (the constructor splits the world communicator: a collective).
-#include <array>
 #include <initializer_list>
 #include <memory>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "loom/core/config.h"
 #include "loom/dist/communicator.h"
@@ -20,21 +21,46 @@
 namespace loom::dist {
 
 struct MeshAxis {
-  std::string_view name;
+  std::string name;
   int size = 1;
+  bool operator==(const MeshAxis&) const = default;
 };
 
-struct MeshShape {
+// The degrees of the four axes loom runs on today, by name (a value to write `{.dp = 2, .tp = 4}`).
+struct MeshDegrees {
   int dp = 1, pp = 1, sp = 1, tp = 1;
-  int ranks() const { return dp * pp * sp * tp; }
-  // NOTE [Mesh axes]: the axes by name, outermost first.
-  std::array<MeshAxis, 4> axes() const { return {{{"dp", dp}, {"pp", pp}, {"sp", sp}, {"tp", tp}}}; }
+};
+
+// NOTE [Mesh axes]: the shape, a list of named axes, outermost first. An axis it does not hold
+// has size 1 (every rank's coordinate on it is 0).
+class MeshShape {
+ public:
+  MeshShape() : MeshShape(MeshDegrees{}) {}
+  MeshShape(MeshDegrees d);  // dp x pp x sp x tp  NOLINT(google-explicit-constructor): a shape is its degrees
+  // Any axes: names distinct and non-empty, sizes >= 1; throws loom::Error otherwise.
+  explicit MeshShape(std::vector<MeshAxis> axes);
+
+  const std::vector<MeshAxis>& axes() const { return axes_; }
+  // The axis' size; 1 for a name it does not hold.
+  int size(std::string_view axis) const;
+  int dp() const { return size("dp"); }
+  int pp() const { return size("pp"); }
+  int sp() const { return size("sp"); }
+  int tp() const { return size("tp"); }
+  int ranks() const;
+  // How many ranks apart neighbours along `axis` are: the product of the sizes inside it.
+  int stride(std::string_view axis) const;
+  // `rank`'s coordinate on `axis` (0 for a name it does not hold): its digit in the mixed radix.
+  int coordinate(int rank, std::string_view axis) const;
   bool operator==(const MeshShape&) const = default;
+
+ private:
+  std::vector<MeshAxis> axes_;
 };
 
 MeshShape mesh_shape(const ParallelConfig& parallel);
 
-// A rank's coordinates on the four axes: the one place the rank order above is computed.
+// A rank's coordinates on the four axes, by name.
 struct MeshCoords {
   int dp = 0, pp = 0, sp = 0, tp = 0;
 };

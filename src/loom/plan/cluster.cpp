@@ -62,17 +62,16 @@ double Cluster::collective_seconds(nn::CommOp op, int64_t ranks, double bytes, b
   return std::min(ring, tree);
 }
 
-bool group_spans_nodes(const dist::MeshShape& mesh, const std::string& axis, int64_t devices_per_node) {
-  // Rank = ((dp x pp + pp_rank) x sp + sp_rank) x tp + tp_rank: an axis's stride is the product
-  // of the axes inside it. The group of rank 0 holds rank 0 and the last of its members.
-  const int64_t tp = mesh.tp, sp = mesh.sp, pp = mesh.pp, dp = mesh.dp;
+bool group_spans_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
+                       int64_t devices_per_node) {
+  // The group of rank 0 holds rank 0 and, as its last member, the rank whose coordinate on each
+  // of `axes` is the largest (NOTE [Mesh axes]: each axis' stride is the product of those inside it).
   int64_t last = 0;
-  if (axis == "tp") last = tp - 1;
-  else if (axis == "sp") last = (sp - 1) * tp;
-  else if (axis == "pp") last = (pp - 1) * sp * tp;
-  else if (axis == "dp") last = (dp - 1) * pp * sp * tp;
-  else if (axis == "dp_sp") last = (dp - 1) * pp * sp * tp + (sp - 1) * tp;
-  else LOOM_CHECK(false, "unknown mesh axis {}", axis);
+  for (std::string_view axis : axes) {
+    LOOM_CHECK(std::any_of(mesh.axes().begin(), mesh.axes().end(), [&](const dist::MeshAxis& a) { return a.name == axis; }),
+               "unknown mesh axis {}", axis);
+    last += static_cast<int64_t>(mesh.size(axis) - 1) * mesh.stride(axis);
+  }
   return last / devices_per_node != 0;
 }
 

@@ -108,10 +108,11 @@ struct Cluster {
   double collective_seconds(nn::CommOp op, int64_t ranks, double bytes, bool spans_nodes) const;
 };
 
-// The mesh's groups on nodes of `devices_per_node` consecutive ranks (dist::mesh_coords' order):
-// whether the group of `axis` ("dp", "pp", "sp", "tp", or "dp_sp") containing rank 0 spans more
-// than one node, and whether neighbouring pipeline stages sit on different nodes.
-bool group_spans_nodes(const dist::MeshShape& mesh, const std::string& axis, int64_t devices_per_node);
+// The mesh's groups on nodes of `devices_per_node` consecutive ranks (NOTE [Mesh axes]' order):
+// whether the group over `axes` (names of the mesh's axes, e.g. {"dp", "sp"}) containing rank 0
+// spans more than one node ({"pp"}: whether the pipeline's stages sit on different nodes).
+bool group_spans_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
+                       int64_t devices_per_node);
 
 // A cluster by name (clusters/NAME.toml in the working directory, then in loom's own clusters/)
 // or by path (containing '/' or ending in ".toml"). InputError for a missing or malformed file,

@@ -147,7 +147,7 @@ std::string RunPlan::describe() const {
   std::string text = fmt::format(
       "# plan: {} ranks = dp {} x pp {} x sp {} x tp {}; {} chain layers; schedule {} ({} micro-batches per "
       "dp rank{})\n",
-      world_size, mesh.dp, mesh.pp, mesh.sp, mesh.tp, chain.size(), schedule.kind, schedule.microbatches,
+      world_size, mesh.dp(), mesh.pp(), mesh.sp(), mesh.tp(), chain.size(), schedule.kind, schedule.microbatches,
       p.chunks > 1 ? fmt::format(", {} chunks per rank", p.chunks) : "");
   text += memory_words(*this);
   for (size_t s = 0; s < stages.size(); ++s) {
@@ -194,13 +194,15 @@ nlohmann::json RunPlan::to_json() const {
                                        {"stashed_microbatches", m.stashed}, {"total", m.total()}}},
                            {"comm_bytes_per_step", stage.comm_bytes}});
   }
-  nlohmann::json ranks = nlohmann::json::array();
+  nlohmann::json ranks = nlohmann::json::array(), axes = nlohmann::json::object();
   for (int r = 0; r < world_size; ++r) {
-    const dist::MeshCoords c = coords(r);
-    ranks.push_back({{"rank", r}, {"dp", c.dp}, {"pp", c.pp}, {"sp", c.sp}, {"tp", c.tp}});
+    nlohmann::json rank = {{"rank", r}};
+    for (const dist::MeshAxis& a : mesh.axes()) rank[a.name] = mesh.coordinate(r, a.name);
+    ranks.push_back(std::move(rank));
   }
+  for (const dist::MeshAxis& a : mesh.axes()) axes[a.name] = a.size;
   return {{"world_size", world_size},
-          {"mesh", {{"dp", mesh.dp}, {"pp", mesh.pp}, {"sp", mesh.sp}, {"tp", mesh.tp}}},
+          {"mesh", axes},
           {"ranks", ranks},
           {"schedule", {{"kind", schedule.kind}, {"microbatches", schedule.microbatches}, {"chunks", schedule.chunks}}},
           {"cuts", cuts},

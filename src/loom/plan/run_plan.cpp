@@ -303,8 +303,8 @@ PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, 
   for (const nn::CommUse& u : cost.comm) {
     const bool tp = u.axis == nn::CommAxis::Tp;
     const double t = static_cast<double>(u.count) *
-                     cluster.collective_seconds(u.op, tp ? mesh.tp : mesh.sp, u.bytes,
-                                                group_spans_nodes(mesh, tp ? "tp" : "sp", dpn));
+                     cluster.collective_seconds(u.op, tp ? mesh.tp() : mesh.sp(), u.bytes,
+                                                tp ? group_spans_nodes(mesh, {"tp"}, dpn) : group_spans_nodes(mesh, {"sp"}, dpn));
     (u.overlapped ? hidden : comm)[u.pass == nn::CommPass::Forward ? 0 : 1] += t;
   }
   // The backward's attention and elementwise kernels do about twice the forward's work.
@@ -345,7 +345,7 @@ RunPlan make_plan(const Config& config, int world_size, const CostModel& costs, 
   plan.copy_bytes_per_s = costs.time(config, plan.chain);
   if (cluster != nullptr && p.pp > 1)
     plan.p2p_s = cluster->collective_seconds(CommOp::SendRecv, 2, input_bytes(plan),
-                                             group_spans_nodes(plan.mesh, "pp", cluster->devices_per_node) &&
+                                             group_spans_nodes(plan.mesh, {"pp"}, cluster->devices_per_node) &&
                                                  p.sp * p.tp % cluster->devices_per_node == 0);
   plan.schedule = schedule::schedule_for(p.schedule, p.pp, config.microbatch_count() / p.dp, p.chunks);
   LOOM_CHECK_INPUT(cluster != nullptr || p.pp == 1 || schedule::message_tags(plan.schedule) <= schedule::kMaxTags,

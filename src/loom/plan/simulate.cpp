@@ -92,7 +92,7 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
   tail.optimizer = owned * optimizer_bytes_per_param(c.model.dtype) / (cluster.memory_bytes_per_s * cluster.memory_efficiency);
   if (across > 1)
     tail.optimizer += cluster.collective_seconds(CommOp::AllReduce, across, owned * master_bytes(c),
-                                                 group_spans_nodes(plan.mesh, "dp_sp", cluster.devices_per_node));
+                                                 group_spans_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node));
   if (p.zero == 2) tail.optimizer += gather;
   const double start = std::max(end, tail.reduced);
   tail.end = start + tail.optimizer;
@@ -106,7 +106,7 @@ RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, 
   const Config& c = plan.config;
   const int64_t replicas = c.parallel.dp * c.parallel.sp;
   if (c.parallel.zero >= 2 && replicas > 1) return finish_sharded(plan, cluster, rank, timeline);
-  const bool spans = group_spans_nodes(plan.mesh, "dp_sp", cluster.devices_per_node);
+  const bool spans = group_spans_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node);
   const CommOp reduce = c.parallel.zero == 1 ? CommOp::ReduceScatter : CommOp::AllReduce;
   const double bucket_bytes = c.parallel.bucket_mb * 1024 * 1024;
   double channel = 0, pending = 0, pending_ready = 0, params = 0;
@@ -151,7 +151,7 @@ double sparse_exchange_s(const RunPlan& plan, const Cluster& cluster) {
   for (const LayerPlan& layer : plan.chain)
     for (const ParamInfo& p : layer.params)
       if (p.table) bytes += static_cast<double>(std::min(lookups, p.numel / p.row_width) * p.row_width) * master_bytes(c);
-  const bool spans = group_spans_nodes(plan.mesh, "dp_sp", cluster.devices_per_node);
+  const bool spans = group_spans_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node);
   return 2 * cluster.collective_seconds(CommOp::AllToAll, replicas, bytes, spans);
 }
 

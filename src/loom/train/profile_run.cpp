@@ -135,7 +135,7 @@ std::vector<plan::LayerProfile> measure_chain(const models::ModelKind& kind, con
   } else {
     const std::unique_ptr<dist::Communicator> group = world.split(world.rank() < group_size ? 0 : 1, world.rank(), "profile");
     if (world.rank() < group_size) {
-      dist::Mesh mesh(*group, {.sp = static_cast<int>(p.sp), .tp = static_cast<int>(p.tp)});
+      dist::Mesh mesh(*group, dist::MeshDegrees{.sp = static_cast<int>(p.sp), .tp = static_cast<int>(p.tp)});
       layers = measure_layers(kind, c, mesh.tp(), {.sp = &mesh.sp(), .mode = p.sp_mode}, repeats, device);
     }
   }
