@@ -46,7 +46,7 @@ inline TrainedRun train_run(const Config& config, dist::Communicator& world) {
   for (nn::Param* p : trainer.model().params()) {
     run.names.push_back(p->name);
     run.weights.push_back(trainer.value_of(*p).cpu().clone());  // a sparse table gathered from its owners
-    run.shards.push_back(p->shard);
+    run.shards.push_back(p->part());
   }
   run.comm = trainer.comm_stats();
   return run;

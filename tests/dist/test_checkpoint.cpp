@@ -85,7 +85,7 @@ Leg run_leg(const Config& config, dist::Communicator& comm, const std::string& r
   for (nn::Param* p : trainer.model().params()) {
     leg.run.names.push_back(p->name);
     leg.run.weights.push_back(trainer.value_of(*p).clone());  // a sparse table gathered from its owners
-    leg.run.shards.push_back(p->shard);
+    leg.run.shards.push_back(p->part());
   }
   leg.last_checkpoint = trainer.last_checkpoint();
   leg.tables = trainer.table_choices();

@@ -75,7 +75,7 @@ TEST_P(PipelineMemory, MatchesTheSerialRunInFloat64) {
     for (nn::Param* p : trainer.model().params()) {
       layout.names.push_back(p->name);
       layout.weights.push_back(trainer.value_of(*p).clone());
-      layout.shards.push_back(p->shard);
+      layout.shards.push_back(p->part());
     }
   }
   if (mc.swap == "all") EXPECT_GT(layout.records.back().host_peak_bytes, 0);

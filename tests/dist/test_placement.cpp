@@ -10,7 +10,6 @@
 namespace loom::test {
 namespace {
 
-using dist::Placement;
 
 // A tensor every rank makes alike: distinct values, so a misplaced element shows.
 at::Tensor full_tensor(std::vector<int64_t> shape, double scale = 1.0) {
@@ -29,7 +28,7 @@ TEST(Placements, PiecesOfAShardGatherToTheWholeTensor) {
     for (int dim = 0; dim < full.dim(); ++dim) {
       const Placement p = Placement::shard(dim);
       const at::Tensor mine = dist::piece(full, p, r, n);
-      const int64_t length = dist::piece_length(full.size(dim), n), real = dist::real_length(full.size(dim), n, r);
+      const int64_t length = piece_length(full.size(dim), n), real = real_length(full.size(dim), n, r);
       SCOPED_TRACE(fmt::format("shape [{}], {}, rank {} of {}", fmt::join(shape, ", "), p.text(), r, n));
       ASSERT_EQ(mine.size(dim), length) << "every piece has the same shape";
       EXPECT_TRUE(at::equal(mine.narrow(dim, 0, real), full.narrow(dim, std::min(length * r, full.size(dim)), real)));

@@ -255,7 +255,7 @@ void expect_auto_agrees(const Config& c, dist::Communicator& comm) {
   for (nn::Param* p : trainer.model().params()) {
     layout.names.push_back(p->name);
     layout.weights.push_back(trainer.value_of(*p).clone());
-    layout.shards.push_back(p->shard);
+    layout.shards.push_back(p->part());
   }
   expect_same_training(layout, run_serial_dense(c), 1e-9, 1e-9);
 }

@@ -149,11 +149,11 @@ TEST(TpRegionPieces, NothingEnteredIsAnError) {
   EXPECT_THROW(region.next_entered(), Error);
 }
 
-// Only sequence-partial gradients (Param::tp_partial) are summed over tp, and only for the layer
+// Only sequence-partial gradients (NOTE [Parameter placements]: a gradient Partial over tp) are summed over tp, and only for the layer
 // named; a layer without any, or past the last, is nothing to do.
 TEST(TpRegionPieces, SequenceGradReducerSumsOnlyPartialGradients) {
   const int64_t n = world().size(), r = world().rank();
-  nn::Param norm{.name = "norm.gain", .tp_partial = true}, dense{.name = "dense.w"};
+  nn::Param norm{.name = "norm.gain", .placements = {AxisPlacement::summed("tp")}}, dense{.name = "dense.w"};
   norm.grad = values({5}) + static_cast<double>(r);  // rank r's tokens' share
   dense.grad = values({2, 3}) + static_cast<double>(r);
   SequenceGradReducer reducer({{&dense, &norm}, {&dense}}, world());

@@ -85,8 +85,8 @@ TEST(RmsNorm, GainStartsAtOneAndIsTpPartialOnlyWhenSequenceSharded) {
   nn::initialise(plain.gain, 1, at::kFloat);
   EXPECT_TRUE(at::equal(plain.gain.value, at::ones({kModel})));
   EXPECT_EQ(plain.gain.name, "n.weight");
-  EXPECT_FALSE(plain.gain.tp_partial);
-  EXPECT_TRUE(sharded.gain.tp_partial);
+  EXPECT_FALSE(plain.gain.grad_on("tp").is_partial());
+  EXPECT_TRUE(sharded.gain.grad_on("tp").is_partial());
   EXPECT_FALSE(plain.gain.weight_decay) << "norm gains are not decayed";
 }
 

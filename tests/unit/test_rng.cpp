@@ -2,8 +2,10 @@
 // whole parameter, bit for bit, and values depend only on (seed, name, element).
 #include <gtest/gtest.h>
 
+#include "loom/core/error.h"
 #include "loom/core/rng.h"
 #include "loom/nn/param.h"
+#include "loom/replicas/flat_params.h"
 
 namespace loom {
 namespace {
@@ -45,12 +47,78 @@ TEST(Rng, NormalValuesHaveTheRequestedMoments) {
 TEST(Param, InitialisedShardEqualsSliceOfInitialisedParameter) {
   nn::Param full{.name = "embedding.wte", .full_shape = {12, 8}, .init = nn::Init::Normal, .init_std = 0.02};
   nn::Param part = full;
-  part.shard = Shard{0, 4, 4};
+  part.placements = {AxisPlacement::sharded("tp", 0, 1, 3)};  // rows [4, 8) of 12
   nn::initialise(full, 5, at::kFloat);
   nn::initialise(part, 5, at::kFloat);
   EXPECT_TRUE(at::equal(part.value, full.value.narrow(0, 4, 4)));
   EXPECT_EQ(part.grad.sizes(), part.value.sizes());
   EXPECT_EQ(part.grad.abs().sum().item<double>(), 0.0);
+}
+
+// NOTE [Parameter placements]: what a parameter's placements say it holds, and what an axis it
+// does not name means.
+TEST(Param, PlacementsSayWhichPartARankHoldsAndHowItsGradientLies) {
+  const nn::Param column{.name = "w", .full_shape = {8, 3}, .placements = {AxisPlacement::sharded("tp", 0, 1, 4)}};
+  EXPECT_EQ(column.part(), (Shard{0, 2, 2}));
+  EXPECT_EQ(column.part_shape(), (std::vector<int64_t>{2, 3}));
+  EXPECT_EQ(column.numel(), 6);
+  EXPECT_EQ(column.value_on("tp"), Placement::shard(0));
+  EXPECT_EQ(column.grad_on("tp"), Placement::shard(0));
+  EXPECT_EQ(column.value_on("dp"), Placement::replicate());
+  EXPECT_EQ(column.grad_on("dp"), Placement::partial());  // a data axis: each rank saw other tokens
+  EXPECT_EQ(column.grad_on("sp"), Placement::partial());
+
+  const nn::Param whole{.name = "b", .full_shape = {5}};
+  EXPECT_EQ(whole.part(), Shard{});
+  EXPECT_EQ(whole.numel(), 5);
+  EXPECT_EQ(whole.grad_on("tp"), Placement::replicate());  // a model axis: every rank saw the same tokens
+
+  const nn::Param gain{.name = "g", .full_shape = {5}, .placements = nn::tp_sequence_placements(true)};
+  EXPECT_EQ(gain.value_on("tp"), Placement::replicate());
+  EXPECT_EQ(gain.grad_on("tp"), Placement::partial());
+  EXPECT_TRUE(nn::tp_sequence_placements(false).empty());
+}
+
+TEST(Param, AShardThatDoesNotDivideEndsShortOrEmpty) {
+  const auto rows = [](int rank) {
+    return nn::Param{.name = "t", .full_shape = {97, 5}, .placements = {AxisPlacement::sharded("tp", 0, rank, 4)}}.part();
+  };
+  EXPECT_EQ(rows(0), (Shard{0, 0, 25}));
+  EXPECT_EQ(rows(3), (Shard{0, 75, 22}));
+  const nn::Param few{.name = "t", .full_shape = {3, 2}, .placements = {AxisPlacement::sharded("tp", 0, 3, 4)}};
+  EXPECT_EQ(few.part(), (Shard{0, 3, 0}));
+  EXPECT_EQ(few.numel(), 0);
+}
+
+TEST(Param, AFlatRunIsShardedWhereItsParameterIs) {
+  const nn::Param column{.name = "w", .full_shape = {8, 3}, .placements = {AxisPlacement::sharded("tp", 0, 1, 4)},
+                         .weight_decay = true};
+  const nn::Param run = nn::flat_run(column, "w[1:5]", 4);
+  EXPECT_EQ(run.numel(), 4);
+  EXPECT_TRUE(run.value_on("tp").is_shard());
+  EXPECT_TRUE(run.weight_decay);
+  EXPECT_FALSE(nn::flat_run(nn::Param{.name = "b", .full_shape = {5}}, "b[0:5]", 5).value_on("tp").is_shard());
+}
+
+// The dense path sums every gradient over dp x sp: it takes a parameter only where its gradient is
+// a summand over both, and names one that is not.
+TEST(Param, TheDensePathTakesOnlyGradientsSummedOverTheDataAxes) {
+  EXPECT_NO_THROW(replicas::check_summed_over_data_axes(nn::Param{.name = "b", .full_shape = {5}}));
+  EXPECT_NO_THROW(replicas::check_summed_over_data_axes(
+      nn::Param{.name = "w", .full_shape = {8, 3}, .placements = {AxisPlacement::sharded("tp", 0, 0, 2)}}));
+  const nn::Param expert{.name = "experts.w", .full_shape = {4, 3}, .placements = {AxisPlacement::sharded("dp", 0, 1, 2)}};
+  try {
+    replicas::check_summed_over_data_axes(expert);
+    ADD_FAILURE() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("experts.w's gradient is shard(0) over dp"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Param, TwoAxesShardingItHaveNoSinglePart) {
+  const nn::Param p{.name = "w", .full_shape = {8, 4},
+                    .placements = {AxisPlacement::sharded("tp", 0, 0, 2), AxisPlacement::sharded("ep", 1, 0, 2)}};
+  EXPECT_THROW((void)p.part(), Error);
 }
 
 }  // namespace

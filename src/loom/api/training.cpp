@@ -49,7 +49,7 @@ int64_t Training::start_step() const { return trainer_->start_step(); }
 std::vector<ParameterValue> Training::parameters() const {
   std::vector<ParameterValue> out;
   for (nn::Param* p : trainer_->model().params())
-    out.push_back({.name = p->name, .full_shape = p->full_shape, .shard = p->shard, .value = trainer_->value_of(*p)});
+    out.push_back({.name = p->name, .full_shape = p->full_shape, .shard = p->part(), .value = trainer_->value_of(*p)});
   return out;
 }
 

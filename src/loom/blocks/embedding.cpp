@@ -33,11 +33,12 @@ TokenPositionEmbedding::TokenPositionEmbedding(int64_t vocab, int64_t positions,
   rows_ = padded / tp.size();
   first_row_ = rows_ * tp.rank();
   token_table = nn::Param{.name = "embedding.wte", .full_shape = {padded, d_model}, .padding_rows = padded - vocab,
-                          .shard = {0, first_row_, rows_},
+                          .placements = {AxisPlacement::sharded("tp", 0, tp.rank(), tp.size())},
                       .init = nn::Init::Normal, .init_std = 0.02, .weight_decay = true, .embedding = true};
   if (positions > 0)
-    position_table = nn::Param{.name = "embedding.wpe", .full_shape = {positions, d_model}, .init = nn::Init::Normal,
-                               .init_std = 0.01, .weight_decay = true, .tp_partial = sequence_};
+    position_table = nn::Param{.name = "embedding.wpe", .full_shape = {positions, d_model},
+                               .placements = nn::tp_sequence_placements(sequence_), .init = nn::Init::Normal,
+                               .init_std = 0.01, .weight_decay = true};
 }
 
 std::vector<nn::Param*> TokenPositionEmbedding::params() {

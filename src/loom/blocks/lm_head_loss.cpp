@@ -25,13 +25,13 @@ LmHeadLoss::LmHeadLoss(int64_t d_model, int64_t vocab, dist::Communicator& tp, b
   rows_ = padded / tp.size();
   first_row_ = rows_ * tp.rank();
   const nn::Param head{.name = "head.weight", .full_shape = {padded, d_model}, .padding_rows = padded - vocab,
-                       .shard = {0, first_row_, rows_},
+                       .placements = {AxisPlacement::sharded("tp", 0, tp.rank(), tp.size())},
                        .init = nn::Init::Normal, .init_std = 0.02, .weight_decay = true};
   if (tied == nullptr) {
     weight = head;
     return;
   }
-  LOOM_CHECK(tied->full_shape == head.full_shape && tied->shard == head.shard && !tied->embedding,
+  LOOM_CHECK(tied->full_shape == head.full_shape && tied->placements == head.placements && !tied->embedding,
              "[head] a tied head needs a dense token table of its shape and vocabulary shard");
 }
 

@@ -27,20 +27,6 @@ void check_dim(const at::Tensor& t, Placement p, const char* op) {
 
 }  // namespace
 
-std::string Placement::text() const {
-  switch (kind) {
-    case PlacementKind::Replicate: return "replicate";
-    case PlacementKind::Shard: return fmt::format("shard({})", dim);
-    case PlacementKind::Partial: return "partial";
-  }
-  return "?";
-}
-
-int64_t real_length(int64_t size, int n, int rank) {
-  const int64_t length = piece_length(size, n);
-  return std::clamp<int64_t>(size - length * rank, 0, length);
-}
-
 at::Tensor piece(const at::Tensor& full, Placement p, int rank, int n) {
   check_dim(full, p, "piece");
   switch (p.kind) {

@@ -9,8 +9,9 @@ constexpr double kEps = 1e-5;
 }
 
 LayerNorm::LayerNorm(const std::string& name, int64_t dim, bool sequence_sharded) : dim_(dim) {
-  gain = Param{.name = name + ".weight", .full_shape = {dim}, .init = Init::Ones, .tp_partial = sequence_sharded};
-  bias = Param{.name = name + ".bias", .full_shape = {dim}, .tp_partial = sequence_sharded};
+  gain = Param{.name = name + ".weight", .full_shape = {dim}, .placements = tp_sequence_placements(sequence_sharded),
+               .init = Init::Ones};
+  bias = Param{.name = name + ".bias", .full_shape = {dim}, .placements = tp_sequence_placements(sequence_sharded)};
 }
 
 NormOutput LayerNorm::forward(const at::Tensor& x) const {

@@ -19,7 +19,7 @@ struct NormGrads {
 class LayerNorm {
  public:
   // `sequence_sharded`: it sees only this tp rank's tokens (tp_sequence), so its parameter
-  // gradients are partial over tp (Param::tp_partial).
+  // gradients are partial over tp (NOTE [Parameter placements]).
   LayerNorm(const std::string& name, int64_t dim, bool sequence_sharded = false);
 
   NormOutput forward(const at::Tensor& x) const;

@@ -4,8 +4,10 @@
 #include <ATen/ATen.h>
 
 #include <string>
+#include <string_view>
 #include <vector>
 
+#include "loom/core/mesh_placement.h"
 #include "loom/core/rng.h"
 
 namespace loom::nn {
@@ -34,13 +36,12 @@ struct Param {
   // Trailing rows of full_shape[0] that pad a vocabulary split over tp (NOTE [Vocabulary
   // padding]): not part of the model, initialised to zero (so they stay zero), never saved.
   int64_t padding_rows = 0;
-  Shard shard;                      // which slice of it this rank holds (dim -1 = all)
+  // How it lies over the mesh's named axes that split it or its gradient (NOTE [Parameter
+  // placements]): a tp-sharded weight names tp; a parameter held whole names no axis.
+  std::vector<AxisPlacement> placements;
   Init init = Init::Zeros;
   double init_std = 0.0;            // for Init::Normal
   bool weight_decay = false;        // AdamW decays matrices, not biases or norm gains
-  // The gradient covers only this tp rank's tokens (a sequence-sharded norm or position table
-  // under parallel.tp_sequence) and is summed over tp once per step (SequenceGradReducer).
-  bool tp_partial = false;
   // A table read by row lookups (an embedding): a step's gradient touches only the rows its batch
   // looks up, so under parallel.sparse = "auto" it trains on the sparse path.
   bool embedding = false;
@@ -60,13 +61,31 @@ struct Param {
     return shape;
   }
 
+  // NOTE [Parameter placements]: the entry for `axis`, or null when it names none.
+  const AxisPlacement* on(std::string_view axis) const;
+  // Its value's placement over `axis` (Replicate where it names none).
+  Placement value_on(std::string_view axis) const;
+  // Its gradient's after the backward (where it names none: Partial on a data axis, else Replicate).
+  Placement grad_on(std::string_view axis) const;
+  // The slice of full_shape this rank holds (dim -1: all of it), from the axis whose value is Shard.
+  Shard part() const;
+  // Its shape on this rank: full_shape with the sharded dimension cut to the part.
+  std::vector<int64_t> part_shape() const;
   // Elements of this rank's part (its tp shard; all of it for a table on the sparse path).
-  int64_t numel() const {
-    int64_t n = 1;
-    for (size_t d = 0; d < full_shape.size(); ++d) n *= static_cast<int64_t>(d) == shard.dim ? shard.length : full_shape[d];
-    return n;
-  }
+  int64_t numel() const;
 };
+
+// NOTE [Parameter placements]: a norm's or position table's under parallel.tp_sequence (each tp
+// rank saw a slice of the sequence, so its gradient is a summand over tp); none otherwise.
+inline std::vector<AxisPlacement> tp_sequence_placements(bool sequence_sharded) {
+  if (!sequence_sharded) return {};
+  return {AxisPlacement::summed("tp")};
+}
+
+// A flat run of `numel` elements of `of`'s part, as a parameter of its own (ZeRO's AdamW steps
+// such runs): named `name`, decayed like `of`, and sharded over each axis that shards `of` (with
+// the run as its whole piece), so the gradient norm sums it over the axes where it sums `of`.
+Param flat_run(const Param& of, std::string name, int64_t numel);
 
 // Allocates value and grad with `options` (the type and the device) and fills value from
 // (seed, name): layout-independent, and device-independent (the random values are drawn on the

@@ -10,7 +10,8 @@ constexpr double kEps = 1e-5;
 }
 
 RmsNorm::RmsNorm(const std::string& name, int64_t dim, bool sequence_sharded) : dim_(dim) {
-  gain = Param{.name = name + ".weight", .full_shape = {dim}, .init = Init::Ones, .tp_partial = sequence_sharded};
+  gain = Param{.name = name + ".weight", .full_shape = {dim}, .placements = tp_sequence_placements(sequence_sharded),
+               .init = Init::Ones};
 }
 
 RmsNormOutput RmsNorm::forward(const at::Tensor& x) const {

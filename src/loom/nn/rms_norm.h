@@ -21,7 +21,7 @@ struct RmsNormGrads {
 class RmsNorm {
  public:
   // `sequence_sharded`: it sees only this tp rank's tokens (tp_sequence), so its gain gradient
-  // is partial over tp (Param::tp_partial).
+  // is partial over tp (NOTE [Parameter placements]).
   RmsNorm(const std::string& name, int64_t dim, bool sequence_sharded = false);
 
   RmsNormOutput forward(const at::Tensor& x) const;

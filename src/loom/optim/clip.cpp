@@ -46,7 +46,7 @@ double grad_norm_square(const nn::Param& param) {
 
 std::pair<double, double> grad_norm_squares(const std::vector<nn::Param*>& params) {
   double replicated = 0, sharded = 0;
-  for (const nn::Param* p : params) (p->shard.dim >= 0 ? sharded : replicated) += grad_norm_square(*p);
+  for (const nn::Param* p : params) (p->value_on("tp").is_shard() ? sharded : replicated) += grad_norm_square(*p);
   return {replicated, sharded};
 }
 

@@ -71,9 +71,10 @@ SparseTable::SparseTable(nn::Param& param, dist::Communicator& group, int64_t pa
     : param_(param), group_(group), options_(options), update_(update) {
   options_.lazy_rows = nullptr;  // the owner knows its touched rows itself
   LOOM_CHECK(param.full_shape.size() == 2, "[sparse] {} is not a table", param.name);
-  const bool sharded = param.shard.dim == 0;
-  rows_ = sharded ? param.shard.length : param.full_shape[0];
-  row_offset_ = sharded ? param.shard.start : 0;
+  const Shard part = param.part();  // a vocabulary split over tp: this rank's rows
+  LOOM_CHECK(part.dim <= 0, "[sparse] {} is sharded along its width; a sparse table splits its rows", param.name);
+  rows_ = part.dim == 0 ? part.length : param.full_shape[0];
+  row_offset_ = part.dim == 0 ? part.start : 0;
   width_ = param.full_shape[1];
   partitions_ = partition_rows(rows_, partitions, group.size());
   std::vector<int64_t> begin, owner, offset;

@@ -27,13 +27,13 @@ ColumnParallelLinear::ColumnParallelLinear(const std::string& name, int64_t in_f
   weight = nn::Param{.name = name + ".weight",
                      .full_shape = grouped ? std::vector<int64_t>{groups, per_group, in_features}
                                            : std::vector<int64_t>{out_features, in_features},
-                     .shard = {grouped ? 1 : 0, tp.rank() * local, local},
+                     .placements = {AxisPlacement::sharded("tp", grouped ? 1 : 0, tp.rank(), tp.size())},
                      .init = nn::Init::Normal, .init_std = init_std, .weight_decay = true};
   if (bias) {
     this->bias = nn::Param{.name = name + ".bias",
                            .full_shape = grouped ? std::vector<int64_t>{groups, per_group}
                                                  : std::vector<int64_t>{out_features},
-                           .shard = {grouped ? 1 : 0, tp.rank() * local, local}};
+                           .placements = {AxisPlacement::sharded("tp", grouped ? 1 : 0, tp.rank(), tp.size())}};
   }
 }
 
@@ -67,7 +67,7 @@ RowParallelLinear::RowParallelLinear(const std::string& name, int64_t in_feature
                                      double init_std, dist::Communicator& tp)
     : tp_(tp), out_(out_features), local_in_(split(in_features, tp, name + " inputs")) {
   weight = nn::Param{.name = name + ".weight", .full_shape = {out_features, in_features},
-                     .shard = {1, tp.rank() * local_in_, local_in_}, .init = nn::Init::Normal,
+                     .placements = {AxisPlacement::sharded("tp", 1, tp.rank(), tp.size())}, .init = nn::Init::Normal,
                      .init_std = init_std, .weight_decay = true};
   if (bias) this->bias = nn::Param{.name = name + ".bias", .full_shape = {out_features}};
 }

@@ -138,7 +138,7 @@ SequenceGradReducer::SequenceGradReducer(const std::vector<std::vector<nn::Param
   for (const auto& params : layer_params) {
     auto& mine = partial_.emplace_back();
     for (nn::Param* p : params)
-      if (p->tp_partial && tp.size() > 1) mine.push_back(p);
+      if (p->grad_on("tp").is_partial() && tp.size() > 1) mine.push_back(p);
   }
 }
 

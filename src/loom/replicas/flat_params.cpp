@@ -4,10 +4,17 @@
 
 namespace loom::replicas {
 
+void check_summed_over_data_axes(const nn::Param& p) {
+  for (const char* axis : {"dp", "sp"})
+    LOOM_CHECK(p.grad_on(axis).is_partial(), "[replicas] {}'s gradient is {} over {}; the dense path sums it there",
+               p.name, p.grad_on(axis).text(), axis);
+}
+
 FlatParams::FlatParams(models::Model& model, int64_t pad_multiple) {
   for (size_t layer = model.chain.size(); layer-- > 0;) {
     for (nn::Param* p : model.chain[layer]->params()) {
       if (p->sparse != nullptr) continue;  // its rows live on their owners (NOTE [Sparse exchange])
+      check_summed_over_data_axes(*p);
       slots.push_back({p, layer, numel, p->numel()});
       numel += p->numel();
     }

@@ -17,6 +17,12 @@ struct FlatSlot {
   int64_t numel;
 };
 
+// NOTE [Parameter placements]: the dense path sums each gradient over every data axis (dp, sp) in
+// one group, so it takes only parameters whose gradient is a summand over both; one sharded over a
+// data axis (as an expert would be) needs a reduction group of its own. Throws loom::Error naming
+// the parameter and its placement otherwise.
+void check_summed_over_data_axes(const nn::Param& p);
+
 class FlatParams {
  public:
   // Moves the (initialised) parameters of `model` into the flat buffers.

@@ -8,9 +8,10 @@ namespace {
 // The box of the full parameter that this rank's part (its tp shard) covers.
 ckpt::Box box_of(const nn::Param& p) {
   ckpt::Box box = ckpt::whole(p.full_shape);
-  if (p.shard.dim >= 0) {
-    box.offset[static_cast<size_t>(p.shard.dim)] = p.shard.start;
-    box.size[static_cast<size_t>(p.shard.dim)] = p.shard.length;
+  const Shard part = p.part();
+  if (part.dim >= 0) {
+    box.offset[static_cast<size_t>(part.dim)] = part.start;
+    box.size[static_cast<size_t>(part.dim)] = part.length;
   }
   return box;
 }

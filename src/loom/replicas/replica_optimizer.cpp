@@ -63,7 +63,7 @@ double ReplicaOptimizer::clip_replicated(double clip) {
   double replicated = 0, sharded = 0;
   for (const nn::Param* p : params_) {
     const double square = p->sparse != nullptr ? sparse_->norm_square(*p) : optim::grad_norm_square(*p);
-    (p->shard.dim >= 0 ? sharded : replicated) += square;
+    (p->value_on("tp").is_shard() ? sharded : replicated) += square;
   }
   const double norm = optim::combine_norm_squares(replicated, sharded, tp_, &pp_);
   const double factor = optim::clip_factor(norm, clip);

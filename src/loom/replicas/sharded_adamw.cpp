@@ -20,9 +20,8 @@ ShardedAdamW::ShardedAdamW(FlatParams& flat, dist::Communicator& dp, dist::Commu
   for (const FlatSlot& s : flat.slots) {
     const int64_t lo = std::max(s.offset, shard_offset_), hi = std::min(s.offset + s.numel, end);
     if (lo >= hi) continue;
-    nn::Param part{.name = fmt::format("{}[{}:{}]", s.param->name, lo - s.offset, hi - s.offset),
-                   .full_shape = {hi - lo}, .weight_decay = s.param->weight_decay};
-    part.shard.dim = s.param->shard.dim;  // only whether it is tp-sharded matters here (clipping)
+    nn::Param part = nn::flat_run(*s.param, fmt::format("{}[{}:{}]", s.param->name, lo - s.offset, hi - s.offset),
+                                  hi - lo);
     part.value = flat.values.narrow(0, lo, hi - lo);
     part.grad = shard_grad_.narrow(0, lo - shard_offset_, hi - lo);
     shard_params_.push_back(std::move(part));

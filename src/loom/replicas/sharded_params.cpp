@@ -7,6 +7,7 @@
 #include "loom/dist/tensor_placement.h"
 #include "loom/nn/precision.h"
 #include "loom/optim/clip.h"
+#include "loom/replicas/flat_params.h"
 
 namespace loom::replicas {
 namespace {
@@ -50,10 +51,9 @@ void ShardedParams::form_units(models::Model& model) {
         add_unique(reads, it->second);
         continue;
       }
+      check_summed_over_data_axes(*p);
       unit_of[p] = units_.size();
-      std::vector<int64_t> shape = p->full_shape;
-      if (p->shard.dim >= 0) shape[static_cast<size_t>(p->shard.dim)] = p->shard.length;
-      unit.slots.push_back({p, unit.padded, p->numel(), std::move(shape)});
+      unit.slots.push_back({p, unit.padded, p->numel(), p->part_shape()});
       unit.padded += p->numel();
     }
     if (!unit.slots.empty()) {
@@ -72,7 +72,7 @@ void ShardedParams::take_values(const at::TensorOptions& master) {
   const int n = shard_.size(), r = shard_.rank();
   int64_t total = 0;
   for (Unit& u : units_) {
-    u.owned = dist::piece_length(u.padded, n);
+    u.owned = piece_length(u.padded, n);
     u.padded = u.owned * n;
     u.at = total;
     total += u.owned;
@@ -105,9 +105,8 @@ void ShardedParams::make_parts() {
     for (const Slot& s : u.slots) {
       const int64_t lo = std::max(s.offset, begin), hi = std::min(s.offset + s.numel, end);
       if (lo >= hi) continue;
-      nn::Param part{.name = fmt::format("{}[{}:{}]", s.param->name, lo - s.offset, hi - s.offset),
-                     .full_shape = {hi - lo}, .weight_decay = s.param->weight_decay};
-      part.shard.dim = s.param->shard.dim;  // only whether it is tp-sharded matters here (the norm)
+      nn::Param part = nn::flat_run(*s.param, fmt::format("{}[{}:{}]", s.param->name, lo - s.offset, hi - s.offset),
+                                    hi - lo);
       part.value = owned_value(u).narrow(0, lo - begin, hi - lo);
       part.grad = grads_.narrow(0, u.at + lo - begin, hi - lo);
       parts_.push_back({s.param, lo - s.offset, part.value});

@@ -310,7 +310,7 @@ std::pair<double, double> SparseTables::push() {
   double replicated = 0, sharded = 0;
   for (auto& t : tables_) {
     t->push();
-    (t->param().shard.dim >= 0 ? sharded : replicated) += t->grad_norm_square();
+    (t->param().value_on("tp").is_shard() ? sharded : replicated) += t->grad_norm_square();
   }
   return {replicated, sharded};
 }

@@ -24,7 +24,7 @@ Trained trained_run(const Config& config, dist::Communicator& world, const model
   Trained out;
   out.records = trainer.run({.peak_flops = 1e9});  // a fixed peak: nothing measured, nothing printed
   for (nn::Param* p : trainer.model().params())
-    out.params.try_emplace(p->name, trainer.value_of(*p).clone(), p->shard);  // collective for a sparse table
+    out.params.try_emplace(p->name, trainer.value_of(*p).clone(), p->part());  // collective for a sparse table
   return out;
 }
 
