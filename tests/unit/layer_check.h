@@ -36,4 +36,17 @@ inline void check_layer_against_autograd(nn::Layer& layer, const at::Tensor& x, 
   EXPECT_LE(check.worst(), tol) << check.describe();
 }
 
+// Parameters get random values (not their GPT init) so that a gain of one or a bias of zero
+// cannot hide a missing term.
+inline void randomise(nn::Layer& layer, at::ScalarType dtype) {
+  for (nn::Param* p : layer.params()) {
+    nn::initialise(*p, 7, dtype);
+    p->value = at::randn(p->value.sizes(), p->value.options()) * 0.5;
+  }
+}
+
+inline torch::Tensor rms_norm_reference(const torch::Tensor& x, const torch::Tensor& gain) {
+  return x * (x.pow(2).mean(-1, /*keepdim=*/true) + 1e-5).rsqrt() * gain;
+}
+
 }  // namespace loom::test

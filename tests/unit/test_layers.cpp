@@ -31,24 +31,11 @@ const blocks::AttentionShape kLlamaAttention{.d_model = kModel, .n_heads = kLlam
 const blocks::MlpShape kSwiGlu{.d_model = kModel, .hidden = kHidden, .activation = blocks::MlpActivation::SwiGlu,
                                .norm = blocks::NormKind::Rms, .bias = false};
 
-// Parameters get random values (not their GPT init) so that a gain of one or a bias of zero
-// cannot hide a missing term.
-void randomise(nn::Layer& layer, at::ScalarType dtype) {
-  for (nn::Param* p : layer.params()) {
-    nn::initialise(*p, 7, dtype);
-    p->value = at::randn(p->value.sizes(), p->value.options()) * 0.5;
-  }
-}
-
 torch::Tensor causal_reference(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v) {
   const int64_t t = q.size(2);
   auto scores = torch::matmul(q, k.transpose(2, 3)) / std::sqrt(static_cast<double>(q.size(3)));
   auto mask = torch::ones({t, t}, torch::kBool).triu(1);
   return torch::matmul(scores.masked_fill(mask, -INFINITY).softmax(-1), v);
-}
-
-torch::Tensor rms_norm_reference(const torch::Tensor& x, const torch::Tensor& gain) {
-  return x * (x.pow(2).mean(-1, /*keepdim=*/true) + 1e-5).rsqrt() * gain;
 }
 
 // Rotary at positions 0..T-1 of x [B, H, T, hd], written with torch ops: pairs (i, i + hd/2),

@@ -20,8 +20,9 @@ PreNormBlock::PreNormBlock(const std::string& prefix, NormKind norm_kind, int64_
       sequence_(tp.size() > 1 && options.sequence),
       d_model_(d_model) {}
 
-at::Tensor PreNormBlock::forward(const at::Tensor& x, const nn::MicroBatch&, nn::Saved& saved) {
+at::Tensor PreNormBlock::forward(const at::Tensor& x, const nn::MicroBatch& mb, nn::Saved& saved) {
   PreNormState& s = emplace_state(saved);
+  s.loss_scale = mb.loss_scale;
   s.h = norm.forward(x, s.norm);
   parallel::TpRegion region(tp_, sequence_);
   region.enter_chunks(s.h, pieces_);

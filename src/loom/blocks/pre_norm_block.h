@@ -36,6 +36,7 @@ struct PreNormState : nn::SavedState {
   at::Tensor h;    // normed input (this rank's tokens under tp_sequence, until backward_input
                    // gathers every token again for the weight gradients)
   at::Tensor dy;   // of every token of the region, for the row linear's weight gradient
+  double loss_scale = 1.0;  // the micro-batch's (a sub-block with a loss of its own scales it so)
   void for_each_skeleton_tensor(const nn::TensorVisitor& visit);
 };
 

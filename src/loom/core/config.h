@@ -36,6 +36,19 @@ struct ModelConfig {
   bool tie_embeddings = false;
   double rope_theta = 10000.0;
   int64_t ffn_multiple_of = 256;
+  // Mixture of experts (llama; NOTE [Mixture-of-experts block]): moe_experts > 0 makes the MLP of
+  // every moe_every-th block (blocks moe_every - 1, 2 moe_every - 1, ...) a router over that many
+  // SwiGLU experts of width moe_ffn_hidden (0: the dense MLP's width), moe_top_k per token, plus
+  // moe_shared_experts always-on ones; the auxiliary balance loss's coefficient; a capacity factor
+  // (0: dropless).
+  int64_t moe_experts = 0;
+  int64_t moe_top_k = 2;
+  int64_t moe_shared_experts = 0;
+  int64_t moe_every = 1;
+  int64_t moe_ffn_hidden = 0;
+  Option<MoeScore> moe_score = MoeScore::Softmax;
+  double moe_aux_loss_coef = 0.01;
+  double moe_capacity_factor = 0.0;
   // DLRM (kind = "dlrm"): `tables` categorical features, each an embedding bag (sum of `bag_size`
   // rows) of a table_rows x d_model table; a bottom MLP over `dense_features` inputs with hidden
   // sizes bottom_mlp, ending in d_model; their concatenation into a top MLP (hidden sizes top_mlp)

@@ -38,6 +38,13 @@ struct OptionNames<AttnKernel> {
   static constexpr std::array<std::string_view, 2> names{"fused", "tiled"};
 };
 
+// model.moe_score (NOTE [Expert routing]): how the gate's logits become the experts' scores.
+enum class MoeScore : uint8_t { Softmax, Sigmoid };
+template <>
+struct OptionNames<MoeScore> {
+  static constexpr std::array<std::string_view, 2> names{"softmax", "sigmoid"};
+};
+
 // memory.recompute.
 enum class Recompute : uint8_t { None, Full, StageAware };
 template <>

@@ -47,7 +47,8 @@ void refuse_llama_keys(const ModelConfig& m) {
   for (auto [key, set] : {std::pair{"model.n_kv_heads", m.n_kv_heads != neutral.n_kv_heads},
                           {"model.tie_embeddings", m.tie_embeddings != neutral.tie_embeddings},
                           {"model.rope_theta", m.rope_theta != neutral.rope_theta},
-                          {"model.ffn_multiple_of", m.ffn_multiple_of != neutral.ffn_multiple_of}})
+                          {"model.ffn_multiple_of", m.ffn_multiple_of != neutral.ffn_multiple_of},
+                          {"model.moe_experts", m.moe_experts != neutral.moe_experts}})
     LOOM_CHECK_INPUT(!set, "{} applies to model.kind = \"llama\"; a \"gpt\" leaves it at its default", key);
 }
 

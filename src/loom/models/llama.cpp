@@ -14,6 +14,7 @@
 #include "loom/core/checks.h"
 #include "loom/core/error.h"
 #include "loom/models/decoder_kind.h"
+#include "loom/models/moe_config.h"
 #include "loom/models/transformer_config.h"
 #include "loom/nn/swiglu.h"
 
@@ -45,7 +46,11 @@ Model build_llama(const ModelConfig& m, dist::Communicator& tp, parallel::TpOpti
   for (int64_t i = 0; i < m.n_layers; ++i) {
     const std::string prefix = fmt::format("blocks.{}", i);
     model.chain.push_back(std::make_unique<blocks::AttentionBlock>(prefix + ".attn", attention, tp, options, sp));
-    model.chain.push_back(std::make_unique<blocks::MlpBlock>(prefix + ".mlp", mlp, tp, options));
+    if (is_moe_block(m, i))
+      model.chain.push_back(std::make_unique<blocks::MoeBlock>(prefix + ".moe", moe_shape(m, mlp.hidden, residual_std), tp,
+                                                               options));
+    else
+      model.chain.push_back(std::make_unique<blocks::MlpBlock>(prefix + ".mlp", mlp, tp, options));
   }
   model.chain.push_back(std::make_unique<blocks::FinalNorm>(m.d_model, sequence ? tp.size() : 1, blocks::NormKind::Rms));
   model.chain.push_back(std::make_unique<blocks::LmHeadLoss>(m.d_model, m.vocab, tp, sequence, tied));
@@ -99,7 +104,7 @@ class LlamaKind final : public DecoderKind {
   std::string_view name() const override { return "llama"; }
   std::vector<std::string_view> model_keys() const override {
     return {"kind", "vocab", "d_model", "n_layers", "n_heads", "n_kv_heads", "seq_len", "ffn_mult",
-            "ffn_multiple_of", "attn_tile", "dtype", "tie_embeddings", "rope_theta"};
+            "ffn_multiple_of", "attn_tile", "dtype", "tie_embeddings", "rope_theta", "moe_experts"};
   }
   void validate(const Config& config) const override {
     const ModelConfig& m = config.model;
@@ -109,6 +114,7 @@ class LlamaKind final : public DecoderKind {
                                   .kv_heads = kv_heads(m),
                                   .learned_positions = false});
     check_llama_layout(m, config.parallel);
+    check_moe(config, checked_hidden(m));
   }
   Model build(const ModelConfig& config, const Parallelism& p) const override {
     return build_llama(config, p.tp, p.tp_options, p.sp);

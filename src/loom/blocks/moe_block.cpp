@@ -1,0 +1,208 @@
+#include "loom/blocks/moe_block.h"
+
+#include <algorithm>
+
+#include "loom/core/error.h"
+#include "loom/nn/precision.h"
+#include "loom/nn/swiglu.h"
+
+namespace loom::blocks {
+namespace {
+
+struct State : PreNormState {
+  nn::Routing routing;
+  at::Tensor u;      // [n, 2H] each dispatched row's gate_up output (freed after backward_input)
+  at::Tensor a;      // [n, H] its SwiGLU, down's input
+  at::Tensor out;    // [n, d_model] its expert's output, for the weights' gradient
+  at::Tensor su, sa;  // the shared MLP's u and a
+  at::Tensor drows;  // [n, d_model] the experts' output gradient, for down's weight gradient
+  at::Tensor du;     // [n, 2H] gate_up's output gradient
+  at::Tensor dz;     // [T, E] the router logits' gradient
+  at::Tensor sdu;    // the shared MLP's du
+  void for_each_tensor(const nn::TensorVisitor& visit) override {
+    for_each_skeleton_tensor(visit);
+    visit("scores", routing.scores), visit("expert", routing.expert), visit("weight", routing.weight);
+    visit("kept", routing.kept), visit("order", routing.order);
+    visit("u", u), visit("a", a), visit("out", out), visit("su", su), visit("sa", sa);
+    visit("drows", drows), visit("du", du), visit("dz", dz), visit("sdu", sdu);
+  }
+};
+
+// The experts' segments of the dispatched rows: expert e's are [first[e], first[e] + counts[e]).
+std::vector<int64_t> segment_starts(const std::vector<int64_t>& counts) {
+  std::vector<int64_t> first(counts.size(), 0);
+  for (size_t e = 1; e < counts.size(); ++e) first[e] = first[e - 1] + counts[e - 1];
+  return first;
+}
+
+// Each expert's SwiGLU MLP on its segment of `rows` [n, d]: the outputs [n, d], and u and a when
+// asked for (backward needs them).
+at::Tensor run_experts(const at::Tensor& rows, const nn::Routing& r, const at::Tensor& w1, const at::Tensor& w2,
+                       at::Tensor* u_out, at::Tensor* a_out) {
+  const int64_t n = rows.size(0), hidden = w2.size(2);
+  at::Tensor out = at::empty({n, w2.size(1)}, rows.options());
+  at::Tensor u = at::empty({n, 2 * hidden}, rows.options()), a = at::empty({n, hidden}, rows.options());
+  const std::vector<int64_t> first = segment_starts(r.counts);
+  for (size_t e = 0; e < r.counts.size(); ++e) {
+    const int64_t count = r.counts[e];
+    if (count == 0) continue;  // an expert without tokens runs nothing
+    const auto i = static_cast<int64_t>(e);
+    at::Tensor ue = u.narrow(0, first[e], count), ae = a.narrow(0, first[e], count);
+    at::matmul_out(ue, rows.narrow(0, first[e], count), w1[i].t());
+    ae.copy_(nn::swiglu_forward(ue));
+    at::Tensor oe = out.narrow(0, first[e], count);
+    at::matmul_out(oe, ae, w2[i].t());
+  }
+  if (u_out != nullptr) *u_out = u;
+  if (a_out != nullptr) *a_out = a;
+  return out;
+}
+
+}  // namespace
+
+MoeBlock::MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Communicator& tp, parallel::TpOptions options)
+    : PreNormBlock(prefix, shape.norm, shape.d_model, tp, options), shape_(shape) {
+  LOOM_CHECK(tp.size() == 1, "[moe] {} runs its experts on one tp rank, not {}", prefix, tp.size());
+  const int64_t experts = shape.router.experts, d = shape.d_model, hidden = shape.hidden;
+  router = nn::Param{.name = prefix + ".router.weight", .full_shape = {experts, d}, .init = nn::Init::Normal,
+                     .init_std = 0.02, .weight_decay = true};
+  gate_up = nn::Param{.name = prefix + ".experts.gate_up", .full_shape = {experts, 2 * hidden, d},
+                      .init = nn::Init::Normal, .init_std = 0.02, .weight_decay = true};
+  down = nn::Param{.name = prefix + ".experts.down", .full_shape = {experts, d, hidden}, .init = nn::Init::Normal,
+                   .init_std = shape.residual_std, .weight_decay = true};
+  if (shape.shared > 0) {
+    const int64_t width = shape.shared * hidden;
+    shared_up.emplace(prefix + ".shared.gate_up", d, 2 * width, /*bias=*/false, 0.02, tp, /*groups=*/2);
+    shared_down.emplace(prefix + ".shared.down", width, d, /*bias=*/false, shape.residual_std, tp);
+  }
+}
+
+PreNormState& MoeBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<State>(); }
+
+at::Tensor MoeBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreNormState& state) {
+  LOOM_CHECK(piece.count == 1, "[moe] {} routes a micro-batch whole, not in {} pieces", name(), piece.count);
+  auto& s = static_cast<State&>(state);
+  const at::Tensor hf = h.reshape({-1, shape_.d_model});
+  s.routing = nn::route(at::matmul(hf.to(router.value.scalar_type()), router.value.t()), {}, shape_.router);
+  s.out = run_experts(nn::permute(hf, s.routing), s.routing, nn::compute_value(gate_up), nn::compute_value(down), &s.u,
+                      &s.a);
+  at::Tensor y = nn::combine(s.out, s.routing).view(h.sizes());
+  if (shared_up) {
+    s.su = shared_up->forward(h);
+    s.sa = nn::swiglu_forward(s.su);
+    y.add_(shared_down->forward_partial(s.sa));
+  }
+  last_load_ = {.counts = s.routing.counts, .dropped = s.routing.dropped,
+                .aux_loss = shape_.aux_coef > 0 ? nn::aux_loss(s.routing).value : 0.0};
+  return y;
+}
+
+// Each token on its own, dropless: a capacity is a training device, not part of the model.
+at::Tensor MoeBlock::decode_piece(const at::Tensor& h, int64_t, nn::DecodeCache&) {
+  nn::RouterOptions options = shape_.router;
+  options.capacity_factor = 0;
+  const at::Tensor hf = h.reshape({-1, shape_.d_model});
+  const nn::Routing r = nn::route(at::matmul(hf.to(router.value.scalar_type()), router.value.t()), {}, options);
+  const at::Tensor out =
+      run_experts(nn::permute(hf, r), r, nn::compute_value(gate_up), nn::compute_value(down), nullptr, nullptr);
+  at::Tensor y = nn::combine(out, r).view(h.sizes());
+  if (shared_up) y.add_(shared_down->forward_partial(nn::swiglu_forward(shared_up->forward(h))));
+  return y;
+}
+
+at::Tensor MoeBlock::backward_piece(const at::Tensor& dy, const Piece&, PreNormState& state) {
+  auto& s = static_cast<State&>(state);
+  const nn::Routing& r = s.routing;
+  const at::Tensor dyf = dy.reshape({-1, shape_.d_model});
+  const nn::CombineGrads g = nn::combine_backward(dyf, s.out, r);
+  s.drows = g.rows;
+  const at::Tensor w1 = nn::compute_value(gate_up), w2 = nn::compute_value(down);
+  at::Tensor dx_rows = at::empty_like(g.rows);
+  s.du = at::empty_like(s.u);
+  const std::vector<int64_t> first = segment_starts(r.counts);
+  for (size_t e = 0; e < r.counts.size(); ++e) {
+    const int64_t count = r.counts[e];
+    if (count == 0) continue;
+    const auto i = static_cast<int64_t>(e);
+    const at::Tensor da = at::matmul(g.rows.narrow(0, first[e], count), w2[i]);
+    at::Tensor due = s.du.narrow(0, first[e], count);
+    due.copy_(nn::swiglu_backward(da, s.u.narrow(0, first[e], count)));
+    at::Tensor dxe = dx_rows.narrow(0, first[e], count);
+    at::matmul_out(dxe, due, w1[i]);
+  }
+  at::Tensor dh = nn::unpermute(dx_rows, r);
+  at::Tensor dscores;
+  if (shape_.aux_coef > 0) {  // NOTE [Expert balance]: this micro-batch's share of the mean
+    const double weight = shape_.aux_coef * s.loss_scale * static_cast<double>(r.tokens());
+    dscores = nn::aux_loss(r).dscores.mul_(weight);
+  }
+  s.dz = nn::router_backward(g.weight, dscores, r, shape_.router);
+  dh.add_(at::matmul(s.dz, router.value).to(dh.scalar_type()));
+  dh = dh.view(dy.sizes());
+  if (shared_up) {
+    s.sdu = nn::swiglu_backward(shared_down->backward_input(dy), s.su);
+    dh.add_(shared_up->backward_input_partial(s.sdu));
+  }
+  return dh;
+}
+
+void MoeBlock::finish_backward(PreNormState& state) const {
+  auto& s = static_cast<State&>(state);
+  s.u.reset(), s.su.reset(), s.out.reset();
+}
+
+void MoeBlock::weight_gradients(PreNormState& state) {
+  auto& s = static_cast<State&>(state);
+  const nn::Routing& r = s.routing;
+  const at::Tensor hf = s.h.reshape({-1, shape_.d_model});
+  const at::Tensor rows = nn::permute(hf, r);
+  const std::vector<int64_t> first = segment_starts(r.counts);
+  for (size_t e = 0; e < r.counts.size(); ++e) {
+    const int64_t count = r.counts[e];
+    if (count == 0) continue;
+    const auto i = static_cast<int64_t>(e);
+    nn::add_product(down.grad[i], s.drows.narrow(0, first[e], count).t(), s.a.narrow(0, first[e], count));
+    nn::add_product(gate_up.grad[i], s.du.narrow(0, first[e], count).t(), rows.narrow(0, first[e], count));
+  }
+  nn::add_product(router.grad, s.dz.t(), hf.to(s.dz.scalar_type()));
+  if (shared_up) {
+    shared_down->backward_weight(s.sa, s.dy);
+    shared_up->backward_weight(s.h, s.sdu);
+  }
+}
+
+std::vector<nn::Param*> MoeBlock::params() {
+  std::vector<nn::Param*> all = norm.params();
+  for (nn::Param* p : {&router, &gate_up, &down}) all.push_back(p);
+  if (shared_up) all.push_back(&shared_up->weight), all.push_back(&shared_down->weight);
+  return all;
+}
+
+nn::Cost MoeBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
+  const int64_t tokens = batch * seq, d = shape_.d_model, hidden = shape_.hidden, experts = shape_.router.experts;
+  const int64_t k = shape_.router.top_k, width = shape_.shared * hidden;
+  // Dropless, every token reaches k experts; a capacity only lowers that.
+  const int64_t assignments = tokens * k;
+  const double expert_flops = 2.0 * static_cast<double>(assignments * 3 * hidden * d);
+  const double shared_flops = 2.0 * static_cast<double>(tokens * 3 * width * d);
+  const double router_flops = 2.0 * static_cast<double>(tokens * experts * d);
+  nn::Cost c;
+  c.forward_flops = expert_flops + shared_flops + router_flops;
+  c.backward_input_flops = c.forward_flops;
+  c.backward_weight_flops = c.forward_flops;
+  // The skeleton's state, the routing (scores in float32, choices and order in int64) and per
+  // assignment u, a and the expert's output; the shared MLP's u and a.
+  const int64_t routing_bytes = tokens * experts * 4 + assignments * (8 + 4 + 1 + 8);
+  c.saved_bytes = static_cast<double>((skeleton_saved_elements(batch, seq) + assignments * (3 * hidden + d) +
+                                       tokens * 3 * width) * dtype_bytes + routing_bytes);
+  c.workspace_bytes = static_cast<double>(assignments * (2 * d + 2 * hidden) * dtype_bytes);
+  c.param_bytes = static_cast<double>((experts * (3 * hidden * d + d) + 3 * width * d + norm.param_elements()) *
+                                      dtype_bytes);
+  c.gemm_dim = static_cast<double>(std::min({std::max<int64_t>(assignments / experts, 1), d, hidden}));
+  // Dispatch and combine move each assignment's row twice; the activations read u and write a.
+  c.elementwise_bytes = static_cast<double>((assignments * (2 * d + 3 * hidden) + tokens * 3 * width) * dtype_bytes);
+  add_skeleton_costs(c, batch, seq, dtype_bytes);
+  return c;
+}
+
+}  // namespace loom::blocks

@@ -1,0 +1,77 @@
+#pragma once
+// NOTE [Mixture-of-experts block]: the pre-norm sub-block y = x + sum_j w_j E_{e_j}(h) + S(h),
+// h = norm(x), in place of a decoder block's MLP on the blocks model.moe_every names:
+//   router   z = h R^T, R [E, d_model], kept and applied in float32 at least (a bf16 run's gate
+//            is not rounded), then the routing of NOTE [Expert routing]: top k of E, weights
+//            renormalised over the k, a capacity per expert (or dropless);
+//   experts  E SwiGLU MLPs of hidden width H, stored as two stacked parameters, gate_up
+//            [E, 2H, d_model] and down [E, d_model, H]; each runs once on its contiguous
+//            segment of the dispatched tokens (one product per expert, none for an expert that
+//            got no tokens);
+//   shared   S, an always-on SwiGLU MLP of width shared x H (the shared experts, as one), if any.
+// The auxiliary balance loss (NOTE [Expert balance]) of each micro-batch, times
+// model.moe_aux_loss_coef, joins the training loss with the micro-batch's weight (loss_scale x
+// its tokens: the mean over the step's micro-batches), so its gradient enters the router in
+// backward_input; the step's loss the head reports does not include it.
+// Backward: the combine's transpose gives each expert's output gradient and the weights'; each
+// expert's SwiGLU backward; the router's through the renormalisation and the scores
+// (router_backward); dh sums the dispatched rows' gradients (unpermute), the router's and the
+// shared MLP's. The weight gradients (backward_weight) are one product per expert and the
+// router's.
+// Serial within tp (a communicator of one rank): the layout checks refuse parallel.tp > 1 and
+// parallel.sp > 1 with experts until the expert-parallel axis lands (issue 38).
+#include <optional>
+
+#include "loom/blocks/pre_norm_block.h"
+#include "loom/nn/moe_routing.h"
+#include "loom/parallel/tensor_parallel_linear.h"
+
+namespace loom::blocks {
+
+struct MoeShape {
+  int64_t d_model = 0;
+  int64_t hidden = 0;  // each expert's SwiGLU width H
+  int64_t shared = 0;  // shared experts: an always-on MLP of width shared x hidden (0: none)
+  nn::RouterOptions router;
+  double aux_coef = 0;  // the auxiliary balance loss's coefficient (0: none)
+  NormKind norm = NormKind::Rms;
+  double residual_std = 0.02;  // down's initialisation
+};
+
+// What a routing did, for a layer's measures: assignments per expert and those dropped.
+struct MoeLoad {
+  std::vector<int64_t> counts;
+  int64_t dropped = 0;
+  double aux_loss = 0;
+};
+
+class MoeBlock final : public PreNormBlock {
+ public:
+  // `prefix` names the parameters, e.g. "blocks.1.moe": ".router.weight", ".experts.gate_up",
+  // ".experts.down", ".shared.gate_up", ".shared.down".
+  MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Communicator& tp, parallel::TpOptions options = {});
+
+  std::vector<nn::Param*> params() override;
+  nn::Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
+  // The routing of the latest forward (a measure, not part of the step's math).
+  const MoeLoad& last_load() const { return last_load_; }
+
+  nn::Param router;   // [E, d_model]
+  nn::Param gate_up;  // [E, 2H, d_model]
+  nn::Param down;     // [E, d_model, H]
+  std::optional<parallel::ColumnParallelLinear> shared_up;  // d_model -> [gate | up] of 2 x shared x H
+  std::optional<parallel::RowParallelLinear> shared_down;   // shared x H -> d_model
+
+ private:
+  PreNormState& emplace_state(nn::Saved& saved) const override;
+  at::Tensor forward_piece(const at::Tensor& h, const Piece& piece, PreNormState& s) override;
+  at::Tensor decode_piece(const at::Tensor& h, int64_t position, nn::DecodeCache& cache) override;
+  at::Tensor backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& s) override;
+  void finish_backward(PreNormState& s) const override;
+  void weight_gradients(PreNormState& s) override;
+
+  MoeShape shape_;
+  MoeLoad last_load_;
+};
+
+}  // namespace loom::blocks

@@ -1,0 +1,60 @@
+#include "loom/models/moe_config.h"
+
+#include <cmath>
+
+#include "loom/core/checks.h"
+#include "loom/core/error.h"
+
+namespace loom::models {
+
+bool is_moe_block(const ModelConfig& m, int64_t block) {
+  return m.moe_experts > 0 && (block + 1) % m.moe_every == 0;
+}
+
+blocks::MoeShape moe_shape(const ModelConfig& m, int64_t dense_hidden, double residual_std) {
+  return {.d_model = m.d_model,
+          .hidden = m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : dense_hidden,
+          .shared = m.moe_shared_experts,
+          .router = {.experts = m.moe_experts, .top_k = m.moe_top_k, .score = m.moe_score,
+                     .capacity_factor = m.moe_capacity_factor},
+          .aux_coef = m.moe_aux_loss_coef,
+          .norm = blocks::NormKind::Rms,
+          .residual_std = residual_std};
+}
+
+void check_moe(const Config& config, int64_t dense_hidden) {
+  const ModelConfig& m = config.model;
+  const ParallelConfig& p = config.parallel;
+  LOOM_CHECK_INPUT(m.moe_experts >= 0, "model.moe_experts = {} must be >= 0 (0 = a dense MLP in every block)",
+                   m.moe_experts);
+  if (m.moe_experts == 0) return;
+  LOOM_CHECK_INPUT(m.moe_top_k >= 1 && m.moe_top_k <= m.moe_experts,
+                   "model.moe_top_k = {} must be between 1 and model.moe_experts = {}: each token goes to k of the "
+                   "experts",
+                   m.moe_top_k, m.moe_experts);
+  LOOM_CHECK_INPUT(m.moe_every >= 1 && m.moe_every <= m.n_layers,
+                   "model.moe_every = {} must be between 1 and model.n_layers = {} (1: experts in every block, 2: in "
+                   "every second one, ...)",
+                   m.moe_every, m.n_layers);
+  LOOM_CHECK_INPUT(m.moe_shared_experts >= 0, "model.moe_shared_experts = {} must be >= 0", m.moe_shared_experts);
+  LOOM_CHECK_INPUT(m.moe_ffn_hidden >= 0, "model.moe_ffn_hidden = {} must be >= 0 (0 = the dense MLP's width)",
+                   m.moe_ffn_hidden);
+  LOOM_CHECK_INPUT(std::isfinite(m.moe_capacity_factor) && m.moe_capacity_factor >= 0,
+                   "model.moe_capacity_factor = {} must be a finite number >= 0 (0 = dropless; c > 0 lets an expert "
+                   "take ceil(c x tokens x moe_top_k / moe_experts) of a micro-batch's tokens)",
+                   m.moe_capacity_factor);
+  LOOM_CHECK_INPUT(std::isfinite(m.moe_aux_loss_coef) && m.moe_aux_loss_coef >= 0,
+                   "model.moe_aux_loss_coef = {} must be a finite number >= 0 (0 = no balance loss)",
+                   m.moe_aux_loss_coef);
+  const int64_t hidden = m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : dense_hidden;
+  check_product("the experts' weights",
+                {{"model.moe_experts", m.moe_experts}, {"3 matrices", 3}, {"model.d_model", m.d_model},
+                 {m.moe_ffn_hidden > 0 ? "model.moe_ffn_hidden" : "the MLP's width", hidden}});
+  LOOM_CHECK_INPUT(p.tp == 1 && p.sp == 1,
+                   "model.moe_experts = {} routes each micro-batch's tokens on one rank, which parallel.tp = {} and "
+                   "parallel.sp = {} split; hint: parallel.tp = 1 and parallel.sp = 1 (dp, pp and ZeRO compose "
+                   "with experts)",
+                   m.moe_experts, p.tp, p.sp);
+}
+
+}  // namespace loom::models

@@ -1,0 +1,193 @@
+// NOTE [Expert routing], NOTE [Mixture-of-experts block]: the routing's choices, capacity and
+// index moves, exactly; the block's forward and explicit backward (with the balance loss, drops,
+// shared experts, both scores) against autograd in float64.
+#include "loom/blocks/moe_block.h"
+#include "loom/dist/null_communicator.h"
+#include "loom/nn/moe_routing.h"
+#include "unit/layer_check.h"
+
+namespace loom::test {
+namespace {
+
+const auto kF64 = at::TensorOptions().dtype(at::kDouble);
+
+std::vector<int64_t> column(const at::Tensor& t, int64_t j) {
+  const at::Tensor c = t.select(1, j).contiguous();
+  return {c.data_ptr<int64_t>(), c.data_ptr<int64_t>() + c.numel()};
+}
+
+TEST(ExpertRouting, TiesGoToTheLowerExpertIndex) {
+  const nn::Routing r = nn::route(at::zeros({5, 4}, kF64), {}, {.experts = 4, .top_k = 2});
+  EXPECT_EQ(column(r.expert, 0), std::vector<int64_t>(5, 0));
+  EXPECT_EQ(column(r.expert, 1), std::vector<int64_t>(5, 1));
+  EXPECT_TRUE(at::equal(r.weight, at::full({5, 2}, 0.5, kF64)));
+  // A bias steers the choice, not the weights: expert 3 chosen first, weights still from scores.
+  const at::Tensor bias = at::tensor({0.0, 0.0, 0.0, 1.0}, kF64);
+  const nn::Routing steered = nn::route(at::zeros({5, 4}, kF64), bias, {.experts = 4, .top_k = 2});
+  EXPECT_EQ(column(steered.expert, 0), std::vector<int64_t>(5, 3));
+  EXPECT_EQ(column(steered.expert, 1), std::vector<int64_t>(5, 0));
+  EXPECT_TRUE(at::equal(steered.weight, at::full({5, 2}, 0.5, kF64)));
+}
+
+TEST(ExpertRouting, PermuteGroupsTokensByExpertAndUnpermuteReturnsThemExactly) {
+  at::manual_seed(3);
+  const at::Tensor x = at::randn({9, 6}, kF64);
+  for (int64_t k : {1, 2, 3}) {
+    const nn::Routing r = nn::route(at::randn({9, 5}, kF64), {}, {.experts = 5, .top_k = k});
+    const at::Tensor rows = nn::permute(x, r);
+    ASSERT_EQ(rows.size(0), 9 * k);
+    // Expert e's segment holds the tokens that chose it, in token order.
+    int64_t at = 0;
+    for (int64_t e = 0; e < 5; ++e) {
+      for (int64_t t = 0; t < 9; ++t) {
+        if (!(r.expert[t] == e).any().item<bool>()) continue;
+        EXPECT_TRUE(at::equal(rows[at], x[t])) << "k " << k << " expert " << e << " token " << t;
+        ++at;
+      }
+      EXPECT_EQ(r.counts[static_cast<size_t>(e)], r.chosen[static_cast<size_t>(e)]) << "dropless";
+    }
+    at::Tensor sum = x.clone();
+    for (int64_t j = 1; j < k; ++j) sum.add_(x);
+    EXPECT_TRUE(at::equal(nn::unpermute(rows, r), sum)) << "k " << k;
+  }
+}
+
+TEST(ExpertRouting, UnpermuteIsPermutesTranspose) {
+  at::manual_seed(4);
+  const nn::Routing r = nn::route(at::randn({11, 4}, kF64), {}, {.experts = 4, .top_k = 2, .capacity_factor = 0.7});
+  const at::Tensor x = at::randn({11, 3}, kF64), y = at::randn({r.order.size(0), 3}, kF64);
+  const double lhs = (nn::permute(x, r) * y).sum().item<double>(), rhs = (x * nn::unpermute(y, r)).sum().item<double>();
+  EXPECT_NEAR(lhs, rhs, 1e-12 * std::abs(rhs));
+}
+
+// Slot-major priority: every token's first choice before any second one, tokens in order.
+TEST(ExpertRouting, ACapacityKeepsFirstChoicesFirstAndCountsTheDrops) {
+  // Tokens 0, 1 prefer expert 0, tokens 2, 3 expert 1; each chooses both (k = 2). C = ceil(0.5 x 4
+  // x 2 / 2) = 2: the four first choices fill both experts, every second choice drops.
+  const at::Tensor logits = at::tensor({1.0, 0.0, 1.0, 0.0, 0.0, 1.0, 0.0, 1.0}, kF64).view({4, 2});
+  const nn::RouterOptions options{.experts = 2, .top_k = 2, .capacity_factor = 0.5};
+  EXPECT_EQ(nn::expert_capacity(4, options), 2);
+  const nn::Routing r = nn::route(logits, {}, options);
+  EXPECT_EQ(column(r.kept.to(at::kLong), 0), (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_EQ(column(r.kept.to(at::kLong), 1), (std::vector<int64_t>{0, 0, 0, 0}));
+  EXPECT_EQ(r.dropped, 4);
+  EXPECT_EQ(r.counts, (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(r.chosen, (std::vector<int64_t>{4, 4}));
+  // Every token to expert 0, k = 1, C = ceil(0.5 x 8 / 2) = 2: tokens 0 and 1 kept.
+  const at::Tensor one_sided = at::tensor({5.0, 0.0}, kF64).repeat({8, 1});
+  const nn::Routing s = nn::route(one_sided, {}, {.experts = 2, .top_k = 1, .capacity_factor = 0.5});
+  EXPECT_EQ(column(s.kept.to(at::kLong), 0), (std::vector<int64_t>{1, 1, 0, 0, 0, 0, 0, 0}));
+  EXPECT_EQ(s.dropped, 6);
+  EXPECT_EQ(s.counts, (std::vector<int64_t>{2, 0}));
+  // A dropped assignment adds nothing.
+  const at::Tensor rows = at::ones({2, 3}, kF64);
+  const at::Tensor combined = nn::combine(rows, s);
+  EXPECT_TRUE(at::equal(combined.narrow(0, 2, 6), at::zeros({6, 3}, kF64)));
+  EXPECT_TRUE(at::equal(combined.narrow(0, 0, 2), at::ones({2, 3}, kF64)));
+}
+
+TEST(ExpertRouting, TheBalanceLossIsOneWhenRoutingIsUniform) {
+  // Four tokens over four experts, one each, equal scores: f_i = P_i = 1/4, E sum f P = 1.
+  const at::Tensor logits = at::eye(4, kF64) * 1e-9;
+  const nn::Routing r = nn::route(logits, {}, {.experts = 4, .top_k = 1});
+  EXPECT_EQ(r.chosen, (std::vector<int64_t>{1, 1, 1, 1}));
+  EXPECT_NEAR(nn::aux_loss(r).value, 1.0, 1e-8);
+}
+
+// Experts never chosen: empty segments, no product, gradients of exactly zero.
+TEST(MoeBlock, AnExpertWithoutTokensRunsNothingAndGetsNoGradient) {
+  dist::NullCommunicator tp;
+  blocks::MoeBlock layer("blocks.0.moe", {.d_model = 8, .hidden = 6, .router = {.experts = 3, .top_k = 1}, .aux_coef = 0.1},
+                         tp);
+  randomise(layer, at::kDouble);
+  layer.router.value.zero_();  // equal scores: every token's choice is the tie's, expert 0
+  const at::Tensor x = at::randn({2, 5, 8}, kF64);
+  nn::Saved saved;
+  layer.forward(x, {}, saved);
+  EXPECT_EQ(layer.last_load().counts, (std::vector<int64_t>{10, 0, 0}));
+  layer.backward_input(at::randn({2, 5, 8}, kF64), saved);
+  layer.backward_weight(saved);
+  EXPECT_TRUE(saved.empty());
+  for (int64_t e : {1, 2}) {
+    EXPECT_EQ(layer.gate_up.grad[e].abs().sum().item<double>(), 0.0) << e;
+    EXPECT_EQ(layer.down.grad[e].abs().sum().item<double>(), 0.0) << e;
+  }
+  EXPECT_GT(layer.gate_up.grad[0].abs().sum().item<double>(), 0.0);
+  EXPECT_GT(layer.router.grad.abs().sum().item<double>(), 0.0) << "the balance loss still moves the router";
+}
+
+struct MoeCase {
+  const char* name;
+  nn::MoeScore score;
+  double capacity_factor;
+  int64_t shared;
+  double aux_coef;
+};
+
+class MoeGradients : public ::testing::TestWithParam<std::tuple<MoeCase, at::ScalarType>> {};
+
+// The block against autograd on the same math: the discrete choice from nn::route (tested above),
+// everything differentiable written with torch ops; the balance loss joins through dy's direction
+// (y + (L - L.detach()) dy / |dy|^2 adds exactly L to sum(y dy)).
+TEST_P(MoeGradients, MatchAutograd) {
+  const auto& [c, dtype] = GetParam();
+  constexpr int64_t kModel = 16, kHidden = 12, kExperts = 4, kTopK = 2;
+  dist::NullCommunicator tp;
+  const blocks::MoeShape shape{.d_model = kModel, .hidden = kHidden, .shared = c.shared,
+                               .router = {.experts = kExperts, .top_k = kTopK, .score = c.score,
+                                          .capacity_factor = c.capacity_factor},
+                               .aux_coef = c.aux_coef};
+  blocks::MoeBlock layer("blocks.1.moe", shape, tp);
+  at::manual_seed(11);
+  randomise(layer, dtype);
+  const auto options = at::TensorOptions().dtype(dtype);
+  const at::Tensor x = at::randn({2, 13, kModel}, options), dy = at::randn({2, 13, kModel}, options);
+  const nn::MicroBatch mb{.loss_scale = 0.125};
+  auto reference = [&](const torch::Tensor& xr, const std::vector<torch::Tensor>& p) {
+    const auto h = rms_norm_reference(xr, p[0]).reshape({-1, kModel});
+    const auto z = torch::matmul(h, p[1].t());
+    const auto s = c.score == nn::MoeScore::Softmax ? torch::softmax(z, 1) : torch::sigmoid(z);
+    const nn::Routing r = nn::route(z.detach(), {}, shape.router);
+    const auto chosen = s.gather(1, r.expert);
+    const auto w = chosen / chosen.sum(1, true);
+    auto out = torch::zeros_like(h);
+    for (int64_t e = 0; e < kExperts; ++e) {
+      const auto slots = (r.expert == e).logical_and(r.kept).nonzero();  // [m, 2]: token, slot
+      if (slots.size(0) == 0) continue;
+      const auto tokens = slots.select(1, 0), picked = slots.select(1, 0) * kTopK + slots.select(1, 1);
+      const auto u = torch::matmul(h.index_select(0, tokens), p[2][e].t());
+      const auto a = torch::silu(u.narrow(1, 0, kHidden)) * u.narrow(1, kHidden, kHidden);
+      const auto o = torch::matmul(a, p[3][e].t()) * w.reshape({-1}).index_select(0, picked).unsqueeze(1);
+      out = out.index_add(0, tokens, o);
+    }
+    auto y = xr + out.view(xr.sizes());
+    if (c.shared > 0) {
+      const int64_t width = c.shared * kHidden;
+      const auto u = torch::matmul(h, p[4].reshape({2 * width, kModel}).t());
+      const auto a = torch::silu(u.narrow(1, 0, width)) * u.narrow(1, width, width);
+      y = y + torch::matmul(a, p[5].t()).view(xr.sizes());
+    }
+    if (c.aux_coef > 0) {
+      const auto f = torch::tensor(r.chosen, torch::kLong).to(s.scalar_type()) / static_cast<double>(26 * kTopK);
+      const auto loss = (f * (s / s.sum(1, true)).mean(0)).sum() * (kExperts * c.aux_coef * mb.loss_scale * 26);
+      y = y + (loss - loss.detach()) * dy / dy.square().sum();
+    }
+    return y;
+  };
+  check_layer_against_autograd(layer, x, mb, reference, dy);
+  EXPECT_EQ(layer.last_load().dropped > 0, c.capacity_factor > 0 && c.capacity_factor < 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Cases, MoeGradients,
+    ::testing::Combine(::testing::Values(MoeCase{"softmax_dropless", nn::MoeScore::Softmax, 0.0, 0, 0.0},
+                                         MoeCase{"softmax_aux_capacity", nn::MoeScore::Softmax, 0.6, 0, 0.05},
+                                         MoeCase{"sigmoid_aux_shared", nn::MoeScore::Sigmoid, 0.0, 1, 0.05},
+                                         MoeCase{"sigmoid_capacity_shared", nn::MoeScore::Sigmoid, 0.6, 2, 0.0}),
+                       ::testing::Values(at::kDouble, at::kFloat)),
+    [](const auto& info) {
+      return std::string(std::get<0>(info.param).name) + (std::get<1>(info.param) == at::kDouble ? "_f64" : "_f32");
+    });
+
+}  // namespace
+}  // namespace loom::test
