@@ -56,7 +56,25 @@ TEST_P(MixtureOfExperts, MatchesTheSerialRunInFloat64) {
   EXPECT_GT(serial.records.front().grad_norm, c.train.clip) << "clipping must be active";
   for (const char* name : {"blocks.1.moe.router.weight", "blocks.3.moe.experts.gate_up", "blocks.0.mlp.gate_up.weight"})
     EXPECT_NE(std::find(serial.names.begin(), serial.names.end(), name), serial.names.end()) << name;
-  expect_same_training(train_run(c, world()), serial, 1e-9, 1e-9);
+  const TrainedRun layout = train_run(c, world());
+  expect_same_training(layout, serial, 1e-9, 1e-9);
+  // NOTE [Expert measures]: the router's loads and drops are the serial run's, step by step.
+  ASSERT_EQ(layout.records.size(), serial.records.size());
+  for (size_t s = 0; s < serial.records.size(); ++s) {
+    const auto &got = layout.records[s].experts, &want = serial.records[s].experts;
+    ASSERT_EQ(got.size(), 2u) << "blocks 1 and 3";
+    ASSERT_EQ(want.size(), 2u);
+    for (size_t b = 0; b < want.size(); ++b) {
+      EXPECT_EQ(got[b].block, want[b].block);
+      EXPECT_EQ(got[b].tokens, want[b].tokens) << "step " << s + 1 << " block " << want[b].block;
+      EXPECT_EQ(got[b].dropped, want[b].dropped) << "step " << s + 1 << " block " << want[b].block;
+      EXPECT_NEAR(got[b].aux_loss, want[b].aux_loss, 1e-9 * want[b].aux_loss);
+      EXPECT_EQ(want[b].dropped > 0, ec.capacity_factor > 0) << "a capacity of 0.75 drops, dropless never";
+      int64_t kept = 0;
+      for (int64_t t : want[b].tokens) kept += t;
+      EXPECT_EQ(kept + want[b].dropped, 12 * 24 * 2) << "every token's two assignments, kept or dropped";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -92,8 +92,8 @@ at::Tensor MoeBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreN
     s.sa = nn::swiglu_forward(s.su);
     y.add_(shared_down->forward_partial(s.sa));
   }
-  last_load_ = {.counts = s.routing.counts, .dropped = s.routing.dropped,
-                .aux_loss = shape_.aux_coef > 0 ? nn::aux_loss(s.routing).value : 0.0};
+  last_load_ = {.counts = s.routing.counts, .dropped = s.routing.dropped, .aux_loss = nn::aux_loss(s.routing).value,
+                .microbatches = 1};
   return y;
 }
 
@@ -131,11 +131,11 @@ at::Tensor MoeBlock::backward_piece(const at::Tensor& dy, const Piece&, PreNormS
     at::matmul_out(dxe, due, w1[i]);
   }
   at::Tensor dh = nn::unpermute(dx_rows, r);
+  nn::AuxLoss aux = nn::aux_loss(r);
+  add_trained(r, aux.value);
   at::Tensor dscores;
-  if (shape_.aux_coef > 0) {  // NOTE [Expert balance]: this micro-batch's share of the mean
-    const double weight = shape_.aux_coef * s.loss_scale * static_cast<double>(r.tokens());
-    dscores = nn::aux_loss(r).dscores.mul_(weight);
-  }
+  if (shape_.aux_coef > 0)  // NOTE [Expert balance]: this micro-batch's share of the mean
+    dscores = aux.dscores.mul_(shape_.aux_coef * s.loss_scale * static_cast<double>(r.tokens()));
   s.dz = nn::router_backward(g.weight, dscores, r, shape_.router);
   dh.add_(at::matmul(s.dz, router.value).to(dh.scalar_type()));
   dh = dh.view(dy.sizes());
@@ -144,6 +144,22 @@ at::Tensor MoeBlock::backward_piece(const at::Tensor& dy, const Piece&, PreNormS
     dh.add_(shared_up->backward_input_partial(s.sdu));
   }
   return dh;
+}
+
+void MoeBlock::add_trained(const nn::Routing& r, double aux_loss) {
+  MoeLoad& t = trained_load_;
+  if (t.counts.empty()) t.counts.assign(r.counts.size(), 0);
+  for (size_t e = 0; e < r.counts.size(); ++e) t.counts[e] += r.counts[e];
+  t.dropped += r.dropped;
+  t.aux_loss += aux_loss;
+  t.microbatches += 1;
+}
+
+MoeLoad MoeBlock::take_trained_load() {
+  MoeLoad out = std::move(trained_load_);
+  trained_load_ = {};
+  if (out.counts.empty()) out.counts.assign(static_cast<size_t>(shape_.router.experts), 0);
+  return out;
 }
 
 void MoeBlock::finish_backward(PreNormState& state) const {

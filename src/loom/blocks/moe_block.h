@@ -29,6 +29,7 @@
 namespace loom::blocks {
 
 struct MoeShape {
+  int64_t block = 0;  // its decoder block's index, which names it in the step's measures
   int64_t d_model = 0;
   int64_t hidden = 0;  // each expert's SwiGLU width H
   int64_t shared = 0;  // shared experts: an always-on MLP of width shared x hidden (0: none)
@@ -38,11 +39,13 @@ struct MoeShape {
   double residual_std = 0.02;  // down's initialisation
 };
 
-// What a routing did, for a layer's measures: assignments per expert and those dropped.
+// What routing did, for a layer's measures: assignments per expert (kept), those dropped, and the
+// balance loss (without its coefficient), over `microbatches` micro-batches.
 struct MoeLoad {
   std::vector<int64_t> counts;
   int64_t dropped = 0;
   double aux_loss = 0;
+  int64_t microbatches = 0;
 };
 
 class MoeBlock final : public PreNormBlock {
@@ -53,8 +56,13 @@ class MoeBlock final : public PreNormBlock {
 
   std::vector<nn::Param*> params() override;
   nn::Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
+  int64_t block() const { return shape_.block; }
+  int64_t experts() const { return shape_.router.experts; }
   // The routing of the latest forward (a measure, not part of the step's math).
   const MoeLoad& last_load() const { return last_load_; }
+  // The routing of the micro-batches trained since the last call (counted once each, in
+  // backward_input: a recomputed forward or a validation pass adds nothing); starts afresh.
+  MoeLoad take_trained_load();
 
   nn::Param router;   // [E, d_model]
   nn::Param gate_up;  // [E, 2H, d_model]
@@ -69,9 +77,10 @@ class MoeBlock final : public PreNormBlock {
   at::Tensor backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& s) override;
   void finish_backward(PreNormState& s) const override;
   void weight_gradients(PreNormState& s) override;
+  void add_trained(const nn::Routing& r, double aux_loss);
 
   MoeShape shape_;
-  MoeLoad last_load_;
+  MoeLoad last_load_, trained_load_;
 };
 
 }  // namespace loom::blocks

@@ -47,7 +47,7 @@ Model build_llama(const ModelConfig& m, dist::Communicator& tp, parallel::TpOpti
     const std::string prefix = fmt::format("blocks.{}", i);
     model.chain.push_back(std::make_unique<blocks::AttentionBlock>(prefix + ".attn", attention, tp, options, sp));
     if (is_moe_block(m, i))
-      model.chain.push_back(std::make_unique<blocks::MoeBlock>(prefix + ".moe", moe_shape(m, mlp.hidden, residual_std), tp,
+      model.chain.push_back(std::make_unique<blocks::MoeBlock>(prefix + ".moe", moe_shape(m, i, mlp.hidden, residual_std), tp,
                                                                options));
     else
       model.chain.push_back(std::make_unique<blocks::MlpBlock>(prefix + ".mlp", mlp, tp, options));

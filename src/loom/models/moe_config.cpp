@@ -11,8 +11,11 @@ bool is_moe_block(const ModelConfig& m, int64_t block) {
   return m.moe_experts > 0 && (block + 1) % m.moe_every == 0;
 }
 
-blocks::MoeShape moe_shape(const ModelConfig& m, int64_t dense_hidden, double residual_std) {
-  return {.d_model = m.d_model,
+int64_t moe_blocks(const ModelConfig& m) { return m.moe_experts > 0 ? m.n_layers / m.moe_every : 0; }
+
+blocks::MoeShape moe_shape(const ModelConfig& m, int64_t block, int64_t dense_hidden, double residual_std) {
+  return {.block = block,
+          .d_model = m.d_model,
           .hidden = m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : dense_hidden,
           .shared = m.moe_shared_experts,
           .router = {.experts = m.moe_experts, .top_k = m.moe_top_k, .score = m.moe_score,

@@ -10,7 +10,9 @@ namespace loom::models {
 // Whether block `block` (0-based) has experts in place of its MLP: every moe_every-th one.
 bool is_moe_block(const ModelConfig& m, int64_t block);
 // The experts' shape for a decoder whose dense MLP is `dense_hidden` wide.
-blocks::MoeShape moe_shape(const ModelConfig& m, int64_t dense_hidden, double residual_std);
+blocks::MoeShape moe_shape(const ModelConfig& m, int64_t block, int64_t dense_hidden, double residual_std);
+// The blocks with experts, in order (their rows in the step's measures).
+int64_t moe_blocks(const ModelConfig& m);
 // Throws InputError for a bad model.moe_* value or a layout the experts do not run in yet.
 void check_moe(const Config& config, int64_t dense_hidden);
 

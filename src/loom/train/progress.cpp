@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <ostream>
 #include <string>
@@ -23,6 +24,20 @@ ProgressPrinter::ProgressPrinter(std::ostream* out, int64_t first_step, int64_t 
                                  const char* unit, std::chrono::steady_clock::time_point start)
     : out_(out), first_step_(first_step), last_step_(last_step), total_steps_(total_steps), unit_(unit), start_(start) {}
 
+namespace {
+
+// NOTE [Expert measures]: the most uneven block's load (busiest expert over the mean) and the
+// assignments dropped in all blocks; nothing without experts.
+std::string experts_text(const std::vector<ExpertLoad>& loads) {
+  if (loads.empty()) return {};
+  double worst = 0;
+  int64_t dropped = 0;
+  for (const ExpertLoad& l : loads) worst = std::max(worst, l.imbalance()), dropped += l.dropped;
+  return fmt::format(" | experts max/mean {:.2f}{}", worst, dropped > 0 ? fmt::format(" dropped {}", dropped) : "");
+}
+
+}  // namespace
+
 // The ETA is this process's pace over the steps it ran, times the steps it has left to run.
 void ProgressPrinter::print(const StepRecord& r) {
   if (out_ == nullptr) return;
@@ -34,10 +49,10 @@ void ProgressPrinter::print(const StepRecord& r) {
                           : std::string_view(unit_) == "tok"
                               ? fmt::format(" | val {:.4f} (ppl {:.2f})", *r.val_loss, std::exp(*r.val_loss))
                               : fmt::format(" | val {:.4f}", *r.val_loss);
-  *out_ << fmt::format("step {:>{}}/{} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f} | {:.0f} {}/s | mfu {:.1f}% | "
+  *out_ << fmt::format("step {:>{}}/{} | loss {:.4f}{} | lr {:.2e} | gnorm {:.3f}{} | {:.0f} {}/s | mfu {:.1f}% | "
                        "peak {} | eta {}\n",
-                       r.step, width, total_steps_, r.loss, val, r.lr, r.grad_norm, r.tokens_per_s, unit_, 100 * r.mfu,
-                       format_bytes(static_cast<double>(r.peak_bytes)), eta)
+                       r.step, width, total_steps_, r.loss, val, r.lr, r.grad_norm, experts_text(r.experts),
+                       r.tokens_per_s, unit_, 100 * r.mfu, format_bytes(static_cast<double>(r.peak_bytes)), eta)
         << std::flush;
 }
 

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <ostream>
 #include <utility>
@@ -48,7 +49,21 @@ nlohmann::json tables_json(const std::vector<replicas::TableChoice>& choices) {
   return out;
 }
 
+nlohmann::json experts_json(const std::vector<ExpertLoad>& loads) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ExpertLoad& l : loads)
+    out.push_back({{"block", l.block}, {"tokens", l.tokens}, {"imbalance", l.imbalance()}, {"dropped", l.dropped},
+                   {"aux_loss", l.aux_loss}});
+  return out;
+}
+
 }  // namespace
+
+double ExpertLoad::imbalance() const {
+  int64_t total = 0, most = 0;
+  for (int64_t t : tokens) total += t, most = std::max(most, t);
+  return total == 0 ? 0.0 : static_cast<double>(most) * static_cast<double>(tokens.size()) / static_cast<double>(total);
+}
 
 void RunReport::step(StepRecord& r, double flops_per_step, double peak_flops) {
   const double seconds = r.step_ms / 1e3;
@@ -63,6 +78,7 @@ void RunReport::step(StepRecord& r, double flops_per_step, double peak_flops) {
                   {"comm_bytes_per_step", r.comm_bytes}, {"bubble_fraction", r.bubble_fraction},
                   {"predicted_bubble_fraction", r.predicted_bubble_fraction},
                   {"peak_bytes_by_stage", r.peak_bytes_by_stage}, {"checkpoint_s", r.checkpoint_s}};
+  if (!r.experts.empty()) line["experts"] = experts_json(r.experts);
   if (r.val_loss) {  // NOTE [Validation]; perplexity only where the loss is per token
     line["val_loss"] = *r.val_loss;
     if (options_.unit.items == "tokens") line["val_ppl"] = std::exp(*r.val_loss);

@@ -19,6 +19,17 @@
 
 namespace loom::train {
 
+// NOTE [Expert measures]: one mixture-of-experts block's routing over a step, every rank's
+// micro-batches together.
+struct ExpertLoad {
+  int64_t block = 0;            // the decoder block's index
+  std::vector<int64_t> tokens;  // assignments each expert took (kept)
+  int64_t dropped = 0;          // assignments past an expert's capacity
+  double aux_loss = 0;          // the balance loss E sum f P (without its coefficient), mean over micro-batches
+  // The busiest expert's tokens over the mean (1: even; E: one expert took all); 0 without tokens.
+  double imbalance() const;
+};
+
 struct StepRecord {
   int64_t step = 0;  // the step completed, counted from 1 (as the progress line and metrics say)
   double loss = 0, lr = 0, grad_norm = 0;
@@ -40,6 +51,7 @@ struct StepRecord {
   double checkpoint_s = 0;                      // seconds a checkpoint save held this step's end (0: none)
   std::optional<double> val_loss;               // a validation pass after this step (NOTE [Validation])
   double eval_s = 0;                            // its seconds (not part of step_ms)
+  std::vector<ExpertLoad> experts;              // each block with experts (model.moe_experts > 0)
 };
 
 struct ReportOptions {

@@ -6,6 +6,7 @@
 #include "loom/core/error.h"
 #include "loom/memory/accounting_allocator.h"
 #include "loom/plan/run_plan.h"
+#include "loom/train/expert_measures.h"
 #include "loom/train/step_measures.h"
 #include "loom/train/trainer.h"
 
@@ -79,6 +80,7 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
   r.comm_bytes = comm_stats_.bytes_by_axis();
   measure_step(r, result, *mesh_, plan_.schedule, peak_bytes(), executor_->host_peak_bytes(), live_bytes(),
                optimizer_->working_peak_bytes());
+  r.experts = measure_experts(model_, config_.model, mesh_->world());
   r.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   return r;
 }
