@@ -15,6 +15,7 @@ namespace {
 
 struct ExpertCase {
   std::string name;
+  std::string model = "llama";
   int pp = 1;  // the rest of the world is dp
   std::string schedule = "1f1b";
   int zero = 0;
@@ -24,10 +25,11 @@ struct ExpertCase {
   int64_t shared = 0;
 };
 
-// A Llama of 4 blocks with 4 experts of width 16 (top 2) in blocks 1 and 3; 12 micro-batches of
+// A Llama (or GPT) of 4 blocks with 4 experts of width 16 (top 2) in blocks 1 and 3; 12 micro-batches of
 // 1, vocabulary 97, 3 steps with clipping.
 Config expert_config(const ExpertCase& ec) {
-  Config c = small_llama(97, /*n_layers=*/4, /*seq_len=*/24, 12, 1);
+  Config c = ec.model == "gpt" ? small_gpt(97, /*n_layers=*/4, /*seq_len=*/24, 12, 1)
+                               : small_llama(97, /*n_layers=*/4, /*seq_len=*/24, 12, 1);
   c.model.moe_experts = 4;
   c.model.moe_top_k = 2;
   c.model.moe_every = 2;
@@ -54,7 +56,8 @@ TEST_P(MixtureOfExperts, MatchesTheSerialRunInFloat64) {
   const Config c = expert_config(ec);
   const TrainedRun serial = run_serial(c);
   EXPECT_GT(serial.records.front().grad_norm, c.train.clip) << "clipping must be active";
-  for (const char* name : {"blocks.1.moe.router.weight", "blocks.3.moe.experts.gate_up", "blocks.0.mlp.gate_up.weight"})
+  const char* dense = ec.model == "gpt" ? "blocks.0.mlp.up.weight" : "blocks.0.mlp.gate_up.weight";
+  for (const char* name : {"blocks.1.moe.router.weight", "blocks.3.moe.experts.gate_up.weight", dense})
     EXPECT_NE(std::find(serial.names.begin(), serial.names.end(), name), serial.names.end()) << name;
   const TrainedRun layout = train_run(c, world());
   expect_same_training(layout, serial, 1e-9, 1e-9);
@@ -84,7 +87,9 @@ INSTANTIATE_TEST_SUITE_P(
                       ExpertCase{.name = "dp_zero1", .zero = 1}, ExpertCase{.name = "dp_zero3", .zero = 3},
                       ExpertCase{.name = "pp_1f1b", .pp = 2},
                       ExpertCase{.name = "pp_zbh1_capacity", .pp = 2, .schedule = "zb-h1", .capacity_factor = 0.75},
-                      ExpertCase{.name = "pp_recompute", .pp = 2, .recompute = "full"}),
+                      ExpertCase{.name = "pp_recompute", .pp = 2, .recompute = "full"},
+                      ExpertCase{.name = "gpt_dp_capacity", .model = "gpt", .capacity_factor = 0.75},
+                      ExpertCase{.name = "gpt_pp_zero1", .model = "gpt", .pp = 2, .zero = 1}),
     [](const auto& info) { return info.param.name; });
 
 }  // namespace

@@ -122,6 +122,7 @@ struct MoeCase {
   double capacity_factor;
   int64_t shared;
   double aux_coef;
+  blocks::NormKind norm = blocks::NormKind::Rms;  // a GPT's block: LayerNorm (gain and bias)
 };
 
 class MoeGradients : public ::testing::TestWithParam<std::tuple<MoeCase, at::ScalarType>> {};
@@ -136,15 +137,20 @@ TEST_P(MoeGradients, MatchAutograd) {
   const blocks::MoeShape shape{.d_model = kModel, .hidden = kHidden, .shared = c.shared,
                                .router = {.experts = kExperts, .top_k = kTopK, .score = c.score,
                                           .capacity_factor = c.capacity_factor},
-                               .aux_coef = c.aux_coef};
+                               .aux_coef = c.aux_coef, .norm = c.norm};
   blocks::MoeBlock layer("blocks.1.moe", shape, tp);
   at::manual_seed(11);
   randomise(layer, dtype);
   const auto options = at::TensorOptions().dtype(dtype);
   const at::Tensor x = at::randn({2, 13, kModel}, options), dy = at::randn({2, 13, kModel}, options);
   const nn::MicroBatch mb{.loss_scale = 0.125};
-  auto reference = [&](const torch::Tensor& xr, const std::vector<torch::Tensor>& p) {
-    const auto h = rms_norm_reference(xr, p[0]).reshape({-1, kModel});
+  auto reference = [&](const torch::Tensor& xr, const std::vector<torch::Tensor>& all) {
+    const bool layer_norm = c.norm == blocks::NormKind::Layer;
+    const std::vector<torch::Tensor> p(all.begin() + (layer_norm ? 1 : 0), all.end());  // p[0]: the gain
+    const auto normed = layer_norm ? torch::nn::functional::layer_norm(
+                                         xr, torch::nn::functional::LayerNormFuncOptions({kModel}).weight(all[0]).bias(all[1]).eps(1e-5))
+                                   : rms_norm_reference(xr, p[0]);
+    const auto h = normed.reshape({-1, kModel});
     const auto z = torch::matmul(h, p[1].t());
     const auto s = c.score == nn::MoeScore::Softmax ? torch::softmax(z, 1) : torch::sigmoid(z);
     const nn::Routing r = nn::route(z.detach(), {}, shape.router);
@@ -183,7 +189,9 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::Values(MoeCase{"softmax_dropless", nn::MoeScore::Softmax, 0.0, 0, 0.0},
                                          MoeCase{"softmax_aux_capacity", nn::MoeScore::Softmax, 0.6, 0, 0.05},
                                          MoeCase{"sigmoid_aux_shared", nn::MoeScore::Sigmoid, 0.0, 1, 0.05},
-                                         MoeCase{"sigmoid_capacity_shared", nn::MoeScore::Sigmoid, 0.6, 2, 0.0}),
+                                         MoeCase{"sigmoid_capacity_shared", nn::MoeScore::Sigmoid, 0.6, 2, 0.0},
+                                         MoeCase{"layer_norm_aux_shared", nn::MoeScore::Softmax, 0.0, 1, 0.05,
+                                                 blocks::NormKind::Layer}),
                        ::testing::Values(at::kDouble, at::kFloat)),
     [](const auto& info) {
       return std::string(std::get<0>(info.param).name) + (std::get<1>(info.param) == at::kDouble ? "_f64" : "_f32");

@@ -168,13 +168,67 @@ torch::Tensor llama_mlp(const torch::Tensor& x, const Weights& w, const std::str
   return x + affine(gate * torch::sigmoid(gate) * up, w.at(p + ".down.weight"));
 }
 
-torch::Tensor llama_logits(const Weights& w, const Batch& batch, const ModelConfig& m) {
+// ---- The reference experts: top-k by topk, the capacity by counting, a product per choice. ----
+
+// x + sum_j w_j expert_{e_j}(h) + shared(h) on h = rmsnorm(x), x one micro-batch; adds the
+// block's balance loss E sum_i f_i P_i to `aux`. The weights w_j are the chosen scores over their
+// sum; with a capacity an expert takes the first ceil(c T k / E) of the choices, all tokens'
+// first choices before any second one.
+torch::Tensor llama_experts(const torch::Tensor& x, const Weights& w, const std::string& p, const ModelConfig& m,
+                            torch::Tensor& aux) {
+  const int64_t d = m.d_model, experts = m.moe_experts, k = m.moe_top_k;
+  const torch::Tensor h = rms_norm(x, w.at(p + ".norm.weight")).reshape({-1, d});
+  const int64_t tokens = h.size(0);
+  const torch::Tensor z = affine(h, w.at(p + ".router.weight"));
+  const torch::Tensor s = m.moe_score == MoeScore::Softmax ? z.softmax(-1) : torch::sigmoid(z);
+  const torch::Tensor choice = std::get<1>(s.detach().topk(k, -1));  // random scores: no ties
+  const auto c = choice.accessor<int64_t, 2>();
+  const int64_t capacity = m.moe_capacity_factor > 0
+      ? static_cast<int64_t>(std::ceil(m.moe_capacity_factor * static_cast<double>(tokens * k) / static_cast<double>(experts)))
+      : tokens * k;
+  std::vector<int64_t> taken(static_cast<size_t>(experts), 0), chosen_count(static_cast<size_t>(experts), 0);
+  std::vector<std::vector<bool>> kept(static_cast<size_t>(tokens), std::vector<bool>(static_cast<size_t>(k)));
+  for (int64_t j = 0; j < k; ++j)
+    for (int64_t t = 0; t < tokens; ++t) {
+      const auto e = static_cast<size_t>(c[t][j]);
+      ++chosen_count[e];
+      kept[static_cast<size_t>(t)][static_cast<size_t>(j)] = taken[e] < capacity;
+      if (taken[e] < capacity) ++taken[e];
+    }
+  const torch::Tensor chosen = s.gather(1, choice), weight = chosen / chosen.sum(1, true);
+  const torch::Tensor gate_up = w.at(p + ".experts.gate_up.weight"), down = w.at(p + ".experts.down.weight");
+  const int64_t hidden = down.size(2);
+  std::vector<torch::Tensor> rows;
+  for (int64_t t = 0; t < tokens; ++t) {
+    torch::Tensor y = torch::zeros({d}, h.options());
+    for (int64_t j = 0; j < k; ++j) {
+      if (!kept[static_cast<size_t>(t)][static_cast<size_t>(j)]) continue;
+      const torch::Tensor gu = gate_up[c[t][j]];
+      const torch::Tensor gate = torch::mv(gu.narrow(0, 0, hidden), h[t]), up = torch::mv(gu.narrow(0, hidden, hidden), h[t]);
+      y = y + weight[t][j] * torch::mv(down[c[t][j]], gate * torch::sigmoid(gate) * up);
+    }
+    rows.push_back(y);
+  }
+  torch::Tensor out = x + torch::stack(rows).view(x.sizes());
+  if (m.moe_shared_experts > 0) {
+    const torch::Tensor gu = w.at(p + ".shared.gate_up.weight");  // [2, width, d]: gate then up
+    const torch::Tensor gate = affine(h, gu[0]), up = affine(h, gu[1]);
+    out = out + affine(gate * torch::sigmoid(gate) * up, w.at(p + ".shared.down.weight")).view(x.sizes());
+  }
+  const torch::Tensor f = torch::tensor(chosen_count, torch::kLong).to(torch::kDouble) / static_cast<double>(tokens * k);
+  aux = aux + static_cast<double>(experts) * (f * (s / s.sum(1, true)).mean(0)).sum();
+  return out;
+}
+
+// `aux` (one micro-batch's model only): the blocks' balance losses are added to it.
+torch::Tensor llama_logits(const Weights& w, const Batch& batch, const ModelConfig& m, torch::Tensor* aux = nullptr) {
   const int64_t b = batch.tokens.size(0), t = batch.tokens.size(1);
   const torch::Tensor table = w.at("embedding.wte");
   torch::Tensor x = table.index_select(0, batch.tokens.reshape({-1})).view({b, t, m.d_model});
   for (int64_t i = 0; i < m.n_layers; ++i) {
     x = llama_attention(x, w, fmt::format("blocks.{}.attn", i), m);
-    x = llama_mlp(x, w, fmt::format("blocks.{}.mlp", i));
+    if (m.moe_experts > 0 && (i + 1) % m.moe_every == 0) x = llama_experts(x, w, fmt::format("blocks.{}.moe", i), m, *aux);
+    else x = llama_mlp(x, w, fmt::format("blocks.{}.mlp", i));
   }
   return affine(rms_norm(x, w.at("final_norm.weight")), m.tie_embeddings ? table : w.at("head.weight"));
 }
@@ -190,11 +244,31 @@ torch::Tensor gpt_logits(const Weights& w, const Batch& batch, const ModelConfig
   return affine(layer_norm(x, w, "final_norm"), w.at("head.weight"));
 }
 
-// The mean next-token cross-entropy over every token of the global batch.
-torch::Tensor reference_loss(const Weights& w, const Batch& batch, const ModelConfig& m) {
-  const torch::Tensor logits = m.kind == "llama" ? llama_logits(w, batch, m) : gpt_logits(w, batch, m);
-  const torch::Tensor target_logits = logits.gather(-1, batch.targets.unsqueeze(-1)).squeeze(-1);
-  return (logits.logsumexp(-1) - target_logits).mean();
+torch::Tensor token_losses(const torch::Tensor& logits, const torch::Tensor& targets) {
+  return logits.logsumexp(-1) - logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+}
+
+// The mean next-token cross-entropy over every token of the global batch (`loss`), and what the
+// step minimises (`objective`): with experts, plus the balance loss's coefficient times its mean
+// over the micro-batches of `micro_batch` sequences (each routed on its own).
+struct ReferenceLoss {
+  torch::Tensor loss, objective;
+};
+
+ReferenceLoss reference_loss(const Weights& w, const Batch& batch, const ModelConfig& m, int64_t micro_batch) {
+  if (m.moe_experts == 0) {
+    const torch::Tensor logits = m.kind == "llama" ? llama_logits(w, batch, m) : gpt_logits(w, batch, m);
+    const torch::Tensor loss = token_losses(logits, batch.targets).mean();
+    return {loss, loss};
+  }
+  const int64_t n = batch.tokens.size(0) / micro_batch;
+  torch::Tensor sum = torch::zeros({}, torch::kDouble), aux = torch::zeros({}, torch::kDouble);
+  for (int64_t i = 0; i < n; ++i) {
+    const Batch mb{batch.tokens.narrow(0, i * micro_batch, micro_batch), batch.targets.narrow(0, i * micro_batch, micro_batch)};
+    sum = sum + token_losses(llama_logits(w, mb, m, &aux), mb.targets).sum();
+  }
+  const torch::Tensor loss = sum / static_cast<double>(batch.tokens.numel());
+  return {loss, loss + m.moe_aux_loss_coef * aux / static_cast<double>(n)};
 }
 
 struct ReferenceGradients {
@@ -204,12 +278,13 @@ struct ReferenceGradients {
 
 // Loss and gradients at `values`. Every parameter must receive a gradient: one the reference
 // never reads would mean loom trains something this reference does not describe.
-ReferenceGradients reference_gradients(const Weights& values, const Batch& batch, const ModelConfig& m) {
+ReferenceGradients reference_gradients(const Weights& values, const Batch& batch, const ModelConfig& m,
+                                       int64_t micro_batch) {
   Weights leaves;
   for (const auto& [name, v] : values) leaves[name] = v.detach().clone().requires_grad_(true);
-  const torch::Tensor loss = reference_loss(leaves, batch, m);
-  loss.backward();
-  ReferenceGradients r{.loss = loss.item<double>()};
+  const ReferenceLoss loss = reference_loss(leaves, batch, m, micro_batch);
+  loss.objective.backward();
+  ReferenceGradients r{.loss = loss.loss.item<double>()};
   for (const auto& [name, leaf] : leaves) {
     EXPECT_TRUE(leaf.grad().defined()) << name << " takes no part in the reference model";
     r.grads[name] = leaf.grad().defined() ? leaf.grad() : torch::zeros_like(leaf);
@@ -236,7 +311,7 @@ TEST(ReferenceStep, OneStepMatchesLossGradientsAndAdamW) {
   const LoomRun loom = run_loom(c);
   ASSERT_EQ(loom.records.size(), 1u);
   expect_same_decay_set(loom);
-  const ReferenceGradients ref = reference_gradients(loom.initial, global_batch(c, 0), c.model);
+  const ReferenceGradients ref = reference_gradients(loom.initial, global_batch(c, 0), c.model, c.train.micro_batch);
   const double lr = reference_lr(c.train, 0);
   EXPECT_DOUBLE_EQ(loom.records[0].lr, lr);
   expect_norm_near(loom.records[0].grad_norm, global_norm(ref.grads));
@@ -254,7 +329,7 @@ TEST(ReferenceStep, ClippedStepMatchesClippedAdamW) {
   const Config c = reference_config(/*clip=*/0.01, /*steps=*/1, /*warmup=*/4);
   const LoomRun loom = run_loom(c);
   ASSERT_EQ(loom.records.size(), 1u);
-  const ReferenceGradients ref = reference_gradients(loom.initial, global_batch(c, 0), c.model);
+  const ReferenceGradients ref = reference_gradients(loom.initial, global_batch(c, 0), c.model, c.train.micro_batch);
   const double norm = global_norm(ref.grads);
   ASSERT_GT(norm, 10 * c.train.clip) << "the case must clip, and by a clear factor";
   expect_norm_near(loom.records[0].grad_norm, norm);  // reported before clipping
@@ -279,7 +354,7 @@ TEST(ReferenceStep, TwoStepsCarryTheOptimizerState) {
   double loss = 0;
   ReferenceGradients ref;
   for (int64_t step = 0; step < 2; ++step) {
-    ref = reference_gradients(want, global_batch(c, step), c.model);
+    ref = reference_gradients(want, global_batch(c, step), c.model, c.train.micro_batch);
     const double lr = reference_lr(c.train, step);
     EXPECT_DOUBLE_EQ(loom.records[static_cast<size_t>(step)].lr, lr) << "step " << step + 1;
     loss = std::max(loss, expect_loss_near(loom.records[static_cast<size_t>(step)].loss, ref.loss, step));
@@ -310,7 +385,7 @@ TEST_P(ReferenceLlamaStep, OneStepMatchesLossGradientsAndAdamW) {
   ASSERT_EQ(loom.records.size(), 1u);
   EXPECT_EQ(loom.initial.count("head.weight"), GetParam() ? 0u : 1u) << "a tied head has no matrix of its own";
   expect_same_decay_set(loom);
-  const ReferenceGradients ref = reference_gradients(loom.initial, global_batch(c, 0), c.model);
+  const ReferenceGradients ref = reference_gradients(loom.initial, global_batch(c, 0), c.model, c.train.micro_batch);
   const double lr = reference_lr(c.train, 0);
   expect_norm_near(loom.records[0].grad_norm, global_norm(ref.grads));
   Weights want = loom.initial;
@@ -323,6 +398,50 @@ TEST_P(ReferenceLlamaStep, OneStepMatchesLossGradientsAndAdamW) {
 
 INSTANTIATE_TEST_SUITE_P(Head, ReferenceLlamaStep, ::testing::Bool(),
                          [](const auto& info) { return info.param ? "Tied" : "Untied"; });
+
+// The Llama with experts in block 1 (of 2): 4 experts of width 24, top 2, the balance loss at a
+// weight that shows, two micro-batches each routed on its own (NOTE [Mixture-of-experts block]).
+// Dropless with softmax scores; a capacity that drops with sigmoid scores and a shared expert.
+struct ExpertsCase {
+  const char* name;
+  MoeScore score;
+  double capacity_factor;
+  int64_t shared;
+};
+
+class ReferenceExpertsStep : public ::testing::TestWithParam<ExpertsCase> {};
+
+TEST_P(ReferenceExpertsStep, OneStepMatchesLossGradientsAndAdamW) {
+  Config c = llama_reference_config(false);
+  c.model.moe_experts = 4;
+  c.model.moe_top_k = 2;
+  c.model.moe_every = 2;
+  c.model.moe_ffn_hidden = 24;
+  c.model.moe_aux_loss_coef = 0.1;
+  c.model.moe_score = GetParam().score;
+  c.model.moe_capacity_factor = GetParam().capacity_factor;
+  c.model.moe_shared_experts = GetParam().shared;
+  const LoomRun loom = run_loom(c);
+  ASSERT_EQ(loom.records.size(), 1u);
+  ASSERT_EQ(loom.records[0].experts.size(), 1u);
+  EXPECT_EQ(loom.records[0].experts[0].dropped > 0, GetParam().capacity_factor > 0);
+  EXPECT_EQ(loom.initial.count("blocks.1.mlp.gate_up.weight"), 0u) << "block 1's MLP is its experts";
+  expect_same_decay_set(loom);
+  const ReferenceGradients ref = reference_gradients(loom.initial, global_batch(c, 0), c.model, c.train.micro_batch);
+  const double lr = reference_lr(c.train, 0);
+  expect_norm_near(loom.records[0].grad_norm, global_norm(ref.grads));
+  Weights want = loom.initial;
+  ReferenceAdamW(c.train.weight_decay, reference_decays).step(want, ref.grads, lr);
+  const double loss = expect_loss_near(loom.records[0].loss, ref.loss, 0);
+  const double grads = expect_all_near("gradient", loom.grads, ref.grads);
+  const double weights = expect_all_near("updated value", loom.values, want);
+  log_errors(fmt::format("llama, experts {}", GetParam().name), loss, grads, weights);
+}
+
+INSTANTIATE_TEST_SUITE_P(Routing, ReferenceExpertsStep,
+                         ::testing::Values(ExpertsCase{"Dropless", MoeScore::Softmax, 0.0, 0},
+                                           ExpertsCase{"CapacitySigmoidShared", MoeScore::Sigmoid, 0.75, 1}),
+                         [](const auto& info) { return std::string(info.param.name); });
 
 }  // namespace
 }  // namespace loom::train

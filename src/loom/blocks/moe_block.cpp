@@ -66,9 +66,9 @@ MoeBlock::MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Commu
   const int64_t experts = shape.router.experts, d = shape.d_model, hidden = shape.hidden;
   router = nn::Param{.name = prefix + ".router.weight", .full_shape = {experts, d}, .init = nn::Init::Normal,
                      .init_std = 0.02, .weight_decay = true};
-  gate_up = nn::Param{.name = prefix + ".experts.gate_up", .full_shape = {experts, 2 * hidden, d},
+  gate_up = nn::Param{.name = prefix + ".experts.gate_up.weight", .full_shape = {experts, 2 * hidden, d},
                       .init = nn::Init::Normal, .init_std = 0.02, .weight_decay = true};
-  down = nn::Param{.name = prefix + ".experts.down", .full_shape = {experts, d, hidden}, .init = nn::Init::Normal,
+  down = nn::Param{.name = prefix + ".experts.down.weight", .full_shape = {experts, d, hidden}, .init = nn::Init::Normal,
                    .init_std = shape.residual_std, .weight_decay = true};
   if (shape.shared > 0) {
     const int64_t width = shape.shared * hidden;

@@ -50,8 +50,8 @@ struct MoeLoad {
 
 class MoeBlock final : public PreNormBlock {
  public:
-  // `prefix` names the parameters, e.g. "blocks.1.moe": ".router.weight", ".experts.gate_up",
-  // ".experts.down", ".shared.gate_up", ".shared.down".
+  // `prefix` names the parameters, e.g. "blocks.1.moe": ".router.weight", ".experts.gate_up.weight",
+  // ".experts.down.weight", ".shared.gate_up.weight", ".shared.down.weight".
   MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Communicator& tp, parallel::TpOptions options = {});
 
   std::vector<nn::Param*> params() override;

@@ -7,6 +7,7 @@
 #include "loom/blocks/attention_block.h"
 #include "loom/core/error.h"
 #include "loom/models/decoder_kind.h"
+#include "loom/models/moe_config.h"
 #include "loom/models/transformer_config.h"
 #include "loom/blocks/embedding.h"
 #include "loom/nn/precision.h"
@@ -30,9 +31,14 @@ Model build_gpt(const ModelConfig& m, dist::Communicator& tp, parallel::TpOption
     const std::string prefix = fmt::format("blocks.{}", i);
     model.chain.push_back(
         std::make_unique<blocks::AttentionBlock>(prefix + ".attn", attention, tp, options, sp));
-    model.chain.push_back(std::make_unique<blocks::MlpBlock>(
-        prefix + ".mlp", blocks::MlpShape{.d_model = m.d_model, .hidden = m.ffn_mult * m.d_model, .residual_std = residual_std},
-        tp, options));
+    const int64_t hidden = m.ffn_mult * m.d_model;
+    if (is_moe_block(m, i))
+      model.chain.push_back(std::make_unique<blocks::MoeBlock>(
+          prefix + ".moe", moe_shape(m, i, hidden, residual_std, blocks::NormKind::Layer), tp, options));
+    else
+      model.chain.push_back(std::make_unique<blocks::MlpBlock>(
+          prefix + ".mlp", blocks::MlpShape{.d_model = m.d_model, .hidden = hidden, .residual_std = residual_std}, tp,
+          options));
   }
   model.chain.push_back(std::make_unique<blocks::FinalNorm>(m.d_model, sequence ? tp.size() : 1));
   model.chain.push_back(std::make_unique<blocks::LmHeadLoss>(m.d_model, m.vocab, tp, sequence));
@@ -47,8 +53,7 @@ void refuse_llama_keys(const ModelConfig& m) {
   for (auto [key, set] : {std::pair{"model.n_kv_heads", m.n_kv_heads != neutral.n_kv_heads},
                           {"model.tie_embeddings", m.tie_embeddings != neutral.tie_embeddings},
                           {"model.rope_theta", m.rope_theta != neutral.rope_theta},
-                          {"model.ffn_multiple_of", m.ffn_multiple_of != neutral.ffn_multiple_of},
-                          {"model.moe_experts", m.moe_experts != neutral.moe_experts}})
+                          {"model.ffn_multiple_of", m.ffn_multiple_of != neutral.ffn_multiple_of}})
     LOOM_CHECK_INPUT(!set, "{} applies to model.kind = \"llama\"; a \"gpt\" leaves it at its default", key);
 }
 
@@ -56,7 +61,8 @@ class GptKind final : public DecoderKind {
  public:
   std::string_view name() const override { return "gpt"; }
   std::vector<std::string_view> model_keys() const override {
-    return {"kind", "vocab", "d_model", "n_layers", "n_heads", "seq_len", "max_positions", "ffn_mult", "attn_tile", "dtype"};
+    return {"kind",     "vocab",     "d_model", "n_layers", "n_heads",    "seq_len",
+            "max_positions", "ffn_mult", "attn_tile", "dtype", "moe_experts"};
   }
   void validate(const Config& config) const override {
     const ModelConfig& m = config.model;
@@ -65,6 +71,7 @@ class GptKind final : public DecoderKind {
                                   .hidden_keys = {{"model.ffn_mult", m.ffn_mult}, {"model.d_model", m.d_model}},
                                   .kv_heads = m.n_heads,
                                   .learned_positions = true});
+    check_moe(config, m.ffn_mult * m.d_model);
   }
   Model build(const ModelConfig& config, const Parallelism& p) const override {
     return build_gpt(config, p.tp, p.tp_options, p.sp);

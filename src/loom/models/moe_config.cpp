@@ -13,7 +13,8 @@ bool is_moe_block(const ModelConfig& m, int64_t block) {
 
 int64_t moe_blocks(const ModelConfig& m) { return m.moe_experts > 0 ? m.n_layers / m.moe_every : 0; }
 
-blocks::MoeShape moe_shape(const ModelConfig& m, int64_t block, int64_t dense_hidden, double residual_std) {
+blocks::MoeShape moe_shape(const ModelConfig& m, int64_t block, int64_t dense_hidden, double residual_std,
+                           blocks::NormKind norm) {
   return {.block = block,
           .d_model = m.d_model,
           .hidden = m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : dense_hidden,
@@ -21,7 +22,7 @@ blocks::MoeShape moe_shape(const ModelConfig& m, int64_t block, int64_t dense_hi
           .router = {.experts = m.moe_experts, .top_k = m.moe_top_k, .score = m.moe_score,
                      .capacity_factor = m.moe_capacity_factor},
           .aux_coef = m.moe_aux_loss_coef,
-          .norm = blocks::NormKind::Rms,
+          .norm = norm,
           .residual_std = residual_std};
 }
 
