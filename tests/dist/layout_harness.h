@@ -2,6 +2,7 @@
 // The layout-equivalence harness: every rank trains the config once serially (a world of one,
 // in this process) and once under the layout over the whole world, then compares per-step
 // losses and final weights. Later parallelism issues add their layouts through `run_layout`.
+#include <functional>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -37,10 +38,13 @@ struct TrainedRun {
 // by timing (NOTE [Table paths]), so a suite left to it would test one path in one run and the
 // other in the next. The builders above pin "off"; the sparse suites set "on" as they need, and
 // only SparseParallelAuto and the checkpoints' carry-over cases run "auto", on purpose.
-inline TrainedRun train_run(const Config& config, dist::Communicator& world) {
+// `prepare`, if given, sets up the trainer's model before the first step (a test's starting point).
+inline TrainedRun train_run(const Config& config, dist::Communicator& world,
+                            const std::function<void(train::Trainer&)>& prepare = {}) {
   EXPECT_TRUE(config.parallel.sparse != SparseMode::Auto || config.parallel.dp * config.parallel.sp == 1)
       << "a layout suite pins parallel.sparse (\"on\" or \"off\"): \"auto\" would choose by timing";
   train::Trainer trainer(config, world);
+  if (prepare) prepare(trainer);
   TrainedRun run;
   run.records = trainer.run({.peak_flops = 1e9});
   for (nn::Param* p : trainer.model().params()) {
@@ -52,9 +56,9 @@ inline TrainedRun train_run(const Config& config, dist::Communicator& world) {
   return run;
 }
 
-inline TrainedRun run_serial(const Config& config) {
+inline TrainedRun run_serial(const Config& config, const std::function<void(train::Trainer&)>& prepare = {}) {
   dist::NullCommunicator alone;
-  return train_run(train::serial_config(config), alone);
+  return train_run(train::serial_config(config), alone, prepare);
 }
 
 // Collective over world(): the ranks' parameters together hold every element of every serial

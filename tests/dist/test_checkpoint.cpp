@@ -167,6 +167,11 @@ bool expect_saved_and_resumed(const Leg& saved, const Leg& resumed, const std::s
 Config model_config(const std::string& model, const std::string& dtype = "float64", int64_t vocab = 96) {
   Config c = model == "gpt" ? small_gpt(vocab, 2, 16, 8, 1)  // 8 micro-batches: dp = 1, 2, 4
                             : small_llama(vocab, 2, 16, 8, 1, /*kv_heads=*/4, model == "llama_tied");
+  if (model == "llama_moe") {  // 4 experts of width 16, top 2, in block 1 (NOTE [Mixture-of-experts block])
+    c.model.moe_experts = 4;
+    c.model.moe_every = 2;
+    c.model.moe_ffn_hidden = 16;
+  }
   c.model.dtype = dtype;
   c.train.steps = kSteps;
   c.train.clip = 0.05;  // active: the global norm over every shard decides each update
@@ -276,7 +281,7 @@ INSTANTIATE_TEST_SUITE_P(Cases, CheckpointSameLayout,
 
 // tp x pp x sp as given, dp the rest of the world.
 struct Layout {
-  int tp = 1, pp = 1, sp = 1, zero = 0;
+  int tp = 1, pp = 1, sp = 1, zero = 0, ep = 1;
   std::string sparse = "off";  // pinned (tests/dist/layout_harness.h, train_run)
   int64_t partitions = 0;
 };
@@ -288,6 +293,7 @@ std::string describe(const Layout& l) {
   if (l.sp > 1) out += fmt::format("sp{}", l.sp);
   if (out.empty()) out = "dp";
   if (l.zero) out += l.zero == 1 ? std::string("_zero") : fmt::format("_zero{}", l.zero);
+  if (l.ep > 1) out += fmt::format("_ep{}", l.ep);
   if (l.sparse != "off") out += "_sparse" + l.sparse;
   if (l.partitions > 0) out += fmt::format("P{}", l.partitions);
   return out;
@@ -298,6 +304,8 @@ std::string apply_layout(const Layout& l, int n, Config& c) {
   const int others = l.tp * l.pp * l.sp;
   if (n % others != 0) return fmt::format("{} needs a multiple of {} ranks", describe(l), others);
   c.parallel.dp = n / others;
+  if (c.parallel.dp % l.ep != 0) return fmt::format("{} needs ep to divide dp = {}", describe(l), c.parallel.dp);
+  c.parallel.ep = l.ep;
   c.parallel.tp = l.tp;
   c.parallel.pp = l.pp;
   c.parallel.sp = l.sp;
@@ -391,6 +399,11 @@ std::vector<AcrossCase> across_cases() {
       {"gpt_vocab_padding_tp_to_pp", "gpt", {.tp = 2}, {.pp = 2}, TableUpdate::Dense, false, 97},
       {"gpt_vocab_padding_dp_to_tp_sparse", "gpt", {}, {.tp = 2, .sparse = "on", .partitions = 2}, TableUpdate::Dense,
        false, 97},
+      // Experts split over ep (NOTE [Expert parallelism]): each rank saves its experts' rows of the
+      // stacked weights; a resume at another ep, pp or ZeRO takes its own.
+      {"llama_moe_ep2_to_pp_zero1", "llama_moe", {.ep = 2}, {.pp = 2, .zero = 1}},
+      {"llama_moe_zero3_to_ep4", "llama_moe", {.zero = 3}, {.ep = 4}},
+      {"llama_moe_ep4_to_ep2", "llama_moe", {.ep = 4}, {.ep = 2}},
   };
 }
 

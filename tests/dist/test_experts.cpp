@@ -17,6 +17,7 @@ struct ExpertCase {
   std::string name;
   std::string model = "llama";
   int pp = 1;  // the rest of the world is dp
+  int ep = 1;  // expert groups inside dp (NOTE [Expert parallelism])
   std::string schedule = "1f1b";
   int zero = 0;
   std::string recompute = "none";
@@ -41,6 +42,7 @@ Config expert_config(const ExpertCase& ec) {
   c.train.clip = 0.5;
   c.parallel.pp = ec.pp;
   c.parallel.dp = world().size() / ec.pp;
+  c.parallel.ep = ec.ep;
   c.parallel.schedule = ec.schedule;
   c.parallel.zero = ec.zero;
   c.memory.recompute = ec.recompute;
@@ -53,6 +55,7 @@ TEST_P(MixtureOfExperts, MatchesTheSerialRunInFloat64) {
   const ExpertCase& ec = GetParam();
   const int n = world().size();
   if (n % ec.pp != 0 || 12 % (n / ec.pp) != 0) GTEST_SKIP() << "pp must divide the world, dp the 12 micro-batches";
+  if ((n / ec.pp) % ec.ep != 0) GTEST_SKIP() << "ep must divide dp";
   const Config c = expert_config(ec);
   const TrainedRun serial = run_serial(c);
   EXPECT_GT(serial.records.front().grad_norm, c.train.clip) << "clipping must be active";
@@ -61,6 +64,17 @@ TEST_P(MixtureOfExperts, MatchesTheSerialRunInFloat64) {
     EXPECT_NE(std::find(serial.names.begin(), serial.names.end(), name), serial.names.end()) << name;
   const TrainedRun layout = train_run(c, world());
   expect_same_training(layout, serial, 1e-9, 1e-9);
+  if (ec.ep > 1) {  // NOTE [Expert parallelism]: a rank holds E / ep experts, and rows travel over "ep"
+    const auto it = std::find_if(layout.names.begin(), layout.names.end(),  // this stage's block's
+                                 [](const std::string& name) { return name.ends_with(".experts.gate_up.weight"); });
+    ASSERT_NE(it, layout.names.end());
+    const Shard part = layout.shards[static_cast<size_t>(it - layout.names.begin())];
+    EXPECT_EQ(part.dim, 0);
+    EXPECT_EQ(part.length, 4 / ec.ep);
+    EXPECT_GT(ops_on(layout.comm, "ep").at("all_to_allv").first, 0);
+    if (c.parallel.dp > ec.ep)  // the experts' replicas sum their gradients
+      EXPECT_GT(ops_on(layout.comm, "edp").count("all_reduce"), 0u);
+  }
   // NOTE [Expert measures]: the router's loads and drops are the serial run's, step by step.
   ASSERT_EQ(layout.records.size(), serial.records.size());
   for (size_t s = 0; s < serial.records.size(); ++s) {
@@ -89,8 +103,37 @@ INSTANTIATE_TEST_SUITE_P(
                       ExpertCase{.name = "pp_zbh1_capacity", .pp = 2, .schedule = "zb-h1", .capacity_factor = 0.75},
                       ExpertCase{.name = "pp_recompute", .pp = 2, .recompute = "full"},
                       ExpertCase{.name = "gpt_dp_capacity", .model = "gpt", .capacity_factor = 0.75},
-                      ExpertCase{.name = "gpt_pp_zero1", .model = "gpt", .pp = 2, .zero = 1}),
+                      ExpertCase{.name = "gpt_pp_zero1", .model = "gpt", .pp = 2, .zero = 1},
+                      ExpertCase{.name = "ep2", .ep = 2}, ExpertCase{.name = "ep4", .ep = 4},
+                      ExpertCase{.name = "ep2_capacity_sigmoid_shared", .ep = 2, .capacity_factor = 0.75,
+                                 .score = MoeScore::Sigmoid, .shared = 1},
+                      ExpertCase{.name = "ep2_pp_zbh1_recompute", .pp = 2, .ep = 2, .schedule = "zb-h1",
+                                 .recompute = "full"},
+                      ExpertCase{.name = "gpt_ep2_pp", .model = "gpt", .pp = 2, .ep = 2}),
     [](const auto& info) { return info.param.name; });
+
+// NOTE [Expert parallelism]: experts without tokens. A router of zeros scores every expert alike
+// and the tie sends every token to expert 0 (top 1); with top 1 the weight is 1 whatever the
+// scores and the balance loss is off, so the router's gradient is zero and it stays so. Experts
+// 1-3 get no token on any rank for every step: the group's other ranks receive nothing and still
+// join every exchange. Equal to the serial run, and nothing hangs.
+TEST(MixtureOfExpertsEmpty, ExpertsWithoutTokensForEveryStepMatchTheSerialRun) {
+  const int n = world().size();
+  if (n < 2 || n % 2 != 0 || 12 % n != 0) GTEST_SKIP() << "expert groups of two";
+  Config c = expert_config({.name = "empty", .ep = 2});
+  c.model.moe_top_k = 1;
+  c.model.moe_aux_loss_coef = 0;
+  const auto zero_routers = [](train::Trainer& trainer) {
+    for (nn::Param* p : trainer.model().params())
+      if (p->name.ends_with(".router.weight")) p->value.zero_();
+  };
+  const TrainedRun serial = run_serial(c, zero_routers);
+  const TrainedRun layout = train_run(c, world(), zero_routers);
+  expect_same_training(layout, serial, 1e-9, 1e-9);
+  for (const auto& record : layout.records)
+    for (const auto& load : record.experts)
+      EXPECT_EQ(load.tokens, (std::vector<int64_t>{12 * 24, 0, 0, 0})) << "step " << record.step;
+}
 
 }  // namespace
 }  // namespace loom::test

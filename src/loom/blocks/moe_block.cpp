@@ -1,15 +1,15 @@
 #include "loom/blocks/moe_block.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "loom/core/error.h"
 #include "loom/nn/precision.h"
 #include "loom/nn/swiglu.h"
 
 namespace loom::blocks {
-namespace {
 
-struct State : PreNormState {
+struct MoeState : PreNormState {
   nn::Routing routing;
   at::Tensor u;      // [n, 2H] each dispatched row's gate_up output (freed after backward_input)
   at::Tensor a;      // [n, H] its SwiGLU, down's input
@@ -19,14 +19,20 @@ struct State : PreNormState {
   at::Tensor du;     // [n, 2H] gate_up's output gradient
   at::Tensor dz;     // [T, E] the router logits' gradient
   at::Tensor sdu;    // the shared MLP's du
+  // NOTE [Expert parallelism]: the rows this rank's experts took from the group, and the exchange
+  // that brought them (its counts and order serve the backward's exchanges).
+  at::Tensor taken;
+  std::optional<parallel::ExpertExchange> exchange;
   void for_each_tensor(const nn::TensorVisitor& visit) override {
     for_each_skeleton_tensor(visit);
     visit("scores", routing.scores), visit("expert", routing.expert), visit("weight", routing.weight);
     visit("kept", routing.kept), visit("order", routing.order);
     visit("u", u), visit("a", a), visit("out", out), visit("su", su), visit("sa", sa);
-    visit("drows", drows), visit("du", du), visit("dz", dz), visit("sdu", sdu);
+    visit("drows", drows), visit("du", du), visit("dz", dz), visit("sdu", sdu), visit("taken", taken);
   }
 };
+
+namespace {
 
 // The experts' segments of the dispatched rows: expert e's are [first[e], first[e] + counts[e]).
 std::vector<int64_t> segment_starts(const std::vector<int64_t>& counts) {
@@ -35,16 +41,16 @@ std::vector<int64_t> segment_starts(const std::vector<int64_t>& counts) {
   return first;
 }
 
-// Each expert's SwiGLU MLP on its segment of `rows` [n, d]: the outputs [n, d], and u and a when
-// asked for (backward needs them).
-at::Tensor run_experts(const at::Tensor& rows, const nn::Routing& r, const at::Tensor& w1, const at::Tensor& w2,
-                       at::Tensor* u_out, at::Tensor* a_out) {
+// Each expert's SwiGLU MLP on its segment of `rows` [n, d] (`counts` rows each, in order; w1
+// and w2 hold those experts): the outputs [n, d], and u and a when asked for (backward needs them).
+at::Tensor run_experts(const at::Tensor& rows, const std::vector<int64_t>& counts, const at::Tensor& w1,
+                       const at::Tensor& w2, at::Tensor* u_out, at::Tensor* a_out) {
   const int64_t n = rows.size(0), hidden = w2.size(2);
   at::Tensor out = at::empty({n, w2.size(1)}, rows.options());
   at::Tensor u = at::empty({n, 2 * hidden}, rows.options()), a = at::empty({n, hidden}, rows.options());
-  const std::vector<int64_t> first = segment_starts(r.counts);
-  for (size_t e = 0; e < r.counts.size(); ++e) {
-    const int64_t count = r.counts[e];
+  const std::vector<int64_t> first = segment_starts(counts);
+  for (size_t e = 0; e < counts.size(); ++e) {
+    const int64_t count = counts[e];
     if (count == 0) continue;  // an expert without tokens runs nothing
     const auto i = static_cast<int64_t>(e);
     at::Tensor ue = u.narrow(0, first[e], count), ae = a.narrow(0, first[e], count);
@@ -60,8 +66,9 @@ at::Tensor run_experts(const at::Tensor& rows, const nn::Routing& r, const at::T
 
 }  // namespace
 
-MoeBlock::MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Communicator& tp, parallel::TpOptions options)
-    : PreNormBlock(prefix, shape.norm, shape.d_model, tp, options), shape_(shape) {
+MoeBlock::MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Communicator& tp, parallel::TpOptions options,
+                   dist::Communicator* ep)
+    : PreNormBlock(prefix, shape.norm, shape.d_model, tp, options), shape_(shape), ep_(ep) {
   LOOM_CHECK(tp.size() == 1, "[moe] {} runs its experts on one tp rank, not {}", prefix, tp.size());
   const int64_t experts = shape.router.experts, d = shape.d_model, hidden = shape.hidden;
   router = nn::Param{.name = prefix + ".router.weight", .full_shape = {experts, d}, .init = nn::Init::Normal,
@@ -70,6 +77,10 @@ MoeBlock::MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Commu
                       .init = nn::Init::Normal, .init_std = 0.02, .weight_decay = true};
   down = nn::Param{.name = prefix + ".experts.down.weight", .full_shape = {experts, d, hidden}, .init = nn::Init::Normal,
                    .init_std = shape.residual_std, .weight_decay = true};
+  if (expert_parallel()) {  // NOTE [Expert parallelism]: experts [r E/ep, (r + 1) E/ep) here
+    LOOM_CHECK(experts % ep->size() == 0, "[moe] {} experts over an expert group of {}", experts, ep->size());
+    for (nn::Param* p : {&gate_up, &down}) p->placements = {AxisPlacement::sharded("ep", 0, ep->rank(), ep->size())};
+  }
   if (shape.shared > 0) {
     const int64_t width = shape.shared * hidden;
     shared_up.emplace(prefix + ".shared.gate_up", d, 2 * width, /*bias=*/false, 0.02, tp, /*groups=*/2);
@@ -77,15 +88,26 @@ MoeBlock::MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Commu
   }
 }
 
-PreNormState& MoeBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<State>(); }
+PreNormState& MoeBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<MoeState>(); }
+
+at::Tensor MoeBlock::apply_experts(const at::Tensor& rows, const nn::Routing& r, MoeState* s) {
+  const at::Tensor w1 = nn::compute_value(gate_up), w2 = nn::compute_value(down);
+  at::Tensor* u = s != nullptr ? &s->u : nullptr;
+  at::Tensor* a = s != nullptr ? &s->a : nullptr;
+  if (!expert_parallel()) return run_experts(rows, r.counts, w1, w2, u, a);
+  parallel::ExpertExchange exchange(*ep_, r.counts);
+  const at::Tensor taken = exchange.dispatch(rows);
+  const at::Tensor out = exchange.combine(run_experts(taken, exchange.local_counts(), w1, w2, u, a));
+  if (s != nullptr) s->taken = taken, s->exchange.emplace(std::move(exchange));
+  return out;
+}
 
 at::Tensor MoeBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreNormState& state) {
   LOOM_CHECK(piece.count == 1, "[moe] {} routes a micro-batch whole, not in {} pieces", name(), piece.count);
-  auto& s = static_cast<State&>(state);
+  auto& s = static_cast<MoeState&>(state);
   const at::Tensor hf = h.reshape({-1, shape_.d_model});
   s.routing = nn::route(at::matmul(hf.to(router.value.scalar_type()), router.value.t()), {}, shape_.router);
-  s.out = run_experts(nn::permute(hf, s.routing), s.routing, nn::compute_value(gate_up), nn::compute_value(down), &s.u,
-                      &s.a);
+  s.out = apply_experts(nn::permute(hf, s.routing), s.routing, &s);
   at::Tensor y = nn::combine(s.out, s.routing).view(h.sizes());
   if (shared_up) {
     s.su = shared_up->forward(h);
@@ -103,34 +125,35 @@ at::Tensor MoeBlock::decode_piece(const at::Tensor& h, int64_t, nn::DecodeCache&
   options.capacity_factor = 0;
   const at::Tensor hf = h.reshape({-1, shape_.d_model});
   const nn::Routing r = nn::route(at::matmul(hf.to(router.value.scalar_type()), router.value.t()), {}, options);
-  const at::Tensor out =
-      run_experts(nn::permute(hf, r), r, nn::compute_value(gate_up), nn::compute_value(down), nullptr, nullptr);
+  const at::Tensor out = apply_experts(nn::permute(hf, r), r, nullptr);
   at::Tensor y = nn::combine(out, r).view(h.sizes());
   if (shared_up) y.add_(shared_down->forward_partial(nn::swiglu_forward(shared_up->forward(h))));
   return y;
 }
 
 at::Tensor MoeBlock::backward_piece(const at::Tensor& dy, const Piece&, PreNormState& state) {
-  auto& s = static_cast<State&>(state);
+  auto& s = static_cast<MoeState&>(state);
   const nn::Routing& r = s.routing;
   const at::Tensor dyf = dy.reshape({-1, shape_.d_model});
   const nn::CombineGrads g = nn::combine_backward(dyf, s.out, r);
-  s.drows = g.rows;
+  // The experts' output gradients travel to them as their rows did (NOTE [Expert parallelism]).
+  s.drows = s.exchange ? s.exchange->dispatch(g.rows) : g.rows;
+  const std::vector<int64_t>& counts = s.exchange ? s.exchange->local_counts() : r.counts;
   const at::Tensor w1 = nn::compute_value(gate_up), w2 = nn::compute_value(down);
-  at::Tensor dx_rows = at::empty_like(g.rows);
+  at::Tensor dx_local = at::empty_like(s.drows);
   s.du = at::empty_like(s.u);
-  const std::vector<int64_t> first = segment_starts(r.counts);
-  for (size_t e = 0; e < r.counts.size(); ++e) {
-    const int64_t count = r.counts[e];
+  const std::vector<int64_t> first = segment_starts(counts);
+  for (size_t e = 0; e < counts.size(); ++e) {
+    const int64_t count = counts[e];
     if (count == 0) continue;
     const auto i = static_cast<int64_t>(e);
-    const at::Tensor da = at::matmul(g.rows.narrow(0, first[e], count), w2[i]);
+    const at::Tensor da = at::matmul(s.drows.narrow(0, first[e], count), w2[i]);
     at::Tensor due = s.du.narrow(0, first[e], count);
     due.copy_(nn::swiglu_backward(da, s.u.narrow(0, first[e], count)));
-    at::Tensor dxe = dx_rows.narrow(0, first[e], count);
+    at::Tensor dxe = dx_local.narrow(0, first[e], count);
     at::matmul_out(dxe, due, w1[i]);
   }
-  at::Tensor dh = nn::unpermute(dx_rows, r);
+  at::Tensor dh = nn::unpermute(s.exchange ? s.exchange->combine(dx_local) : dx_local, r);
   nn::AuxLoss aux = nn::aux_loss(r);
   add_trained(r, aux.value);
   at::Tensor dscores;
@@ -163,18 +186,20 @@ MoeLoad MoeBlock::take_trained_load() {
 }
 
 void MoeBlock::finish_backward(PreNormState& state) const {
-  auto& s = static_cast<State&>(state);
+  auto& s = static_cast<MoeState&>(state);
   s.u.reset(), s.su.reset(), s.out.reset();
 }
 
 void MoeBlock::weight_gradients(PreNormState& state) {
-  auto& s = static_cast<State&>(state);
+  auto& s = static_cast<MoeState&>(state);
   const nn::Routing& r = s.routing;
   const at::Tensor hf = s.h.reshape({-1, shape_.d_model});
-  const at::Tensor rows = nn::permute(hf, r);
-  const std::vector<int64_t> first = segment_starts(r.counts);
-  for (size_t e = 0; e < r.counts.size(); ++e) {
-    const int64_t count = r.counts[e];
+  // The experts' inputs: this rank's rows again, or the ones its experts took from the group.
+  const at::Tensor rows = s.exchange ? s.taken : nn::permute(hf, r);
+  const std::vector<int64_t>& counts = s.exchange ? s.exchange->local_counts() : r.counts;
+  const std::vector<int64_t> first = segment_starts(counts);
+  for (size_t e = 0; e < counts.size(); ++e) {
+    const int64_t count = counts[e];
     if (count == 0) continue;
     const auto i = static_cast<int64_t>(e);
     nn::add_product(down.grad[i], s.drows.narrow(0, first[e], count).t(), s.a.narrow(0, first[e], count));
@@ -212,7 +237,8 @@ nn::Cost MoeBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
   c.saved_bytes = static_cast<double>((skeleton_saved_elements(batch, seq) + assignments * (3 * hidden + d) +
                                        tokens * 3 * width) * dtype_bytes + routing_bytes);
   c.workspace_bytes = static_cast<double>(assignments * (2 * d + 2 * hidden) * dtype_bytes);
-  c.param_bytes = static_cast<double>((experts * (3 * hidden * d + d) + 3 * width * d + norm.param_elements()) *
+  const int64_t held = expert_parallel() ? experts / ep_->size() : experts;  // NOTE [Expert parallelism]
+  c.param_bytes = static_cast<double>((held * 3 * hidden * d + experts * d + 3 * width * d + norm.param_elements()) *
                                       dtype_bytes);
   c.gemm_dim = static_cast<double>(std::min({std::max<int64_t>(assignments / experts, 1), d, hidden}));
   // Dispatch and combine move each assignment's row twice; the activations read u and write a.

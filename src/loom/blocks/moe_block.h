@@ -18,15 +18,20 @@
 // (router_backward); dh sums the dispatched rows' gradients (unpermute), the router's and the
 // shared MLP's. The weight gradients (backward_weight) are one product per expert and the
 // router's.
+// With an expert group `ep` of more than one rank (NOTE [Expert parallelism]) this rank holds
+// E / ep of the experts; the routed rows travel to them and back (parallel/expert_exchange.h).
 // Serial within tp (a communicator of one rank): the layout checks refuse parallel.tp > 1 and
-// parallel.sp > 1 with experts until the expert-parallel axis lands (issue 38).
+// parallel.sp > 1 with experts.
 #include <optional>
 
 #include "loom/blocks/pre_norm_block.h"
 #include "loom/nn/moe_routing.h"
+#include "loom/parallel/expert_exchange.h"
 #include "loom/parallel/tensor_parallel_linear.h"
 
 namespace loom::blocks {
+
+struct MoeState;  // what a micro-batch keeps from forward to backward (moe_block.cpp)
 
 struct MoeShape {
   int64_t block = 0;  // its decoder block's index, which names it in the step's measures
@@ -52,7 +57,8 @@ class MoeBlock final : public PreNormBlock {
  public:
   // `prefix` names the parameters, e.g. "blocks.1.moe": ".router.weight", ".experts.gate_up.weight",
   // ".experts.down.weight", ".shared.gate_up.weight", ".shared.down.weight".
-  MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Communicator& tp, parallel::TpOptions options = {});
+  MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Communicator& tp, parallel::TpOptions options = {},
+           dist::Communicator* ep = nullptr);
 
   std::vector<nn::Param*> params() override;
   nn::Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
@@ -65,7 +71,7 @@ class MoeBlock final : public PreNormBlock {
   MoeLoad take_trained_load();
 
   nn::Param router;   // [E, d_model]
-  nn::Param gate_up;  // [E, 2H, d_model]
+  nn::Param gate_up;  // [E, 2H, d_model] (this rank holds E / ep of them)
   nn::Param down;     // [E, d_model, H]
   std::optional<parallel::ColumnParallelLinear> shared_up;  // d_model -> [gate | up] of 2 x shared x H
   std::optional<parallel::RowParallelLinear> shared_down;   // shared x H -> d_model
@@ -79,7 +85,14 @@ class MoeBlock final : public PreNormBlock {
   void weight_gradients(PreNormState& s) override;
   void add_trained(const nn::Routing& r, double aux_loss);
 
+  // The experts' outputs for this rank's dispatched rows [n, d] (`rows` in expert-major order):
+  // here, or on the expert group's ranks and back. Fills u, a and (with a group) the rows the
+  // local experts took, when `s` is given.
+  at::Tensor apply_experts(const at::Tensor& rows, const nn::Routing& r, MoeState* s);
+  bool expert_parallel() const { return ep_ != nullptr && ep_->size() > 1; }
+
   MoeShape shape_;
+  dist::Communicator* ep_;
   MoeLoad last_load_, trained_load_;
 };
 

@@ -66,6 +66,7 @@ const std::vector<KeySpec>& key_specs() {
       LOOM_KEY(parallel, pp_cuts),     LOOM_KEY(parallel, sp_mode),
       LOOM_KEY(parallel, tp_sequence), LOOM_KEY(parallel, tp_overlap),
       LOOM_KEY(parallel, zero),        LOOM_KEY(parallel, shard_group),
+      LOOM_KEY(parallel, ep),
       LOOM_KEY(parallel, bucket_mb),
       LOOM_KEY(parallel, sparse),      LOOM_KEY(parallel, sparse_partitions),
       LOOM_KEY(parallel, grad_dtype),  LOOM_KEY(parallel, partition),

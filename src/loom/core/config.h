@@ -72,6 +72,9 @@ struct ParallelConfig {
   int64_t tp_overlap = 1;
   int64_t zero = 0;
   int64_t shard_group = 0;  // ZeRO-2/3 hybrid: dp ranks per shard group (0 = all of dp)
+  // Expert parallelism (NOTE [Expert parallelism]): the model.moe_experts split over groups of ep
+  // consecutive dp ranks; 1 = every rank holds every expert.
+  int64_t ep = 1;
   // ZeRO-2/3: the replica ranks (dp x sp) one layer's vector is sharded over: a shard group's dp
   // ranks, times sp (NOTE [Fully sharded data parallelism]).
   int64_t shard_ranks() const { return (shard_group > 0 ? shard_group : dp) * sp; }

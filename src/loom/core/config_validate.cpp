@@ -38,7 +38,7 @@ void validate_sharding(const ParallelConfig& p) {
 
 void validate_parallel(const ParallelConfig& p) {
   for (auto [key, value] : {std::pair{"parallel.dp", p.dp}, {"parallel.tp", p.tp}, {"parallel.pp", p.pp},
-                            {"parallel.sp", p.sp}, {"parallel.chunks", p.chunks},
+                            {"parallel.sp", p.sp}, {"parallel.chunks", p.chunks}, {"parallel.ep", p.ep},
                             {"parallel.tp_overlap", p.tp_overlap}})
     check_positive(key, value);
   if (!(p.schedule.starts_with("csv:") && p.schedule.size() > 4))

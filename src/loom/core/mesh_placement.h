@@ -13,11 +13,13 @@
 // NOTE [Parameter placements]: a parameter says how it lies over each named axis of the mesh
 // (NOTE [Mesh axes]) that splits it or its gradient: its value's placement and its gradient's
 // after the backward, before any reduction. An axis it does not name holds it whole: its value is
-// replicated, and its gradient is a summand on the data axes (dp and sp: each rank saw other
+// replicated, and its gradient is a summand on the data axes (dp, sp and ep: each rank saw other
 // tokens) and whole on the model axes (tp: every rank saw the same tokens). So
 //   - a column-parallel weight is {tp: value Shard(0), grad Shard(0)};
 //   - a norm's gain under parallel.tp_sequence is {tp: value Replicate, grad Partial}: each tp rank
 //     saw a slice of the sequence, and the gradients are summed over tp once per step;
+//   - an expert's stacked weights under expert parallelism are {ep: value Shard(0), grad Shard(0)}:
+//     a rank holds E / ep experts and receives all of their tokens' gradients from its group;
 //   - every other dense parameter names no axis.
 // Readers ask by axis (Param::value_on, Param::grad_on): the part a rank holds (Param::part), the
 // gradient norm's sum over tp (optim/clip.h), the tp reduction of summands (parallel/tp_region.h)
@@ -50,8 +52,9 @@ inline int64_t piece_length(int64_t size, int n) { return (size + n - 1) / n; }
 // How many of them are real (not padding) on `rank`: between 0 and piece_length.
 int64_t real_length(int64_t size, int n, int rank);
 
-// The axes whose ranks see other tokens (NOTE [Mesh axes]): a gradient there is a summand.
-inline bool data_axis(std::string_view axis) { return axis == "dp" || axis == "sp"; }
+// The axes whose ranks see other tokens (NOTE [Mesh axes]): a gradient there is a summand. ep
+// (NOTE [Expert parallelism]) is a division of dp: groups of consecutive dp ranks.
+inline bool data_axis(std::string_view axis) { return axis == "dp" || axis == "sp" || axis == "ep"; }
 
 // NOTE [Parameter placements]: one named axis' entry. `rank` and `size` (this rank's coordinate
 // on the axis, the axis' size) place a Shard's piece; they are unused otherwise.

@@ -69,7 +69,7 @@ GroupPlace group_place(const MeshShape& shape, int rank, std::initializer_list<s
   return place;
 }
 
-Mesh::Mesh(Communicator& world, MeshShape shape) : world_(world), shape_(shape) {
+Mesh::Mesh(Communicator& world, MeshShape shape, int ep) : world_(world), shape_(shape) {
   check_mesh_shape(shape, world.size());
   const MeshCoords c = mesh_coords(shape, world.rank());
   dp_rank_ = c.dp, pp_rank_ = c.pp, sp_rank_ = c.sp, tp_rank_ = c.tp;
@@ -78,6 +78,9 @@ Mesh::Mesh(Communicator& world, MeshShape shape) : world_(world), shape_(shape) 
   sp_ = split({"sp"}, "sp");
   tp_ = split({"tp"}, "tp");
   dp_sp_ = split({"dp", "sp"}, "dp_sp");
+  LOOM_CHECK(ep >= 1 && shape_.dp() % ep == 0, "[mesh] expert groups of {} in dp = {}", ep, shape_.dp());
+  ep_ = dp_->split(dp_rank_ / ep, dp_rank_ % ep, "ep");
+  edp_ = dp_->split(dp_rank_ % ep, dp_rank_ / ep, "edp");
 }
 
 std::unique_ptr<Communicator> Mesh::split(std::initializer_list<std::string_view> axes, const std::string& name) {

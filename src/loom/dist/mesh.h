@@ -80,7 +80,8 @@ GroupPlace group_place(const MeshShape& shape, int rank, std::initializer_list<s
 
 class Mesh {
  public:
-  Mesh(Communicator& world, MeshShape shape);
+  // `ep`: the expert groups' size inside dp (NOTE [Expert parallelism]); it divides dp.
+  Mesh(Communicator& world, MeshShape shape, int ep = 1);
 
   const MeshShape& shape() const { return shape_; }
   int rank() const { return world_.rank(); }
@@ -95,6 +96,10 @@ class Mesh {
   Communicator& sp() { return *sp_; }
   Communicator& tp() { return *tp_; }
   Communicator& dp_sp() { return *dp_sp_; }
+  // NOTE [Expert parallelism]: groups of ep consecutive dp ranks ("ep"), and the dp ranks at the
+  // same place in their groups ("edp": the replicas of one set of experts).
+  Communicator& ep() { return *ep_; }
+  Communicator& expert_replicas() { return *edp_; }
 
   // A communicator over the group of `axes` this rank is in (group_place), named `name` in the
   // communication records. Collective over the world.
@@ -104,7 +109,7 @@ class Mesh {
   Communicator& world_;
   MeshShape shape_;
   int dp_rank_, pp_rank_, sp_rank_, tp_rank_;
-  std::unique_ptr<Communicator> dp_, pp_, sp_, tp_, dp_sp_;
+  std::unique_ptr<Communicator> dp_, pp_, sp_, tp_, dp_sp_, ep_, edp_;
 };
 
 }  // namespace loom::dist

@@ -17,7 +17,8 @@
 
 namespace loom::models {
 
-Model build_gpt(const ModelConfig& m, dist::Communicator& tp, parallel::TpOptions options, parallel::SpOptions sp) {
+Model build_gpt(const ModelConfig& m, dist::Communicator& tp, parallel::TpOptions options, parallel::SpOptions sp,
+                dist::Communicator* ep) {
   const bool sequence = options.sequence && tp.size() > 1;
   const int64_t positions = m.max_positions > 0 ? m.max_positions : m.seq_len;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
@@ -34,7 +35,7 @@ Model build_gpt(const ModelConfig& m, dist::Communicator& tp, parallel::TpOption
     const int64_t hidden = m.ffn_mult * m.d_model;
     if (is_moe_block(m, i))
       model.chain.push_back(std::make_unique<blocks::MoeBlock>(
-          prefix + ".moe", moe_shape(m, i, hidden, residual_std, blocks::NormKind::Layer), tp, options));
+          prefix + ".moe", moe_shape(m, i, hidden, residual_std, blocks::NormKind::Layer), tp, options, ep));
     else
       model.chain.push_back(std::make_unique<blocks::MlpBlock>(
           prefix + ".mlp", blocks::MlpShape{.d_model = m.d_model, .hidden = hidden, .residual_std = residual_std}, tp,
@@ -74,7 +75,7 @@ class GptKind final : public DecoderKind {
     check_moe(config, m.ffn_mult * m.d_model);
   }
   Model build(const ModelConfig& config, const Parallelism& p) const override {
-    return build_gpt(config, p.tp, p.tp_options, p.sp);
+    return build_gpt(config, p.tp, p.tp_options, p.sp, p.ep);
   }
 };
 

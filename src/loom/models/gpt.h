@@ -19,8 +19,9 @@ namespace loom::models {
 // regions]): the layers between the embedding and the head see seq/tp tokens per rank.
 // `sp`: sequence parallelism over segments (NOTE [Sequence parallelism]): every layer sees one
 // segment of each sequence.
+// `ep`: the expert group (NOTE [Expert parallelism]); null: every expert on this rank.
 Model build_gpt(const ModelConfig& config, dist::Communicator& tp, parallel::TpOptions options = {},
-                parallel::SpOptions sp = {});
+                parallel::SpOptions sp = {}, dist::Communicator* ep = nullptr);
 
 // model.kind = "gpt" (registry.h).
 const ModelKind& gpt_kind();

@@ -22,7 +22,8 @@ namespace loom::models {
 
 int64_t kv_heads(const ModelConfig& m) { return m.n_kv_heads > 0 ? m.n_kv_heads : m.n_heads; }
 
-Model build_llama(const ModelConfig& m, dist::Communicator& tp, parallel::TpOptions options, parallel::SpOptions sp) {
+Model build_llama(const ModelConfig& m, dist::Communicator& tp, parallel::TpOptions options, parallel::SpOptions sp,
+                  dist::Communicator* ep) {
   const bool sequence = options.sequence && tp.size() > 1;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
   Model model;
@@ -48,7 +49,7 @@ Model build_llama(const ModelConfig& m, dist::Communicator& tp, parallel::TpOpti
     model.chain.push_back(std::make_unique<blocks::AttentionBlock>(prefix + ".attn", attention, tp, options, sp));
     if (is_moe_block(m, i))
       model.chain.push_back(std::make_unique<blocks::MoeBlock>(prefix + ".moe", moe_shape(m, i, mlp.hidden, residual_std), tp,
-                                                               options));
+                                                               options, ep));
     else
       model.chain.push_back(std::make_unique<blocks::MlpBlock>(prefix + ".mlp", mlp, tp, options));
   }
@@ -117,7 +118,7 @@ class LlamaKind final : public DecoderKind {
     check_moe(config, checked_hidden(m));
   }
   Model build(const ModelConfig& config, const Parallelism& p) const override {
-    return build_llama(config, p.tp, p.tp_options, p.sp);
+    return build_llama(config, p.tp, p.tp_options, p.sp, p.ep);
   }
 };
 

@@ -21,8 +21,9 @@
 namespace loom::models {
 
 // Layers only; call Model::initialise to allocate and fill the parameters.
+// `ep`: the expert group (NOTE [Expert parallelism]); null: every expert on this rank.
 Model build_llama(const ModelConfig& config, dist::Communicator& tp, parallel::TpOptions options = {},
-                  parallel::SpOptions sp = {});
+                  parallel::SpOptions sp = {}, dist::Communicator* ep = nullptr);
 
 // The key/value heads of a config (model.n_kv_heads, 0 = n_heads).
 int64_t kv_heads(const ModelConfig& config);

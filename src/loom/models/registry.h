@@ -23,6 +23,7 @@ struct Parallelism {
   dist::Communicator& tp;
   parallel::TpOptions tp_options = {};
   parallel::SpOptions sp = {};
+  dist::Communicator* ep = nullptr;  // the expert group (NOTE [Expert parallelism]); null: every expert here
 };
 
 // What a step's throughput counts: `item` per sample (tokens of a sequence, or the sample itself).

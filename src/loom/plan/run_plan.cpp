@@ -39,10 +39,12 @@ bool on_sparse_path(const ParallelConfig& p) {
 // micro-batch of this rank's tokens; layers only, nothing allocated.
 std::vector<LayerPlan> describe_chain(const models::ModelKind& kind, const Config& c, int64_t local_tokens) {
   dist::SizingCommunicator tp(0, static_cast<int>(c.parallel.tp), "tp"), sp(0, static_cast<int>(c.parallel.sp), "sp");
+  dist::SizingCommunicator ep(0, static_cast<int>(c.parallel.ep), "ep");  // E / ep experts a rank (NOTE [Expert parallelism])
   const models::Model model = kind.build(c.model, {.tp = tp,
                                                    .tp_options = {.overlap = c.parallel.tp_overlap,
                                                                   .sequence = c.parallel.tp_sequence},
-                                                   .sp = {.sp = &sp, .mode = c.parallel.sp_mode}});
+                                                   .sp = {.sp = &sp, .mode = c.parallel.sp_mode},
+                                                   .ep = &ep});
   models::check_model(model, kind.name());
   std::vector<LayerPlan> chain;
   for (const auto& layer : model.chain) {

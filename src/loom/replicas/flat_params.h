@@ -17,16 +17,20 @@ struct FlatSlot {
   int64_t numel;
 };
 
-// NOTE [Parameter placements]: the dense path sums each gradient over every data axis (dp, sp) in
-// one group, so it takes only parameters whose gradient is a summand over both; one sharded over a
-// data axis (as an expert would be) needs a reduction group of its own. Throws loom::Error naming
-// the parameter and its placement otherwise.
+// NOTE [Parameter placements]: the dense path sums each gradient over every data axis (dp, sp,
+// ep) in one group, so it takes only parameters whose gradient is a summand over all of them; one
+// sharded over a data axis (an expert under expert parallelism) needs a reduction group of its own
+// (FlatParams::experts). Throws loom::Error naming the parameter and its placement otherwise.
 void check_summed_over_data_axes(const nn::Param& p);
+// Whether `p` is sharded over the expert axis (NOTE [Expert parallelism]).
+inline bool expert_sharded(const nn::Param& p) { return p.value_on("ep").is_shard(); }
 
 class FlatParams {
  public:
-  // Moves the (initialised) parameters of `model` into the flat buffers.
-  FlatParams(models::Model& model, int64_t pad_multiple);
+  enum class Which { Dense, Experts };
+  // Moves the (initialised) parameters of `model` into the flat buffers: the dense ones (summed
+  // over every data axis), or the experts sharded over ep (summed over their replicas).
+  FlatParams(models::Model& model, int64_t pad_multiple, Which which = Which::Dense);
 
   at::Tensor values;  // [padded]
   at::Tensor grads;   // [padded]

@@ -1,5 +1,6 @@
 #include "loom/replicas/replica_optimizer.h"
 
+#include "loom/core/error.h"
 #include "loom/optim/clip.h"
 
 namespace loom::replicas {
@@ -33,6 +34,13 @@ ReplicaOptimizer::ReplicaOptimizer(models::Model& model, dist::Communicator& rep
     sharded_ = std::make_unique<ShardedAdamW>(*flat_, replicas, tp, pp, options_.adamw, options.grad_wire);
   } else {
     reducer_ = std::make_unique<GradientReducer>(*flat_, replicas, options.bucket_mb, options.grad_wire);
+    expert_flat_ = std::make_unique<FlatParams>(model, 1, FlatParams::Which::Experts);
+    if (!expert_flat_->slots.empty()) {
+      LOOM_CHECK(options.expert_replicas != nullptr && options.ep != nullptr,
+                 "[replicas] experts sharded over ep need their replicas' group");
+      expert_reducer_ =
+          std::make_unique<GradientReducer>(*expert_flat_, *options.expert_replicas, options.bucket_mb, options.grad_wire);
+    }
     adamw_ = std::make_unique<optim::AdamW>(dense_, options_.adamw);
   }
 }
@@ -57,14 +65,21 @@ void ReplicaOptimizer::pull(const std::vector<nn::MicroBatch>& microbatches, con
 void ReplicaOptimizer::zero_grad() {
   if (fsdp_) fsdp_->zero_grad();
   else flat_->grads.zero_();
+  if (expert_reducer_) expert_flat_->grads.zero_();
 }
 
 double ReplicaOptimizer::clip_replicated(double clip) {
-  double replicated = 0, sharded = 0;
+  double replicated = 0, sharded = 0, experts = 0;
   for (const nn::Param* p : params_) {
     const double square = p->sparse != nullptr ? sparse_->norm_square(*p) : optim::grad_norm_square(*p);
-    (p->value_on("tp").is_shard() ? sharded : replicated) += square;
+    (expert_sharded(*p) ? experts : p->value_on("tp").is_shard() ? sharded : replicated) += square;
   }
+  if (expert_reducer_) {  // each rank of the expert group holds other experts: their squares add up
+    at::Tensor t = at::full({1}, experts, at::TensorOptions().dtype(at::kDouble));
+    options_.ep->all_reduce(t, dist::ReduceOp::Sum);
+    experts = t.item<double>();
+  }
+  replicated += experts;
   const double norm = optim::combine_norm_squares(replicated, sharded, tp_, &pp_);
   const double factor = optim::clip_factor(norm, clip);
   if (factor != 1.0)
@@ -88,6 +103,7 @@ double ReplicaOptimizer::step(double lr, const std::function<void(double)>& befo
   } else {
     timed(timeline, "all_reduce_wait", "communication", [&] {
       reducer_->finish();
+      if (expert_reducer_) expert_reducer_->finish();
       return 0;
     });
     norm = timed(timeline, "clip", "optimizer", [&] { return clip_replicated(clip); });

@@ -35,6 +35,10 @@ struct ReplicaOptions {
   at::ScalarType activations = at::kFloat;  // the products' type (ZeRO-3's gathered compute copies)
   // ZeRO-2/3: makes a dense parameter's value as its layer is sharded (ShardedOptions::initialise).
   std::function<void(nn::Param&)> initialise;
+  // NOTE [Expert parallelism]: the expert group (the gradient norm sums the experts' parts over
+  // it) and the replicas of this rank's experts (their gradients are summed over it); null: none.
+  dist::Communicator* ep = nullptr;
+  dist::Communicator* expert_replicas = nullptr;
 };
 
 class ReplicaOptimizer {
@@ -56,6 +60,7 @@ class ReplicaOptimizer {
   // Every micro-batch has passed layer `layer` (its index in the model): its bucket may go.
   void layer_done(size_t layer) {
     if (reducer_) reducer_->layer_done(layer);
+    if (expert_reducer_) expert_reducer_->layer_done(layer);
   }
   // ZeRO-2/3's gathers and reductions around the layers' passes (NOTE [Sharded parameters]); null
   // for the other stages.
@@ -96,6 +101,9 @@ class ReplicaOptimizer {
   std::vector<nn::Param*> dense_;   // those not on the sparse path
   std::unique_ptr<FlatParams> flat_;
   std::unique_ptr<GradientReducer> reducer_;  // replicated AdamW
+  // NOTE [Expert parallelism]: the experts sharded over ep, summed over their own replicas.
+  std::unique_ptr<FlatParams> expert_flat_;
+  std::unique_ptr<GradientReducer> expert_reducer_;
   std::unique_ptr<optim::AdamW> adamw_;
   std::unique_ptr<ShardedAdamW> sharded_;     // ZeRO-1
   std::unique_ptr<dist::Communicator> shard_group_, across_groups_;  // ZeRO-2/3 hybrid: split from the replicas

@@ -53,7 +53,7 @@ Trainer::Trainer(Config config, dist::Communicator& world, const std::string& re
   const int threads = config_.train.threads > 0 ? static_cast<int>(config_.train.threads) : default_threads(world);
   at::set_num_threads(threads);
   world_ = std::make_unique<dist::RecordingCommunicator>(device_world(world), comm_stats_);
-  mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel));
+  mesh_ = std::make_unique<dist::Mesh>(*world_, dist::mesh_shape(config_.parallel), static_cast<int>(config_.parallel.ep));
   model_ = build_model(mesh_->tp(), sp_options());
   begin_budgets();
   try {
@@ -111,7 +111,8 @@ void Trainer::allocate() {
       replicas::ReplicaOptions{.zero = static_cast<int>(p.zero), .shard_group = p.shard_ranks(),
                                .bucket_mb = p.bucket_mb, .clip = config_.train.clip, .adamw = adamw,
                                .grad_wire = grad_wire(), .activations = activations(),
-                               .initialise = [this, seed](nn::Param& param) { nn::initialise(param, seed, param_options()); }},
+                               .initialise = [this, seed](nn::Param& param) { nn::initialise(param, seed, param_options()); },
+                               .ep = &mesh_->ep(), .expert_replicas = &mesh_->expert_replicas()},
       std::move(tables));
   refresh_compute_values();
   const auto& m = config_.model;
@@ -134,7 +135,7 @@ void Trainer::refresh_compute_values() {
 }
 
 models::Model Trainer::build_model(dist::Communicator& tp, parallel::SpOptions sp) const {
-  return kind_->build(config_.model, {.tp = tp, .tp_options = tp_options(), .sp = sp});
+  return kind_->build(config_.model, {.tp = tp, .tp_options = tp_options(), .sp = sp, .ep = &mesh_->ep()});
 }
 
 // Every check that can fail on bad input, on the plan: nothing is allocated and nothing sent.
