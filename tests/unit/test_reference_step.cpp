@@ -12,7 +12,8 @@
 //
 // The Llama is written the same way (its own RMSNorm, rotate-half rotary at positions 0..T-1,
 // SwiGLU, grouped kv heads by repetition, an optional head tied to the token table) and checked
-// for one step: loss, every gradient and the AdamW update.
+// for one step: loss, every gradient and the AdamW update; so is the Llama with experts (topk, the
+// capacity by counting, a product per token and choice, the balance loss per micro-batch).
 //
 // In float64 (relative 1e-9) it proves for the serial Trainer: the step's loss; every
 // parameter's gradient, accumulated over two micro-batches; the AdamW update with decoupled
@@ -377,13 +378,9 @@ Config llama_reference_config(bool tied) {
   return c;
 }
 
-class ReferenceLlamaStep : public ::testing::TestWithParam<bool> {};  // tied
-
-TEST_P(ReferenceLlamaStep, OneStepMatchesLossGradientsAndAdamW) {
-  const Config c = llama_reference_config(GetParam());
-  const LoomRun loom = run_loom(c);
-  ASSERT_EQ(loom.records.size(), 1u);
-  EXPECT_EQ(loom.initial.count("head.weight"), GetParam() ? 0u : 1u) << "a tied head has no matrix of its own";
+// loom's first step of `c` against the reference's: the decay set, the gradient norm, the loss,
+// every gradient and the AdamW update.
+void expect_first_step_matches(const Config& c, const LoomRun& loom, const std::string& test) {
   expect_same_decay_set(loom);
   const ReferenceGradients ref = reference_gradients(loom.initial, global_batch(c, 0), c.model, c.train.micro_batch);
   const double lr = reference_lr(c.train, 0);
@@ -393,7 +390,17 @@ TEST_P(ReferenceLlamaStep, OneStepMatchesLossGradientsAndAdamW) {
   const double loss = expect_loss_near(loom.records[0].loss, ref.loss, 0);
   const double grads = expect_all_near("gradient", loom.grads, ref.grads);
   const double weights = expect_all_near("updated value", loom.values, want);
-  log_errors(GetParam() ? "llama, tied head" : "llama", loss, grads, weights);
+  log_errors(test, loss, grads, weights);
+}
+
+class ReferenceLlamaStep : public ::testing::TestWithParam<bool> {};  // tied
+
+TEST_P(ReferenceLlamaStep, OneStepMatchesLossGradientsAndAdamW) {
+  const Config c = llama_reference_config(GetParam());
+  const LoomRun loom = run_loom(c);
+  ASSERT_EQ(loom.records.size(), 1u);
+  EXPECT_EQ(loom.initial.count("head.weight"), GetParam() ? 0u : 1u) << "a tied head has no matrix of its own";
+  expect_first_step_matches(c, loom, GetParam() ? "llama, tied head" : "llama");
 }
 
 INSTANTIATE_TEST_SUITE_P(Head, ReferenceLlamaStep, ::testing::Bool(),
@@ -426,16 +433,7 @@ TEST_P(ReferenceExpertsStep, OneStepMatchesLossGradientsAndAdamW) {
   ASSERT_EQ(loom.records[0].experts.size(), 1u);
   EXPECT_EQ(loom.records[0].experts[0].dropped > 0, GetParam().capacity_factor > 0);
   EXPECT_EQ(loom.initial.count("blocks.1.mlp.gate_up.weight"), 0u) << "block 1's MLP is its experts";
-  expect_same_decay_set(loom);
-  const ReferenceGradients ref = reference_gradients(loom.initial, global_batch(c, 0), c.model, c.train.micro_batch);
-  const double lr = reference_lr(c.train, 0);
-  expect_norm_near(loom.records[0].grad_norm, global_norm(ref.grads));
-  Weights want = loom.initial;
-  ReferenceAdamW(c.train.weight_decay, reference_decays).step(want, ref.grads, lr);
-  const double loss = expect_loss_near(loom.records[0].loss, ref.loss, 0);
-  const double grads = expect_all_near("gradient", loom.grads, ref.grads);
-  const double weights = expect_all_near("updated value", loom.values, want);
-  log_errors(fmt::format("llama, experts {}", GetParam().name), loss, grads, weights);
+  expect_first_step_matches(c, loom, fmt::format("llama, experts {}", GetParam().name));
 }
 
 INSTANTIATE_TEST_SUITE_P(Routing, ReferenceExpertsStep,

@@ -34,11 +34,15 @@ struct MoeState : PreNormState {
 
 namespace {
 
-// The experts' segments of the dispatched rows: expert e's are [first[e], first[e] + counts[e]).
-std::vector<int64_t> segment_starts(const std::vector<int64_t>& counts) {
-  std::vector<int64_t> first(counts.size(), 0);
-  for (size_t e = 1; e < counts.size(); ++e) first[e] = first[e - 1] + counts[e - 1];
-  return first;
+// `fn(e, first, count)` for each expert e with rows: its segment of the dispatched rows is
+// [first, first + count), the segments in order. An expert without rows runs nothing.
+template <class Fn>
+void for_each_segment(const std::vector<int64_t>& counts, Fn&& fn) {
+  int64_t first = 0;
+  for (size_t e = 0; e < counts.size(); ++e) {
+    if (counts[e] > 0) fn(static_cast<int64_t>(e), first, counts[e]);
+    first += counts[e];
+  }
 }
 
 // Each expert's SwiGLU MLP on its segment of `rows` [n, d] (`counts` rows each, in order; w1
@@ -48,17 +52,12 @@ at::Tensor run_experts(const at::Tensor& rows, const std::vector<int64_t>& count
   const int64_t n = rows.size(0), hidden = w2.size(2);
   at::Tensor out = at::empty({n, w2.size(1)}, rows.options());
   at::Tensor u = at::empty({n, 2 * hidden}, rows.options()), a = at::empty({n, hidden}, rows.options());
-  const std::vector<int64_t> first = segment_starts(counts);
-  for (size_t e = 0; e < counts.size(); ++e) {
-    const int64_t count = counts[e];
-    if (count == 0) continue;  // an expert without tokens runs nothing
-    const auto i = static_cast<int64_t>(e);
-    at::Tensor ue = u.narrow(0, first[e], count), ae = a.narrow(0, first[e], count);
-    at::matmul_out(ue, rows.narrow(0, first[e], count), w1[i].t());
+  for_each_segment(counts, [&](int64_t e, int64_t first, int64_t count) {
+    at::Tensor ue = u.narrow(0, first, count), ae = a.narrow(0, first, count), oe = out.narrow(0, first, count);
+    at::matmul_out(ue, rows.narrow(0, first, count), w1[e].t());
     ae.copy_(nn::swiglu_forward(ue));
-    at::Tensor oe = out.narrow(0, first[e], count);
-    at::matmul_out(oe, ae, w2[i].t());
-  }
+    at::matmul_out(oe, ae, w2[e].t());
+  });
   if (u_out != nullptr) *u_out = u;
   if (a_out != nullptr) *a_out = a;
   return out;
@@ -90,6 +89,11 @@ MoeBlock::MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Commu
 
 PreNormState& MoeBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<MoeState>(); }
 
+// The gate's logits in the router's own type (float32 at least: NOTE [Mixture-of-experts block]).
+nn::Routing MoeBlock::route(const at::Tensor& hf, const nn::RouterOptions& options) const {
+  return nn::route(at::matmul(hf.to(router.value.scalar_type()), router.value.t()), {}, options);
+}
+
 at::Tensor MoeBlock::apply_experts(const at::Tensor& rows, const nn::Routing& r, MoeState* s) {
   const at::Tensor w1 = nn::compute_value(gate_up), w2 = nn::compute_value(down);
   at::Tensor* u = s != nullptr ? &s->u : nullptr;
@@ -106,7 +110,7 @@ at::Tensor MoeBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreN
   LOOM_CHECK(piece.count == 1, "[moe] {} routes a micro-batch whole, not in {} pieces", name(), piece.count);
   auto& s = static_cast<MoeState&>(state);
   const at::Tensor hf = h.reshape({-1, shape_.d_model});
-  s.routing = nn::route(at::matmul(hf.to(router.value.scalar_type()), router.value.t()), {}, shape_.router);
+  s.routing = route(hf, shape_.router);
   s.out = apply_experts(nn::permute(hf, s.routing), s.routing, &s);
   at::Tensor y = nn::combine(s.out, s.routing).view(h.sizes());
   if (shared_up) {
@@ -114,8 +118,7 @@ at::Tensor MoeBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreN
     s.sa = nn::swiglu_forward(s.su);
     y.add_(shared_down->forward_partial(s.sa));
   }
-  last_load_ = {.counts = s.routing.counts, .dropped = s.routing.dropped, .aux_loss = nn::aux_loss(s.routing).value,
-                .microbatches = 1};
+  last_load_ = {.counts = s.routing.counts, .dropped = s.routing.dropped, .microbatches = 1};
   return y;
 }
 
@@ -124,7 +127,7 @@ at::Tensor MoeBlock::decode_piece(const at::Tensor& h, int64_t, nn::DecodeCache&
   nn::RouterOptions options = shape_.router;
   options.capacity_factor = 0;
   const at::Tensor hf = h.reshape({-1, shape_.d_model});
-  const nn::Routing r = nn::route(at::matmul(hf.to(router.value.scalar_type()), router.value.t()), {}, options);
+  const nn::Routing r = route(hf, options);
   const at::Tensor out = apply_experts(nn::permute(hf, r), r, nullptr);
   at::Tensor y = nn::combine(out, r).view(h.sizes());
   if (shared_up) y.add_(shared_down->forward_partial(nn::swiglu_forward(shared_up->forward(h))));
@@ -142,17 +145,12 @@ at::Tensor MoeBlock::backward_piece(const at::Tensor& dy, const Piece&, PreNormS
   const at::Tensor w1 = nn::compute_value(gate_up), w2 = nn::compute_value(down);
   at::Tensor dx_local = at::empty_like(s.drows);
   s.du = at::empty_like(s.u);
-  const std::vector<int64_t> first = segment_starts(counts);
-  for (size_t e = 0; e < counts.size(); ++e) {
-    const int64_t count = counts[e];
-    if (count == 0) continue;
-    const auto i = static_cast<int64_t>(e);
-    const at::Tensor da = at::matmul(s.drows.narrow(0, first[e], count), w2[i]);
-    at::Tensor due = s.du.narrow(0, first[e], count);
-    due.copy_(nn::swiglu_backward(da, s.u.narrow(0, first[e], count)));
-    at::Tensor dxe = dx_local.narrow(0, first[e], count);
-    at::matmul_out(dxe, due, w1[i]);
-  }
+  for_each_segment(counts, [&](int64_t e, int64_t first, int64_t count) {
+    const at::Tensor da = at::matmul(s.drows.narrow(0, first, count), w2[e]);
+    at::Tensor due = s.du.narrow(0, first, count), dxe = dx_local.narrow(0, first, count);
+    due.copy_(nn::swiglu_backward(da, s.u.narrow(0, first, count)));
+    at::matmul_out(dxe, due, w1[e]);
+  });
   at::Tensor dh = nn::unpermute(s.exchange ? s.exchange->combine(dx_local) : dx_local, r);
   nn::AuxLoss aux = nn::aux_loss(r);
   add_trained(r, aux.value);
@@ -197,14 +195,10 @@ void MoeBlock::weight_gradients(PreNormState& state) {
   // The experts' inputs: this rank's rows again, or the ones its experts took from the group.
   const at::Tensor rows = s.exchange ? s.taken : nn::permute(hf, r);
   const std::vector<int64_t>& counts = s.exchange ? s.exchange->local_counts() : r.counts;
-  const std::vector<int64_t> first = segment_starts(counts);
-  for (size_t e = 0; e < counts.size(); ++e) {
-    const int64_t count = counts[e];
-    if (count == 0) continue;
-    const auto i = static_cast<int64_t>(e);
-    nn::add_product(down.grad[i], s.drows.narrow(0, first[e], count).t(), s.a.narrow(0, first[e], count));
-    nn::add_product(gate_up.grad[i], s.du.narrow(0, first[e], count).t(), rows.narrow(0, first[e], count));
-  }
+  for_each_segment(counts, [&](int64_t e, int64_t first, int64_t count) {
+    nn::add_product(down.grad[e], s.drows.narrow(0, first, count).t(), s.a.narrow(0, first, count));
+    nn::add_product(gate_up.grad[e], s.du.narrow(0, first, count).t(), rows.narrow(0, first, count));
+  });
   nn::add_product(router.grad, s.dz.t(), hf.to(s.dz.scalar_type()));
   if (shared_up) {
     shared_down->backward_weight(s.sa, s.dy);

@@ -45,7 +45,8 @@ struct MoeShape {
 };
 
 // What routing did, for a layer's measures: assignments per expert (kept), those dropped, and the
-// balance loss (without its coefficient), over `microbatches` micro-batches.
+// balance loss (without its coefficient; summed in take_trained_load only), over `microbatches`
+// micro-batches.
 struct MoeLoad {
   std::vector<int64_t> counts;
   int64_t dropped = 0;
@@ -90,6 +91,7 @@ class MoeBlock final : public PreNormBlock {
   // local experts took, when `s` is given.
   at::Tensor apply_experts(const at::Tensor& rows, const nn::Routing& r, MoeState* s);
   bool expert_parallel() const { return ep_ != nullptr && ep_->size() > 1; }
+  nn::Routing route(const at::Tensor& hf, const nn::RouterOptions& options) const;
 
   MoeShape shape_;
   dist::Communicator* ep_;

@@ -199,6 +199,14 @@ void validate(const Config& config) {
   validate_vocab(config);
   validate_validation(config);
   validate_parallel(config.parallel);
+  // NOTE [Expert parallelism]: groups of ep dp ranks, each holding a share of every block's experts.
+  LOOM_CHECK_INPUT(config.parallel.ep == 1 || config.model.moe_experts > 0,
+                   "parallel.ep = {} splits the experts over dp ranks, but model.moe_experts = 0; hint: parallel.ep = 1",
+                   config.parallel.ep);
+  LOOM_CHECK_INPUT(config.parallel.dp % config.parallel.ep == 0,
+                   "parallel.ep = {} must divide parallel.dp = {}: the experts are split over groups of ep "
+                   "consecutive dp ranks; hint: a divisor of {}",
+                   config.parallel.ep, config.parallel.dp, config.parallel.dp);
   validate_auto_layout(config.parallel);
   validate_memory(config.memory, config.parallel);
   validate_train(config.train);

@@ -7,7 +7,10 @@
 // coordinates on the group's own axes (flattened outermost first): the group over {dp} is a
 // data-parallel group, the one over {dp, sp} the group over which weight gradients are summed once
 // ("double gradient averaging"). Groups are named by their axes, never hand-written: an axis more
-// (an expert or a shard axis) is an entry in axes() and the groups that use it. Every rank of the
+// is an entry in axes() and the groups that use it. Two kinds of groups divide one axis instead
+// and are split from its group: ZeRO's shard groups (replicas/replica_optimizer.cpp) and the
+// expert groups of NOTE [Expert parallelism] (ep: consecutive dp ranks; edp: the dp ranks at the
+// same place in their groups). A parameter placed over "ep" names that division. Every rank of the
 // world constructs the Mesh (the constructor splits the world communicator: a collective).
 #include <initializer_list>
 #include <memory>

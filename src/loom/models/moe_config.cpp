@@ -31,9 +31,6 @@ void check_moe(const Config& config, int64_t dense_hidden) {
   const ParallelConfig& p = config.parallel;
   LOOM_CHECK_INPUT(m.moe_experts >= 0, "model.moe_experts = {} must be >= 0 (0 = a dense MLP in every block)",
                    m.moe_experts);
-  LOOM_CHECK_INPUT(p.ep == 1 || m.moe_experts > 0,
-                   "parallel.ep = {} splits the experts over dp ranks, but model.moe_experts = 0; hint: parallel.ep = 1",
-                   p.ep);
   if (m.moe_experts == 0) return;
   LOOM_CHECK_INPUT(m.moe_top_k >= 1 && m.moe_top_k <= m.moe_experts,
                    "model.moe_top_k = {} must be between 1 and model.moe_experts = {}: each token goes to k of the "
@@ -57,10 +54,6 @@ void check_moe(const Config& config, int64_t dense_hidden) {
   check_product("the experts' weights",
                 {{"model.moe_experts", m.moe_experts}, {"3 matrices", 3}, {"model.d_model", m.d_model},
                  {m.moe_ffn_hidden > 0 ? "model.moe_ffn_hidden" : "the MLP's width", hidden}});
-  LOOM_CHECK_INPUT(p.dp % p.ep == 0,
-                   "parallel.ep = {} must divide parallel.dp = {}: the experts are split over groups of ep "
-                   "consecutive dp ranks; hint: a divisor of {}",
-                   p.ep, p.dp, p.dp);
   LOOM_CHECK_INPUT(m.moe_experts % p.ep == 0,
                    "model.moe_experts = {} must be a multiple of parallel.ep = {}: each rank of an expert group holds "
                    "moe_experts / ep of them",

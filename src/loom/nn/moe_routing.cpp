@@ -42,9 +42,15 @@ Routing route(const at::Tensor& logits, const at::Tensor& bias, const RouterOpti
   const at::Tensor chosen = r.scores.gather(1, r.expert);
   r.weight = chosen / chosen.sum(1, /*keepdim=*/true);
 
-  // Priority: slot-major (every token's first choice before any second one), tokens in order.
+  // Priority: slot-major (every token's first choice before any second one), tokens in order. An
+  // assignment's position in its expert's queue: its place among the assignments to that expert,
+  // by a stable sort (memory of the assignments, not of assignments x experts).
   const at::Tensor by_priority = r.expert.t().reshape({-1});
-  const at::Tensor position = at::one_hot(by_priority, experts).cumsum(0).gather(1, by_priority.unsqueeze(1)).squeeze(1) - 1;
+  const at::Tensor queued = std::get<1>(at::sort(by_priority, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+  const at::Tensor per_expert = at::bincount(by_priority, {}, experts);
+  const at::Tensor starts = per_expert.cumsum(0) - per_expert;
+  at::Tensor position = at::empty_like(by_priority);
+  position.index_copy_(0, queued, at::arange(by_priority.numel(), by_priority.options()) - starts.index_select(0, by_priority.index_select(0, queued)));
   r.kept = (position < expert_capacity(tokens, o)).view({k, tokens}).t().contiguous();
   r.chosen = to_vector(at::bincount(r.expert.reshape({-1}), {}, experts));
 
@@ -100,7 +106,7 @@ at::Tensor router_backward(const at::Tensor& dweight, const at::Tensor& dscores,
 AuxLoss aux_loss(const Routing& r) {
   const int64_t tokens = r.tokens(), experts = r.scores.size(1);
   const at::Tensor sum = r.scores.sum(1, true), p = r.scores / sum;
-  const at::Tensor f = at::tensor(r.chosen, at::kLong).to(r.scores.scalar_type()) /
+  const at::Tensor f = at::tensor(r.chosen, at::kLong).to(r.scores.device(), r.scores.scalar_type()) /
                        static_cast<double>(tokens * r.top_k());
   AuxLoss out;
   out.value = static_cast<double>(experts) * (f * p.mean(0)).sum().item<double>();

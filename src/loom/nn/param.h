@@ -67,7 +67,11 @@ struct Param {
   Placement value_on(std::string_view axis) const;
   // Its gradient's after the backward (where it names none: Partial on a data axis, else Replicate).
   Placement grad_on(std::string_view axis) const;
-  // The slice of full_shape this rank holds (dim -1: all of it), from the axis whose value is Shard.
+  // The slice of full_shape this rank holds (dim -1: all of it), from the axis whose value is Shard:
+  // its real rows, [r L, r L + real_length) with L = ceil(size / n). A parameter's pieces hold no
+  // padding of their own: every sharded parameter divides evenly or pads its full_shape (the
+  // vocabulary: NOTE [Vocabulary padding]); the padded pieces of NOTE [Placements] are the
+  // placement collectives' buffers.
   Shard part() const;
   // Its shape on this rank: full_shape with the sharded dimension cut to the part.
   std::vector<int64_t> part_shape() const;

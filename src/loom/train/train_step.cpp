@@ -77,10 +77,10 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
     check_finite(r.step, r.loss, norm);
   }, timeline);
   refresh_compute_values();
+  r.experts = measure_experts(model_, config_.model, mesh_->world());
   r.comm_bytes = comm_stats_.bytes_by_axis();
   measure_step(r, result, *mesh_, plan_.schedule, peak_bytes(), executor_->host_peak_bytes(), live_bytes(),
                optimizer_->working_peak_bytes());
-  r.experts = measure_experts(model_, config_.model, mesh_->world());
   r.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   return r;
 }
