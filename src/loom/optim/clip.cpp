@@ -5,6 +5,8 @@
 
 #include <cmath>
 
+#include "loom/core/error.h"
+
 namespace loom::optim {
 
 at::Tensor row_norm_squares(const at::Tensor& rows) {
@@ -46,7 +48,10 @@ double grad_norm_square(const nn::Param& param) {
 
 std::pair<double, double> grad_norm_squares(const std::vector<nn::Param*>& params) {
   double replicated = 0, sharded = 0;
-  for (const nn::Param* p : params) (p->value_on("tp").is_shard() ? sharded : replicated) += grad_norm_square(*p);
+  for (const nn::Param* p : params) {
+    LOOM_CHECK(!p->value_on("ep").is_shard(), "[clip] {} is sharded over ep; its norm needs the expert group", p->name);
+    (p->value_on("tp").is_shard() ? sharded : replicated) += grad_norm_square(*p);
+  }
   return {replicated, sharded};
 }
 

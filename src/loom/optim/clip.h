@@ -2,8 +2,8 @@
 // Global gradient-norm clipping: if ||g|| over all params exceeds max_norm, every gradient is
 // scaled by max_norm / (||g|| + 1e-6). Returns the norm before clipping. max_norm <= 0 only measures.
 //
-// With tensor parallelism a rank holds shards of some parameters (Param::shard.dim >= 0) and
-// full copies of the rest: the shards' squared norms are summed over `tp` (one 8-byte
+// With tensor parallelism a rank holds shards of some parameters (placed Shard over "tp": NOTE
+// [Parameter placements]) and full copies of the rest: the shards' squared norms are summed over `tp` (one 8-byte
 // all-reduce), the replicated ones counted once. Every tp rank gets the same norm. With pipeline
 // parallelism each stage holds different parameters: the total is summed over `pp` as well.
 #include <utility>
@@ -24,7 +24,9 @@ double clip_factor(double norm, double max_norm);
 // The global norm from this rank's squared norms [replicated, tp-sharded] (see above).
 double combine_norm_squares(double replicated, double sharded, dist::Communicator& tp, dist::Communicator* pp);
 // Squared gradient norms of the replicated and the tp-sharded parameters, in that order, each
-// parameter's grad_norm_square added in the order of `params`.
+// parameter's grad_norm_square added in the order of `params`. Refuses (loom::Error) a parameter
+// sharded over "ep": its square would need a sum over the expert group, which only
+// ReplicaOptimizer::clip_replicated does (NOTE [Expert parallelism]).
 std::pair<double, double> grad_norm_squares(const std::vector<nn::Param*>& params);
 // The global norm when the data-parallel group `owners` splits the gradients between its ranks
 // (ZeRO's shards, each rank's `parts`): their squared norms summed over `owners` (one 16-byte
