@@ -167,10 +167,14 @@ bool expect_saved_and_resumed(const Leg& saved, const Leg& resumed, const std::s
 Config model_config(const std::string& model, const std::string& dtype = "float64", int64_t vocab = 96) {
   Config c = model == "gpt" ? small_gpt(vocab, 2, 16, 8, 1)  // 8 micro-batches: dp = 1, 2, 4
                             : small_llama(vocab, 2, 16, 8, 1, /*kv_heads=*/4, model == "llama_tied");
-  if (model == "llama_moe") {  // 4 experts of width 16, top 2, in block 1 (NOTE [Mixture-of-experts block])
+  if (model.starts_with("llama_moe")) {  // 4 experts of width 16, top 2, in block 1 (NOTE [Mixture-of-experts block])
     c.model.moe_experts = 4;
     c.model.moe_every = 2;
     c.model.moe_ffn_hidden = 16;
+  }
+  if (model == "llama_moe_bias") {  // NOTE [Expert balance]: the choice's bias is state the resume must restore
+    c.model.moe_balance = MoeBalance::Bias;
+    c.model.moe_bias_rate = 0.004;  // the bias at the save (step 2) is not zero
   }
   c.model.dtype = dtype;
   c.train.steps = kSteps;
@@ -404,6 +408,7 @@ std::vector<AcrossCase> across_cases() {
       {"llama_moe_ep2_to_pp_zero1", "llama_moe", {.ep = 2}, {.pp = 2, .zero = 1}},
       {"llama_moe_zero3_to_ep4", "llama_moe", {.zero = 3}, {.ep = 4}},
       {"llama_moe_ep4_to_ep2", "llama_moe", {.ep = 4}, {.ep = 2}},
+      {"llama_moe_bias_ep2_to_pp", "llama_moe_bias", {.ep = 2}, {.pp = 2}},
   };
 }
 

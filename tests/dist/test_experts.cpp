@@ -1,7 +1,10 @@
 // Mixture of experts (NOTE [Mixture-of-experts block]) in the layouts it runs in today (dp, pp
-// with its schedules, ZeRO-1/2/3, recomputation) against the serial run in float64 at 1e-9:
-// dropless and capacity routing, softmax and sigmoid scores, the balance loss, shared experts.
-// Each micro-batch is routed whole on one rank, so the layout cannot change a choice or a drop.
+// with its schedules, sp in each mode, ep, ZeRO-1/2/3, recomputation) against the serial run in
+// float64 at 1e-9:
+// dropless and capacity routing, softmax and sigmoid scores, the balance loss and the bias balance,
+// shared experts.
+// A micro-batch is routed on one rank, or agreed over its sp ranks, so the layout cannot change a
+// choice or a drop.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
@@ -17,6 +20,8 @@ struct ExpertCase {
   std::string name;
   std::string model = "llama";
   int pp = 1;  // the rest of the world is dp
+  int sp = 1;
+  SpMode sp_mode = SpMode::AllGather;
   int ep = 1;  // expert groups inside dp (NOTE [Expert parallelism])
   std::string schedule = "1f1b";
   int zero = 0;
@@ -24,6 +29,7 @@ struct ExpertCase {
   double capacity_factor = 0;
   MoeScore score = MoeScore::Softmax;
   int64_t shared = 0;
+  MoeBalance balance = MoeBalance::Aux;
 };
 
 // A Llama (or GPT) of 4 blocks with 4 experts of width 16 (top 2) in blocks 1 and 3; 12 micro-batches of
@@ -39,9 +45,13 @@ Config expert_config(const ExpertCase& ec) {
   c.model.moe_capacity_factor = ec.capacity_factor;
   c.model.moe_score = ec.score;
   c.model.moe_shared_experts = ec.shared;
+  c.model.moe_balance = ec.balance;
+  c.model.moe_bias_rate = 0.02;
   c.train.clip = 0.5;
   c.parallel.pp = ec.pp;
-  c.parallel.dp = world().size() / ec.pp;
+  c.parallel.sp = ec.sp;
+  c.parallel.sp_mode = ec.sp_mode;
+  c.parallel.dp = world().size() / (ec.pp * ec.sp);
   c.parallel.ep = ec.ep;
   c.parallel.schedule = ec.schedule;
   c.parallel.zero = ec.zero;
@@ -54,8 +64,9 @@ class MixtureOfExperts : public ::testing::TestWithParam<ExpertCase> {};
 TEST_P(MixtureOfExperts, MatchesTheSerialRunInFloat64) {
   const ExpertCase& ec = GetParam();
   const int n = world().size();
-  if (n % ec.pp != 0 || 12 % (n / ec.pp) != 0) GTEST_SKIP() << "pp must divide the world, dp the 12 micro-batches";
-  if ((n / ec.pp) % ec.ep != 0) GTEST_SKIP() << "ep must divide dp";
+  const int dp = n / (ec.pp * ec.sp);
+  if (n % (ec.pp * ec.sp) != 0 || 12 % dp != 0) GTEST_SKIP() << "pp x sp must divide the world, dp the 12 micro-batches";
+  if (dp % ec.ep != 0) GTEST_SKIP() << "ep must divide dp";
   const Config c = expert_config(ec);
   const TrainedRun serial = run_serial(c);
   EXPECT_GT(serial.records.front().grad_norm, c.train.clip) << "clipping must be active";
@@ -74,6 +85,16 @@ TEST_P(MixtureOfExperts, MatchesTheSerialRunInFloat64) {
     EXPECT_GT(ops_on(layout.comm, "ep").at("all_to_allv").first, 0);
     if (c.parallel.dp > ec.ep)  // the experts' replicas sum their gradients
       EXPECT_GT(ops_on(layout.comm, "edp").count("all_reduce"), 0u);
+  }
+  if (ec.balance == MoeBalance::Bias) {  // NOTE [Expert balance]: the bias changed the choices
+    Config aux = c;
+    aux.model.moe_balance = MoeBalance::Aux;
+    const TrainedRun unbiased = run_serial(aux);
+    EXPECT_EQ(unbiased.records.front().experts[0].tokens, serial.records.front().experts[0].tokens)
+        << "the first step routes with a bias of zero";
+    bool moved = false;
+    for (size_t b = 0; b < 2; ++b) moved |= unbiased.records.back().experts[b].tokens != serial.records.back().experts[b].tokens;
+    EXPECT_TRUE(moved) << "the last step's loads must differ from the unbiased run's";
   }
   // NOTE [Expert measures]: the router's loads and drops are the serial run's, step by step.
   ASSERT_EQ(layout.records.size(), serial.records.size());
@@ -109,7 +130,19 @@ INSTANTIATE_TEST_SUITE_P(
                                  .score = MoeScore::Sigmoid, .shared = 1},
                       ExpertCase{.name = "ep2_pp_zbh1_recompute", .pp = 2, .ep = 2, .schedule = "zb-h1",
                                  .recompute = "full"},
-                      ExpertCase{.name = "gpt_ep2_pp", .model = "gpt", .pp = 2, .ep = 2}),
+                      ExpertCase{.name = "gpt_ep2_pp", .model = "gpt", .pp = 2, .ep = 2},
+                      ExpertCase{.name = "dp_bias", .balance = MoeBalance::Bias},
+                      ExpertCase{.name = "ep2_bias_capacity", .ep = 2, .capacity_factor = 0.75,
+                                 .balance = MoeBalance::Bias},
+                      ExpertCase{.name = "pp_ep2_bias", .pp = 2, .ep = 2, .balance = MoeBalance::Bias},
+                      // NOTE [Experts over sequence parallelism]: a micro-batch's chunks on sp ranks
+                      ExpertCase{.name = "sp2_capacity", .sp = 2, .capacity_factor = 0.75},
+                      ExpertCase{.name = "sp2_ring_capacity_bias", .sp = 2, .sp_mode = SpMode::Ring,
+                                 .capacity_factor = 0.75, .balance = MoeBalance::Bias},
+                      ExpertCase{.name = "sp2_ulysses_ep2_capacity", .sp = 2, .sp_mode = SpMode::Ulysses, .ep = 2,
+                                 .capacity_factor = 0.75},
+                      ExpertCase{.name = "gpt_sp2_ring_pp", .model = "gpt", .pp = 2, .sp = 2, .sp_mode = SpMode::Ring,
+                                 .capacity_factor = 0.75}),
     [](const auto& info) { return info.param.name; });
 
 // NOTE [Expert parallelism]: experts without tokens. A router of zeros scores every expert alike

@@ -147,9 +147,9 @@ TEST(Config, FloatKeysMustBeFinite) {
       }
     }
   }
-  // rope_theta, moe_aux_loss_coef, moe_capacity_factor, bucket_mb, recompute_ratio, lr, min_lr_ratio,
+  // rope_theta, moe_aux_loss_coef, moe_capacity_factor, moe_bias_rate, bucket_mb, recompute_ratio, lr, min_lr_ratio,
   // weight_decay, beta1, beta2, clip, zipf
-  EXPECT_EQ(float_keys, 12u);
+  EXPECT_EQ(float_keys, 13u);
   EXPECT_THAT(input_error([] { parse_config("[train]\nlr = inf\n", "x.toml"); }),
               HasSubstr("x.toml: train.lr = inf must be a finite number; hint: the default is 0.001"));
   EXPECT_THAT(input_error([] { parse_config("[memory]\nrecompute_ratio = nan\n", "x.toml"); }),

@@ -94,6 +94,75 @@ TEST(ExpertRouting, TheBalanceLossIsOneWhenRoutingIsUniform) {
   EXPECT_NEAR(nn::aux_loss(r).value, 1.0, 1e-8);
 }
 
+// NOTE [Experts over sequence parallelism]: two sequences of 6 tokens split into chunks of 3 over
+// two "ranks" (rank 0 the first chunk of each, rank 1 the second), routed apart with each other's
+// sums: every choice, drop and the balance loss are the whole micro-batch's.
+TEST(ExpertRouting, ChunksOfAMicroBatchRouteAsTheWhole) {
+  const nn::RouterOptions o{.experts = 3, .top_k = 2, .capacity_factor = 0.5};
+  const at::Tensor logits = at::randn({2, 6, 3}, kF64).mul_(2);
+  const nn::Routing whole = nn::route(logits.reshape({-1, 3}), {}, o);
+  ASSERT_GT(whole.dropped, 0) << "a capacity of 0.5 must drop";
+  std::vector<at::Tensor> parts, cells, locals(2);
+  for (int64_t r = 0; r < 2; ++r) {
+    parts.push_back(logits.narrow(1, 3 * r, 3).reshape({-1, 3}));
+    cells.push_back(at::tensor({r, r, r, 2 + r, 2 + r, 2 + r}, at::TensorOptions().dtype(at::kLong)));
+  }
+  for (int64_t r = 0; r < 2; ++r)  // each rank's own sums first
+    nn::route(parts[r], {}, o, {.cell = cells[r], .cells = 4, .sum = [&](at::Tensor& t) { locals[r] = t.clone(); }});
+  for (int64_t r = 0; r < 2; ++r) {
+    const nn::Routing got =
+        nn::route(parts[r], {}, o, {.cell = cells[r], .cells = 4, .sum = [&](at::Tensor& t) { t.add_(locals[1 - r]); }});
+    const at::Tensor mine = whole.kept.view({2, 6, 2}).narrow(1, 3 * r, 3).reshape({-1, 2});
+    EXPECT_TRUE(at::equal(got.kept, mine)) << "rank " << r;
+    EXPECT_EQ(got.batch_tokens, 12);
+    EXPECT_TRUE(at::equal(got.batch_chosen, at::tensor(whole.chosen, kF64)));
+    EXPECT_NEAR(nn::aux_loss(got).value, nn::aux_loss(whole).value, 1e-15);
+    const at::Tensor want_ds = nn::aux_loss(whole).dscores.view({2, 6, 3}).narrow(1, 3 * r, 3).reshape({-1, 3});
+    EXPECT_TRUE(at::allclose(nn::aux_loss(got).dscores, want_ds, 0, 1e-15));
+  }
+}
+
+// NOTE [Expert balance]: each expert above the mean load loses a step, each below gains one, one at
+// the mean keeps its bias; the comparison is in integers (13 over 4 experts has no exact mean).
+TEST(ExpertBalance, TheBiasMovesAgainstTheLoadBySteps) {
+  at::Tensor bias = at::tensor({0.5, 0.0, -0.25, 0.0}, kF64);
+  nn::update_balance_bias(bias, {4, 3, 3, 3}, 0.125);  // mean 3.25
+  EXPECT_TRUE(at::equal(bias, at::tensor({0.375, 0.125, -0.125, 0.125}, kF64)));
+  nn::update_balance_bias(bias, {2, 2, 2, 2}, 0.125);  // balanced: nothing moves
+  EXPECT_TRUE(at::equal(bias, at::tensor({0.375, 0.125, -0.125, 0.125}, kF64)));
+  nn::update_balance_bias(bias, {8, 0, 0, 0}, 1.0);
+  EXPECT_TRUE(at::equal(bias, at::tensor({-0.625, 1.125, 0.875, 1.125}, kF64)));
+}
+
+// A block balancing by bias: equal scores send every token to expert 0 (the tie); the loads move
+// the bias, and the next routing's choice goes elsewhere while its weights stay the scores'.
+TEST(ExpertBalance, ABlockSteersAwayFromItsBusiestExpertAndSavesItsBias) {
+  dist::NullCommunicator tp;
+  blocks::MoeBlock layer("blocks.0.moe",
+                         {.d_model = 8, .hidden = 6, .router = {.experts = 3, .top_k = 1},
+                          .balance = MoeBalance::Bias, .bias_rate = 0.01},
+                         tp);
+  randomise(layer, at::kDouble);
+  layer.router.value.zero_();
+  ASSERT_EQ(layer.buffers().size(), 1u);
+  EXPECT_EQ(layer.buffers()[0].name, "blocks.0.moe.router.bias");
+  const at::Tensor x = at::randn({2, 5, 8}, kF64);
+  nn::Saved saved;
+  layer.forward(x, {}, saved);
+  EXPECT_EQ(layer.last_load().counts, (std::vector<int64_t>{10, 0, 0}));
+  layer.backward_input(at::randn({2, 5, 8}, kF64), saved);
+  layer.backward_weight(saved);
+  const blocks::MoeLoad load = layer.take_trained_load();
+  EXPECT_EQ(load.chosen, (std::vector<int64_t>{10, 0, 0}));
+  layer.balance(load.chosen);
+  EXPECT_TRUE(at::equal(layer.buffers()[0].value, at::tensor({-0.01, 0.01, 0.01}, kF64)));
+  layer.forward(x, {}, saved);
+  EXPECT_EQ(layer.last_load().counts, (std::vector<int64_t>{0, 10, 0})) << "the tie among the raised ones";
+  // Without the balance the block has no buffer and its choice stays put.
+  blocks::MoeBlock plain("blocks.0.moe", {.d_model = 8, .hidden = 6, .router = {.experts = 3, .top_k = 1}}, tp);
+  EXPECT_TRUE(plain.buffers().empty());
+}
+
 // Experts never chosen: empty segments, no product, gradients of exactly zero.
 TEST(MoeBlock, AnExpertWithoutTokensRunsNothingAndGetsNoGradient) {
   dist::NullCommunicator tp;

@@ -66,8 +66,8 @@ at::Tensor run_experts(const at::Tensor& rows, const std::vector<int64_t>& count
 }  // namespace
 
 MoeBlock::MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Communicator& tp, parallel::TpOptions options,
-                   dist::Communicator* ep)
-    : PreNormBlock(prefix, shape.norm, shape.d_model, tp, options), shape_(shape), ep_(ep) {
+                   dist::Communicator* ep, parallel::SpOptions sp)
+    : PreNormBlock(prefix, shape.norm, shape.d_model, tp, options), shape_(shape), ep_(ep), sp_(sp) {
   LOOM_CHECK(tp.size() == 1, "[moe] {} runs its experts on one tp rank, not {}", prefix, tp.size());
   const int64_t experts = shape.router.experts, d = shape.d_model, hidden = shape.hidden;
   router = nn::Param{.name = prefix + ".router.weight", .full_shape = {experts, d}, .init = nn::Init::Normal,
@@ -80,6 +80,10 @@ MoeBlock::MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Commu
     LOOM_CHECK(experts % ep->size() == 0, "[moe] {} experts over an expert group of {}", experts, ep->size());
     for (nn::Param* p : {&gate_up, &down}) p->placements = {AxisPlacement::sharded("ep", 0, ep->rank(), ep->size())};
   }
+  if (shape.balance == MoeBalance::Bias) {
+    bias_ = at::zeros({experts}, at::TensorOptions().dtype(at::kDouble));
+    bias_name_ = prefix + ".router.bias";
+  }
   if (shape.shared > 0) {
     const int64_t width = shape.shared * hidden;
     shared_up.emplace(prefix + ".shared.gate_up", d, 2 * width, /*bias=*/false, 0.02, tp, /*groups=*/2);
@@ -90,8 +94,22 @@ MoeBlock::MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Commu
 PreNormState& MoeBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<MoeState>(); }
 
 // The gate's logits in the router's own type (float32 at least: NOTE [Mixture-of-experts block]).
-nn::Routing MoeBlock::route(const at::Tensor& hf, const nn::RouterOptions& options) const {
-  return nn::route(at::matmul(hf.to(router.value.scalar_type()), router.value.t()), {}, options);
+// NOTE [Experts over sequence parallelism]: token (b, i) of this rank's B x S lies in cell
+// b x C + c, C the sequence's chunks, c the global chunk holding its position i.
+nn::Routing MoeBlock::route(const at::Tensor& h, const nn::RouterOptions& options, bool spread) const {
+  const at::Tensor hf = h.reshape({-1, shape_.d_model});
+  const at::Tensor logits = at::matmul(hf.to(router.value.scalar_type()), router.value.t());
+  if (!spread || !sp_.active()) return nn::route(logits, bias_, options);
+  const std::vector<int64_t> chunks = parallel::sequence_chunks(sp_);
+  const int64_t batch = h.size(0), seq = h.size(1), per_chunk = seq / static_cast<int64_t>(chunks.size());
+  const int64_t total = static_cast<int64_t>(chunks.size()) * sp_.sp->size();
+  const auto longs = at::TensorOptions().dtype(at::kLong);
+  const at::Tensor chunk = at::tensor(chunks, longs).repeat_interleave(per_chunk);  // [S]
+  const at::Tensor cell = (at::arange(batch, longs).unsqueeze(1) * total + chunk.unsqueeze(0)).reshape({-1});
+  dist::Communicator& group = *sp_.sp;
+  return nn::route(logits, bias_, options,
+                   {.cell = cell.to(h.device()), .cells = batch * total,
+                    .sum = [&group](at::Tensor& t) { group.all_reduce(t, dist::ReduceOp::Sum); }});
 }
 
 at::Tensor MoeBlock::apply_experts(const at::Tensor& rows, const nn::Routing& r, MoeState* s) {
@@ -110,7 +128,7 @@ at::Tensor MoeBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreN
   LOOM_CHECK(piece.count == 1, "[moe] {} routes a micro-batch whole, not in {} pieces", name(), piece.count);
   auto& s = static_cast<MoeState&>(state);
   const at::Tensor hf = h.reshape({-1, shape_.d_model});
-  s.routing = route(hf, shape_.router);
+  s.routing = route(h, shape_.router, /*spread=*/true);
   s.out = apply_experts(nn::permute(hf, s.routing), s.routing, &s);
   at::Tensor y = nn::combine(s.out, s.routing).view(h.sizes());
   if (shared_up) {
@@ -127,7 +145,7 @@ at::Tensor MoeBlock::decode_piece(const at::Tensor& h, int64_t, nn::DecodeCache&
   nn::RouterOptions options = shape_.router;
   options.capacity_factor = 0;
   const at::Tensor hf = h.reshape({-1, shape_.d_model});
-  const nn::Routing r = route(hf, options);
+  const nn::Routing r = route(h, options, /*spread=*/false);
   const at::Tensor out = apply_experts(nn::permute(hf, r), r, nullptr);
   at::Tensor y = nn::combine(out, r).view(h.sizes());
   if (shared_up) y.add_(shared_down->forward_partial(nn::swiglu_forward(shared_up->forward(h))));
@@ -156,7 +174,7 @@ at::Tensor MoeBlock::backward_piece(const at::Tensor& dy, const Piece&, PreNormS
   add_trained(r, aux.value);
   at::Tensor dscores;
   if (shape_.aux_coef > 0)  // NOTE [Expert balance]: this micro-batch's share of the mean
-    dscores = aux.dscores.mul_(shape_.aux_coef * s.loss_scale * static_cast<double>(r.tokens()));
+    dscores = aux.dscores.mul_(shape_.aux_coef * s.loss_scale * static_cast<double>(r.batch_tokens));
   s.dz = nn::router_backward(g.weight, dscores, r, shape_.router);
   dh.add_(at::matmul(s.dz, router.value).to(dh.scalar_type()));
   dh = dh.view(dy.sizes());
@@ -169,8 +187,8 @@ at::Tensor MoeBlock::backward_piece(const at::Tensor& dy, const Piece&, PreNormS
 
 void MoeBlock::add_trained(const nn::Routing& r, double aux_loss) {
   MoeLoad& t = trained_load_;
-  if (t.counts.empty()) t.counts.assign(r.counts.size(), 0);
-  for (size_t e = 0; e < r.counts.size(); ++e) t.counts[e] += r.counts[e];
+  if (t.counts.empty()) t.counts.assign(r.counts.size(), 0), t.chosen.assign(r.chosen.size(), 0);
+  for (size_t e = 0; e < r.counts.size(); ++e) t.counts[e] += r.counts[e], t.chosen[e] += r.chosen[e];
   t.dropped += r.dropped;
   t.aux_loss += aux_loss;
   t.microbatches += 1;
@@ -179,8 +197,18 @@ void MoeBlock::add_trained(const nn::Routing& r, double aux_loss) {
 MoeLoad MoeBlock::take_trained_load() {
   MoeLoad out = std::move(trained_load_);
   trained_load_ = {};
-  if (out.counts.empty()) out.counts.assign(static_cast<size_t>(shape_.router.experts), 0);
+  if (out.counts.empty())
+    out.counts.assign(static_cast<size_t>(shape_.router.experts), 0), out.chosen = out.counts;
   return out;
+}
+
+void MoeBlock::balance(const std::vector<int64_t>& chosen) {
+  if (bias_.defined()) nn::update_balance_bias(bias_, chosen, shape_.bias_rate);
+}
+
+std::vector<nn::Buffer> MoeBlock::buffers() {
+  if (!bias_.defined()) return {};
+  return {{.name = bias_name_, .value = bias_}};
 }
 
 void MoeBlock::finish_backward(PreNormState& state) const {

@@ -20,13 +20,15 @@
 // router's.
 // With an expert group `ep` of more than one rank (NOTE [Expert parallelism]) this rank holds
 // E / ep of the experts; the routed rows travel to them and back (parallel/expert_exchange.h).
-// Serial within tp (a communicator of one rank): the layout checks refuse parallel.tp > 1 and
-// parallel.sp > 1 with experts.
+// Under sequence parallelism (`sp`) the micro-batch's routing is agreed over the sp group (NOTE
+// [Experts over sequence parallelism]). Serial within tp (a communicator of one rank): the layout
+// checks refuse parallel.tp > 1 with experts.
 #include <optional>
 
 #include "loom/blocks/pre_norm_block.h"
 #include "loom/nn/moe_routing.h"
 #include "loom/parallel/expert_exchange.h"
+#include "loom/parallel/sequence_parallel.h"
 #include "loom/parallel/tensor_parallel_linear.h"
 
 namespace loom::blocks {
@@ -40,15 +42,17 @@ struct MoeShape {
   int64_t shared = 0;  // shared experts: an always-on MLP of width shared x hidden (0: none)
   nn::RouterOptions router;
   double aux_coef = 0;  // the auxiliary balance loss's coefficient (0: none)
+  MoeBalance balance = MoeBalance::Aux;  // NOTE [Expert balance]
+  double bias_rate = 0;                  // the bias's step under MoeBalance::Bias
   NormKind norm = NormKind::Rms;
   double residual_std = 0.02;  // down's initialisation
 };
 
-// What routing did, for a layer's measures: assignments per expert (kept), those dropped, and the
-// balance loss (without its coefficient; summed in take_trained_load only), over `microbatches`
-// micro-batches.
+// What routing did, for a layer's measures and its bias balance: assignments per expert (kept, and
+// chosen before drops), those dropped, and the balance loss (without its coefficient; summed in
+// take_trained_load only), over `microbatches` micro-batches.
 struct MoeLoad {
-  std::vector<int64_t> counts;
+  std::vector<int64_t> counts, chosen;
   int64_t dropped = 0;
   double aux_loss = 0;
   int64_t microbatches = 0;
@@ -59,7 +63,7 @@ class MoeBlock final : public PreNormBlock {
   // `prefix` names the parameters, e.g. "blocks.1.moe": ".router.weight", ".experts.gate_up.weight",
   // ".experts.down.weight", ".shared.gate_up.weight", ".shared.down.weight".
   MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Communicator& tp, parallel::TpOptions options = {},
-           dist::Communicator* ep = nullptr);
+           dist::Communicator* ep = nullptr, parallel::SpOptions sp = {});
 
   std::vector<nn::Param*> params() override;
   nn::Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const override;
@@ -70,6 +74,10 @@ class MoeBlock final : public PreNormBlock {
   // The routing of the micro-batches trained since the last call (counted once each, in
   // backward_input: a recomputed forward or a validation pass adds nothing); starts afresh.
   MoeLoad take_trained_load();
+  // NOTE [Expert balance]: under MoeBalance::Bias, moves the choice's bias by a step's loads
+  // `chosen` (every rank's micro-batches summed); nothing otherwise.
+  void balance(const std::vector<int64_t>& chosen);
+  std::vector<nn::Buffer> buffers() override;
 
   nn::Param router;   // [E, d_model]
   nn::Param gate_up;  // [E, 2H, d_model] (this rank holds E / ep of them)
@@ -91,10 +99,15 @@ class MoeBlock final : public PreNormBlock {
   // local experts took, when `s` is given.
   at::Tensor apply_experts(const at::Tensor& rows, const nn::Routing& r, MoeState* s);
   bool expert_parallel() const { return ep_ != nullptr && ep_->size() > 1; }
-  nn::Routing route(const at::Tensor& hf, const nn::RouterOptions& options) const;
+  // The routing of h [B, S, d_model] (this rank's chunks of B sequences), agreed over the sp group
+  // when `spread`.
+  nn::Routing route(const at::Tensor& h, const nn::RouterOptions& options, bool spread) const;
 
   MoeShape shape_;
   dist::Communicator* ep_;
+  parallel::SpOptions sp_;
+  at::Tensor bias_;  // [E] float64 on the host, under MoeBalance::Bias (NOTE [Expert balance])
+  std::string bias_name_;
   MoeLoad last_load_, trained_load_;
 };
 

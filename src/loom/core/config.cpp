@@ -24,7 +24,7 @@ using FieldPtr = std::variant<int64_t*, double*, bool*, std::string*, std::vecto
                               Option<SpMode>*, Option<Recompute>*, Option<SparseMode>*, Option<TokenWidth>*,
                               Option<TableUpdate>*, Option<GradDType>*,
                               Option<Swap>*, Option<PolicyMode>*, Option<Partition>*, Option<AttnKernel>*, Option<TrainDevice>*,
-                              Option<Backend>*, Option<MoeScore>*>;
+                              Option<Backend>*, Option<MoeScore>*, Option<MoeBalance>*>;
 
 template <class T>
 struct IsOption : std::false_type {};
@@ -57,6 +57,7 @@ const std::vector<KeySpec>& key_specs() {
       LOOM_KEY(model, moe_shared_experts), LOOM_KEY(model, moe_every),
       LOOM_KEY(model, moe_ffn_hidden), LOOM_KEY(model, moe_score),
       LOOM_KEY(model, moe_aux_loss_coef), LOOM_KEY(model, moe_capacity_factor),
+      LOOM_KEY(model, moe_balance),        LOOM_KEY(model, moe_bias_rate),
       LOOM_KEY(model, tables),         LOOM_KEY(model, table_rows),
       LOOM_KEY(model, bag_size),       LOOM_KEY(model, dense_features),
       LOOM_KEY(model, bottom_mlp),     LOOM_KEY(model, top_mlp),

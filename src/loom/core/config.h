@@ -40,7 +40,9 @@ struct ModelConfig {
   // every moe_every-th block (blocks moe_every - 1, 2 moe_every - 1, ...) a router over that many
   // SwiGLU experts of width moe_ffn_hidden (0: the dense MLP's width), moe_top_k per token, plus
   // moe_shared_experts always-on ones; the auxiliary balance loss's coefficient; a capacity factor
-  // (0: dropless).
+  // (0: dropless); the balance (NOTE [Expert balance]): "bias" adds moe_bias_rate to the choice's bias
+  // of each expert that got fewer than the mean of the step's assignments, and takes it from each
+  // that got more.
   int64_t moe_experts = 0;
   int64_t moe_top_k = 2;
   int64_t moe_shared_experts = 0;
@@ -49,6 +51,8 @@ struct ModelConfig {
   Option<MoeScore> moe_score = MoeScore::Softmax;
   double moe_aux_loss_coef = 0.01;
   double moe_capacity_factor = 0.0;
+  Option<MoeBalance> moe_balance = MoeBalance::Aux;
+  double moe_bias_rate = 0.001;
   // DLRM (kind = "dlrm"): `tables` categorical features, each an embedding bag (sum of `bag_size`
   // rows) of a table_rows x d_model table; a bottom MLP over `dense_features` inputs with hidden
   // sizes bottom_mlp, ending in d_model; their concatenation into a top MLP (hidden sizes top_mlp)

@@ -45,6 +45,15 @@ struct OptionNames<MoeScore> {
   static constexpr std::array<std::string_view, 2> names{"softmax", "sigmoid"};
 };
 
+// model.moe_balance (NOTE [Expert balance]): how the experts' loads are evened out. "aux" by the
+// auxiliary loss alone; "bias" also by a per-expert bias on the choice, moved after every step
+// against the step's loads (auxiliary-loss-free balancing).
+enum class MoeBalance : uint8_t { Aux, Bias };
+template <>
+struct OptionNames<MoeBalance> {
+  static constexpr std::array<std::string_view, 2> names{"aux", "bias"};
+};
+
 // memory.recompute.
 enum class Recompute : uint8_t { None, Full, StageAware };
 template <>

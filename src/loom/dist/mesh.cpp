@@ -80,7 +80,7 @@ Mesh::Mesh(Communicator& world, MeshShape shape, int ep) : world_(world), shape_
   dp_sp_ = split({"dp", "sp"}, "dp_sp");
   LOOM_CHECK(ep >= 1 && shape_.dp() % ep == 0, "[mesh] expert groups of {} in dp = {}", ep, shape_.dp());
   ep_ = dp_->split(dp_rank_ / ep, dp_rank_ % ep, "ep");
-  edp_ = dp_->split(dp_rank_ % ep, dp_rank_ / ep, "edp");
+  edp_ = dp_sp_->split(dp_rank_ % ep, (dp_rank_ / ep) * shape_.size("sp") + sp_rank_, "edp");
 }
 
 std::unique_ptr<Communicator> Mesh::split(std::initializer_list<std::string_view> axes, const std::string& name) {

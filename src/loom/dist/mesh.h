@@ -9,8 +9,8 @@
 // ("double gradient averaging"). Groups are named by their axes, never hand-written: an axis more
 // is an entry in axes() and the groups that use it. Two kinds of groups divide one axis instead
 // and are split from its group: ZeRO's shard groups (replicas/replica_optimizer.cpp) and the
-// expert groups of NOTE [Expert parallelism] (ep: consecutive dp ranks; edp: the dp ranks at the
-// same place in their groups). A parameter placed over "ep" names that division. Every rank of the
+// expert groups of NOTE [Expert parallelism] (ep: consecutive dp ranks; edp: the dp x sp ranks at
+// the same place in their groups). A parameter placed over "ep" names that division. Every rank of the
 // world constructs the Mesh (the constructor splits the world communicator: a collective).
 #include <initializer_list>
 #include <memory>
@@ -99,8 +99,9 @@ class Mesh {
   Communicator& sp() { return *sp_; }
   Communicator& tp() { return *tp_; }
   Communicator& dp_sp() { return *dp_sp_; }
-  // NOTE [Expert parallelism]: groups of ep consecutive dp ranks ("ep"), and the dp ranks at the
-  // same place in their groups ("edp": the replicas of one set of experts).
+  // NOTE [Expert parallelism]: groups of ep consecutive dp ranks ("ep"), and the dp x sp ranks at
+  // the same place in their groups ("edp": the replicas of one set of experts, whose gradients
+  // are summands over dp and sp alike).
   Communicator& ep() { return *ep_; }
   Communicator& expert_replicas() { return *edp_; }
 

@@ -23,6 +23,9 @@ std::vector<ckpt::TensorPiece> allocate_pieces(models::Model& model, at::ScalarT
     p->value = at::empty(p->full_shape, at::TensorOptions().dtype(master));
     pieces.push_back({.name = p->name, .full_shape = p->full_shape, .box = ckpt::whole(p->full_shape), .data = p->value});
   }
+  for (const nn::Buffer& b : model.buffers())  // the experts' balance bias (NOTE [Expert balance])
+    pieces.push_back({.name = b.name, .full_shape = b.value.sizes().vec(), .box = ckpt::whole(b.value.sizes().vec()),
+                      .data = b.value});
   return pieces;
 }
 

@@ -35,7 +35,7 @@ Model build_gpt(const ModelConfig& m, dist::Communicator& tp, parallel::TpOption
     const int64_t hidden = m.ffn_mult * m.d_model;
     if (is_moe_block(m, i))
       model.chain.push_back(std::make_unique<blocks::MoeBlock>(
-          prefix + ".moe", moe_shape(m, i, hidden, residual_std, blocks::NormKind::Layer), tp, options, ep));
+          prefix + ".moe", moe_shape(m, i, hidden, residual_std, blocks::NormKind::Layer), tp, options, ep, sp));
     else
       model.chain.push_back(std::make_unique<blocks::MlpBlock>(
           prefix + ".mlp", blocks::MlpShape{.d_model = m.d_model, .hidden = hidden, .residual_std = residual_std}, tp,

@@ -49,7 +49,7 @@ Model build_llama(const ModelConfig& m, dist::Communicator& tp, parallel::TpOpti
     model.chain.push_back(std::make_unique<blocks::AttentionBlock>(prefix + ".attn", attention, tp, options, sp));
     if (is_moe_block(m, i))
       model.chain.push_back(std::make_unique<blocks::MoeBlock>(prefix + ".moe", moe_shape(m, i, mlp.hidden, residual_std), tp,
-                                                               options, ep));
+                                                               options, ep, sp));
     else
       model.chain.push_back(std::make_unique<blocks::MlpBlock>(prefix + ".mlp", mlp, tp, options));
   }

@@ -22,6 +22,8 @@ blocks::MoeShape moe_shape(const ModelConfig& m, int64_t block, int64_t dense_hi
           .router = {.experts = m.moe_experts, .top_k = m.moe_top_k, .score = m.moe_score,
                      .capacity_factor = m.moe_capacity_factor},
           .aux_coef = m.moe_aux_loss_coef,
+          .balance = m.moe_balance,
+          .bias_rate = m.moe_bias_rate,
           .norm = norm,
           .residual_std = residual_std};
 }
@@ -50,6 +52,10 @@ void check_moe(const Config& config, int64_t dense_hidden) {
   LOOM_CHECK_INPUT(std::isfinite(m.moe_aux_loss_coef) && m.moe_aux_loss_coef >= 0,
                    "model.moe_aux_loss_coef = {} must be a finite number >= 0 (0 = no balance loss)",
                    m.moe_aux_loss_coef);
+  LOOM_CHECK_INPUT(m.moe_balance != MoeBalance::Bias || (std::isfinite(m.moe_bias_rate) && m.moe_bias_rate > 0),
+                   "model.moe_bias_rate = {} must be a finite number > 0 with model.moe_balance = \"bias\" (the "
+                   "step each expert's choice bias moves by after every step; 0.001 is usual)",
+                   m.moe_bias_rate);
   const int64_t hidden = m.moe_ffn_hidden > 0 ? m.moe_ffn_hidden : dense_hidden;
   check_product("the experts' weights",
                 {{"model.moe_experts", m.moe_experts}, {"3 matrices", 3}, {"model.d_model", m.d_model},
@@ -62,11 +68,10 @@ void check_moe(const Config& config, int64_t dense_hidden) {
                    "parallel.ep = {} does not run with parallel.zero = {} yet: the experts' gradients are summed over "
                    "their own replicas, outside ZeRO's buffers; hint: parallel.zero = 0 with expert parallelism",
                    p.ep, p.zero);
-  LOOM_CHECK_INPUT(p.tp == 1 && p.sp == 1,
-                   "model.moe_experts = {} routes each micro-batch's tokens on one rank, which parallel.tp = {} and "
-                   "parallel.sp = {} split; hint: parallel.tp = 1 and parallel.sp = 1 (dp, pp and ZeRO compose "
-                   "with experts)",
-                   m.moe_experts, p.tp, p.sp);
+  LOOM_CHECK_INPUT(p.tp == 1,
+                   "model.moe_experts = {} runs each expert whole on one rank, which parallel.tp = {} would split; "
+                   "hint: parallel.tp = 1 (dp, pp, sp, ep and ZeRO compose with experts)",
+                   m.moe_experts, p.tp);
 }
 
 }  // namespace loom::models

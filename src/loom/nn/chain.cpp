@@ -9,6 +9,13 @@ std::vector<Param*> Chain::params() const {
   return all;
 }
 
+std::vector<Buffer> Chain::buffers() const {
+  std::vector<Buffer> all;
+  for (const auto& layer : chain)
+    for (Buffer& b : layer->buffers()) all.push_back(std::move(b));
+  return all;
+}
+
 int64_t Chain::param_count() const {
   int64_t n = 0;
   for (const nn::Param* p : params()) n += p->numel();

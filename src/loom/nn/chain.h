@@ -13,6 +13,7 @@ struct Chain {
   std::vector<std::unique_ptr<Layer>> chain;
 
   std::vector<Param*> params() const;
+  std::vector<Buffer> buffers() const;
   int64_t param_count() const;
   // Every dense parameter from (seed, name): the same values whatever the layout (tables on the
   // sparse path initialise their owned rows the same way: SparseTable::initialise), with

@@ -116,6 +116,13 @@ class Saved {
   std::unique_ptr<SavedState> state_;
 };
 
+// State that training changes but no optimizer steps (the experts' balance bias: NOTE [Expert
+// balance]): the same on every rank holding its layer, saved whole with the checkpoint.
+struct Buffer {
+  std::string name;
+  at::Tensor value;  // float64 on the host
+};
+
 class Layer {
  public:
   virtual ~Layer() = default;
@@ -133,6 +140,7 @@ class Layer {
   // (NOTE [Sparse exchange]). Every rank of the group calls it for the same layers in order.
   virtual void pull_rows(const std::vector<MicroBatch>& /*microbatches*/) {}
   virtual Cost cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const = 0;
+  virtual std::vector<Buffer> buffers() { return {}; }
 };
 
 }  // namespace loom::nn

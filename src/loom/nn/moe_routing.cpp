@@ -20,6 +20,35 @@ at::Tensor normalise_backward(const at::Tensor& g, const at::Tensor& q, const at
   return (g - (g * q).sum(1, /*keepdim=*/true)) / sum;
 }
 
+// Each assignment's place in its expert's queue over the whole micro-batch (NOTE [Experts over
+// sequence parallelism]), and the micro-batch's sums. Assignments in priority order (slot-major,
+// tokens in order) are grouped by (slot, cell, expert); a group's place starts after every
+// assignment to its expert in an earlier (slot, cell), over every rank.
+at::Tensor queue_positions(Routing& r, const TokenSpread& spread, int64_t experts) {
+  const int64_t tokens = r.tokens(), k = r.top_k(), cells = spread.cells;
+  const at::Tensor cell = spread.cell.defined() ? spread.cell : at::zeros({tokens}, r.expert.options());
+  const at::Tensor slot = at::arange(k, r.expert.options()).repeat_interleave(tokens);
+  const at::Tensor group = (slot * cells + cell.repeat({k})) * experts + r.expert.t().reshape({-1});
+  const int64_t groups = k * cells * experts;
+  const at::Tensor local = at::bincount(group, {}, groups);
+  // One sum for the micro-batch: [groups] assignments, [E] normalised scores, 1 token count.
+  const at::Tensor p = r.scores / r.scores.sum(1, true);
+  at::Tensor sums = at::cat({local.to(at::kDouble), p.sum(0).to(at::kDouble),
+                             at::full({1}, static_cast<double>(tokens), p.options().dtype(at::kDouble))});
+  if (spread.sum) spread.sum(sums);
+  const at::Tensor all = sums.narrow(0, 0, groups).to(at::kLong).view({k * cells, experts});
+  r.batch_chosen = all.sum(0).to(r.scores.scalar_type());
+  r.batch_score_sum = sums.narrow(0, groups, experts).to(r.scores.scalar_type());
+  r.batch_tokens = static_cast<int64_t>(sums[groups + experts].item<double>());
+  const at::Tensor base = (all.cumsum(0) - all).reshape({-1});  // exclusive, in (slot, cell) order
+  // Within a group: a stable sort keeps token order; the place is the index past the group's start.
+  const at::Tensor queued = std::get<1>(at::sort(group, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+  const at::Tensor starts = local.cumsum(0) - local;
+  at::Tensor position = at::empty_like(group);
+  position.index_copy_(0, queued, at::arange(group.numel(), group.options()) - starts.index_select(0, group.index_select(0, queued)));
+  return position + base.index_select(0, group);
+}
+
 }  // namespace
 
 int64_t expert_capacity(int64_t tokens, const RouterOptions& o) {
@@ -28,7 +57,7 @@ int64_t expert_capacity(int64_t tokens, const RouterOptions& o) {
   return static_cast<int64_t>(c);
 }
 
-Routing route(const at::Tensor& logits, const at::Tensor& bias, const RouterOptions& o) {
+Routing route(const at::Tensor& logits, const at::Tensor& bias, const RouterOptions& o, const TokenSpread& spread) {
   LOOM_CHECK(logits.dim() == 2 && logits.size(-1) == o.experts, "[moe] {}-d logits of width {} for {} experts",
              logits.dim(), logits.size(-1), o.experts);
   LOOM_CHECK(o.top_k >= 1 && o.top_k <= o.experts, "[moe] top_k {} of {} experts", o.top_k, o.experts);
@@ -36,23 +65,16 @@ Routing route(const at::Tensor& logits, const at::Tensor& bias, const RouterOpti
   Routing r;
   const at::Tensor z = logits.to(at::promote_types(logits.scalar_type(), at::kFloat));
   r.scores = o.score == MoeScore::Softmax ? at::softmax(z, 1) : at::sigmoid(z);
-  const at::Tensor steered = bias.defined() ? r.scores + bias.to(r.scores.scalar_type()) : r.scores;
+  const at::Tensor steered = bias.defined() ? r.scores + bias.to(r.scores.options()) : r.scores;
   // A stable descending sort keeps equal scores in expert order: ties go to the lower index.
   r.expert = std::get<1>(at::sort(steered, /*stable=*/true, /*dim=*/1, /*descending=*/true)).narrow(1, 0, k).contiguous();
   const at::Tensor chosen = r.scores.gather(1, r.expert);
   r.weight = chosen / chosen.sum(1, /*keepdim=*/true);
-
-  // Priority: slot-major (every token's first choice before any second one), tokens in order. An
-  // assignment's position in its expert's queue: its place among the assignments to that expert,
-  // by a stable sort (memory of the assignments, not of assignments x experts).
-  const at::Tensor by_priority = r.expert.t().reshape({-1});
-  const at::Tensor queued = std::get<1>(at::sort(by_priority, /*stable=*/true, /*dim=*/0, /*descending=*/false));
-  const at::Tensor per_expert = at::bincount(by_priority, {}, experts);
-  const at::Tensor starts = per_expert.cumsum(0) - per_expert;
-  at::Tensor position = at::empty_like(by_priority);
-  position.index_copy_(0, queued, at::arange(by_priority.numel(), by_priority.options()) - starts.index_select(0, by_priority.index_select(0, queued)));
-  r.kept = (position < expert_capacity(tokens, o)).view({k, tokens}).t().contiguous();
   r.chosen = to_vector(at::bincount(r.expert.reshape({-1}), {}, experts));
+
+  // Priority: slot-major (every token's first choice before any second one), tokens in order.
+  const at::Tensor position = queue_positions(r, spread, experts);
+  r.kept = (position < expert_capacity(r.batch_tokens, o)).view({k, tokens}).t().contiguous();
 
   // Expert-major order of the kept assignments t * k + j: a stable sort by expert, the dropped
   // ones keyed past the last expert and cut off.
@@ -104,16 +126,30 @@ at::Tensor router_backward(const at::Tensor& dweight, const at::Tensor& dscores,
 }
 
 AuxLoss aux_loss(const Routing& r) {
-  const int64_t tokens = r.tokens(), experts = r.scores.size(1);
+  const double tokens = static_cast<double>(r.batch_tokens), experts = static_cast<double>(r.scores.size(1));
   const at::Tensor sum = r.scores.sum(1, true), p = r.scores / sum;
-  const at::Tensor f = at::tensor(r.chosen, at::kLong).to(r.scores.device(), r.scores.scalar_type()) /
-                       static_cast<double>(tokens * r.top_k());
+  const at::Tensor f = r.batch_chosen / (tokens * static_cast<double>(r.top_k()));
   AuxLoss out;
-  out.value = static_cast<double>(experts) * (f * p.mean(0)).sum().item<double>();
-  // d/dp[t, i] = E f_i / T, the same for every token; then back through p = s / sum(s).
-  const at::Tensor g = (f * (static_cast<double>(experts) / static_cast<double>(tokens))).unsqueeze(0).expand_as(p);
+  out.value = experts * (f * r.batch_score_sum / tokens).sum().item<double>();
+  // d/dp[t, i] = E f_i / T, the same for every token of the micro-batch; then back through p = s / sum(s).
+  const at::Tensor g = (f * (experts / tokens)).unsqueeze(0).expand_as(p);
   out.dscores = normalise_backward(g, p, sum);
   return out;
+}
+
+void update_balance_bias(at::Tensor& bias, const std::vector<int64_t>& chosen, double rate) {
+  LOOM_CHECK(bias.dim() == 1 && bias.size(0) == static_cast<int64_t>(chosen.size()),
+             "[moe] a balance bias of {} for {} experts", bias.numel(), chosen.size());
+  const int64_t experts = static_cast<int64_t>(chosen.size());
+  int64_t total = 0;
+  for (int64_t n : chosen) total += n;
+  // sign(mean - n_i) = sign(total - E n_i): compared in integers, so no rounding decides it.
+  std::vector<double> step(chosen.size());
+  for (size_t i = 0; i < chosen.size(); ++i) {
+    const int64_t gap = total - experts * chosen[i];
+    step[i] = gap > 0 ? rate : gap < 0 ? -rate : 0.0;
+  }
+  bias.add_(at::tensor(step, at::TensorOptions().dtype(at::kDouble)).to(bias.options()));
 }
 
 }  // namespace loom::nn

@@ -10,6 +10,14 @@
 //            micro-batch's assignments, first choices before second ones, in token order within
 //            each (so which ones drop is fixed by the tokens, not by the layout); a dropped
 //            assignment adds nothing and is counted. c = 0 is dropless.
+// NOTE [Experts over sequence parallelism]: under parallel.sp a micro-batch's tokens lie on the sp
+// ranks, each holding chunks of every sequence (TokenSpread). What is the micro-batch's, not the
+// token's, is summed over them in one all-reduce: its token count T, each expert's choices (the
+// balance loss's f) and normalised scores (its P), and the assignments of each (slot, cell,
+// expert), a cell being one sequence's chunk. An assignment's place in its expert's queue is then
+// the count of assignments before it in the micro-batch's order (slot, then cell, then token):
+// every earlier slot's and earlier cell's from the sum, its own cell's (here) from a stable sort.
+// So the choices, drops and balance loss are the serial run's, whatever the sequence's split.
 // Dispatch lays the kept assignments out expert-major (expert 0's tokens first, each expert's in
 // assignment order): `permute` gathers their rows, the experts run on contiguous segments, and
 // `combine` scatters each result back to its token, weighted, summing a token's k results in
@@ -23,6 +31,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "loom/core/options.h"
@@ -41,7 +50,15 @@ struct RouterOptions {
 // Assignments an expert takes from `tokens` tokens: C above, or `tokens` when dropless.
 int64_t expert_capacity(int64_t tokens, const RouterOptions& options);
 
-// One micro-batch's routing of T tokens.
+// Where a rank's tokens lie in their micro-batch (NOTE [Experts over sequence parallelism]); the
+// default: all of it is here.
+struct TokenSpread {
+  at::Tensor cell;  // [T] int64, each local token's cell, nondecreasing; undefined: all in cell 0
+  int64_t cells = 1;
+  std::function<void(at::Tensor&)> sum;  // in place, over the ranks holding the micro-batch; empty: none
+};
+
+// One micro-batch's routing of T tokens (this rank's; `batch_*` the whole micro-batch's).
 struct Routing {
   at::Tensor scores;   // [T, E], float32 or float64
   at::Tensor expert;   // [T, k] int64, by descending biased score
@@ -51,14 +68,18 @@ struct Routing {
   std::vector<int64_t> chosen;  // [E] assignments chosen per expert, before drops
   std::vector<int64_t> counts;  // [E] kept assignments per expert: the segments of `order`
   int64_t dropped = 0;
+  int64_t batch_tokens = 0;
+  at::Tensor batch_chosen;      // [E] the micro-batch's choices per expert, in the scores' type
+  at::Tensor batch_score_sum;   // [E] its normalised scores p = s / sum_e s, summed over tokens
 
   int64_t tokens() const { return expert.size(0); }
   int64_t top_k() const { return expert.size(1); }
 };
 
 // Routes the tokens of `logits` [T, E] (scores in float32, or float64 for float64 logits).
-// `bias` [E] steers the choice only (undefined: none).
-Routing route(const at::Tensor& logits, const at::Tensor& bias, const RouterOptions& options);
+// `bias` [E] steers the choice only (undefined: none). Collective over `spread.sum`'s ranks.
+Routing route(const at::Tensor& logits, const at::Tensor& bias, const RouterOptions& options,
+              const TokenSpread& spread = {});
 
 // Rows of x [T, d] for each kept assignment, expert-major: [n, d].
 at::Tensor permute(const at::Tensor& x, const Routing& r);
@@ -80,12 +101,21 @@ CombineGrads combine_backward(const at::Tensor& dy, const at::Tensor& rows, cons
 at::Tensor router_backward(const at::Tensor& dweight, const at::Tensor& dscores, const Routing& r,
                            const RouterOptions& options);
 
-// NOTE [Expert balance]: the auxiliary loss E * sum_i f_i P_i of one micro-batch (without its
-// coefficient) and its gradient with respect to the scores, [T, E].
+// NOTE [Expert balance]: two ways to even out the experts' loads (model.moe_balance).
+//   aux   the auxiliary loss E * sum_i f_i P_i of each micro-batch (without its coefficient),
+//         whose gradient with respect to the scores, [T, E], pulls the router towards balance;
+//   bias  also a bias b [E] on the choice only (route's `bias`: it never weights an output, so it
+//         has no gradient), moved after every step by the step's loads: b_i += rate x sign(mean_j
+//         n_j - n_i), with n_i the assignments chosen for expert i (before drops) over the whole
+//         global batch, every rank's micro-batches summed. The loads are integers and their sum
+//         is exact, so b is the same bits in every layout; it is held in float64 and saved with the
+//         checkpoint (auxiliary-loss-free balancing, DeepSeek-V3, arXiv:2412.19437, section 2.1.2).
 struct AuxLoss {
   double value = 0;
   at::Tensor dscores;
 };
 AuxLoss aux_loss(const Routing& r);
+// The bias update above, in place: `chosen` [E] the step's loads.
+void update_balance_bias(at::Tensor& bias, const std::vector<int64_t>& chosen, double rate);
 
 }  // namespace loom::nn

@@ -12,9 +12,11 @@
 //   3. combines: the reverse reorder and all-to-all-v, each result back on the rank and in the
 //      place its token was dispatched from.
 // Backward sends the output gradients along the same way as the rows and the input gradients back
-// along the combine's. An expert's weight gradient sums its rows from the whole group; the dp
+// along the combine's. An expert's weight gradient sums its rows from the whole group; the dp x sp
 // ranks that hold the same experts (same place in their groups) then sum it again, as the dense
-// path sums every other gradient over all of dp ("edp": replicas/replica_optimizer.h).
+// path sums every other gradient over all of dp x sp ("edp": replicas/replica_optimizer.h). Under
+// sequence parallelism the groups are carved from dp at each sp coordinate: an exchange moves the
+// rows of sequence chunks, routed as NOTE [Experts over sequence parallelism] says.
 #include <ATen/ATen.h>
 
 #include <cstdint>

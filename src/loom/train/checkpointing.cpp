@@ -87,10 +87,24 @@ void Trainer::check_resume(const std::string& spec) {
   resume_.manifest = std::move(manifest);
 }
 
+namespace {
+
+// The run's state: the optimizer's pieces (parameters, moments, tables) and the model's buffers,
+// each whole on every rank that holds its layer.
+std::vector<ckpt::TensorPiece> state_pieces(const replicas::ReplicaOptimizer& optimizer, const models::Model& model) {
+  std::vector<ckpt::TensorPiece> pieces = optimizer.state_pieces();
+  for (const nn::Buffer& b : model.buffers())
+    pieces.push_back({.name = b.name, .full_shape = b.value.sizes().vec(), .box = ckpt::whole(b.value.sizes().vec()),
+                      .data = b.value});
+  return pieces;
+}
+
+}  // namespace
+
 // Loads the checkpoint into the allocated state: every rank reads what its pieces need.
 void Trainer::restore() {
   const auto begin = std::chrono::steady_clock::now();
-  const std::vector<ckpt::TensorPiece> pieces = optimizer_->state_pieces();
+  const std::vector<ckpt::TensorPiece> pieces = state_pieces(*optimizer_, model_);
   resume_.bytes = ckpt::load(resume_.dir, *resume_.manifest, pieces, *base_world_);
   resume_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   optimizer_->set_step_count(resume_.manifest->step);
@@ -151,7 +165,7 @@ ckpt::CheckpointMeta Trainer::checkpoint_meta(int64_t steps_done) {
 
 double Trainer::save_checkpoint(int64_t steps_done) {
   const auto begin = std::chrono::steady_clock::now();
-  checkpointer_->save(checkpoint_meta(steps_done), optimizer_->state_pieces());
+  checkpointer_->save(checkpoint_meta(steps_done), state_pieces(*optimizer_, model_));
   const auto end = std::chrono::steady_clock::now();
   if (trace_) trace_->add("checkpoint_save", "checkpoint", begin, end);
   return std::chrono::duration<double>(end - begin).count();

@@ -4,7 +4,8 @@
 // the step's micro-batches. Each block counts the micro-batches it trained (MoeBlock::
 // take_trained_load); each rank fills the rows of the blocks it holds and one sum over the world
 // makes the step's totals (dp ranks trained other micro-batches, pp stages hold other blocks;
-// experts run with tp = sp = 1). The totals are the same in every layout, as the routing is.
+// experts run with tp = sp = 1). The totals are the same in every layout, as the routing is; under
+// model.moe_balance = "bias" they also move each block's choice bias (NOTE [Expert balance]).
 #include <vector>
 
 #include "loom/core/config.h"
@@ -16,5 +17,7 @@ namespace loom::train {
 
 // Collective over `world`; empty without experts.
 std::vector<ExpertLoad> measure_experts(models::Model& model, const ModelConfig& config, dist::Communicator& world);
+// The step's bias update of each block this rank holds, from the step's `loads` (measure_experts').
+void balance_experts(models::Model& model, const ModelConfig& config, const std::vector<ExpertLoad>& loads);
 
 }  // namespace loom::train

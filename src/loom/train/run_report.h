@@ -24,6 +24,7 @@ namespace loom::train {
 struct ExpertLoad {
   int64_t block = 0;            // the decoder block's index
   std::vector<int64_t> tokens;  // assignments each expert took (kept)
+  std::vector<int64_t> chosen;  // assignments chosen for each expert, before drops
   int64_t dropped = 0;          // assignments past an expert's capacity
   double aux_loss = 0;          // the balance loss E sum f P (without its coefficient), mean over micro-batches
   // The busiest expert's tokens over the mean (1: even; E: one expert took all); 0 without tokens.

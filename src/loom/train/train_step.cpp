@@ -78,6 +78,7 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
   }, timeline);
   refresh_compute_values();
   r.experts = measure_experts(model_, config_.model, mesh_->world());
+  balance_experts(model_, config_.model, r.experts);
   r.comm_bytes = comm_stats_.bytes_by_axis();
   measure_step(r, result, *mesh_, plan_.schedule, peak_bytes(), executor_->host_peak_bytes(), live_bytes(),
                optimizer_->working_peak_bytes());
