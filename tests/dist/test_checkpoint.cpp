@@ -409,6 +409,10 @@ std::vector<AcrossCase> across_cases() {
       {"llama_moe_zero3_to_ep4", "llama_moe", {.zero = 3}, {.ep = 4}},
       {"llama_moe_ep4_to_ep2", "llama_moe", {.ep = 4}, {.ep = 2}},
       {"llama_moe_bias_ep2_to_pp", "llama_moe_bias", {.ep = 2}, {.pp = 2}},
+      {"llama_moe_ep2_zero3_to_ep4_zero1", "llama_moe", {.zero = 3, .ep = 2}, {.zero = 1, .ep = 4}},
+      {"llama_moe_ep4_zero2_to_sp_zero3", "llama_moe", {.zero = 2, .ep = 4}, {.sp = 2, .zero = 3}},
+      {"llama_moe_tp2_ep2_to_ep4_zero3", "llama_moe", {.tp = 2, .ep = 2}, {.zero = 3, .ep = 4}},
+      {"llama_moe_ep2_to_tp2", "llama_moe", {.ep = 2}, {.tp = 2}},
   };
 }
 

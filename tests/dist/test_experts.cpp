@@ -1,5 +1,5 @@
 // Mixture of experts (NOTE [Mixture-of-experts block]) in the layouts it runs in today (dp, pp
-// with its schedules, sp in each mode, ep, ZeRO-1/2/3, recomputation) against the serial run in
+// with its schedules, sp in each mode, tp, ep, ZeRO-1/2/3, recomputation) against the serial run in
 // float64 at 1e-9:
 // dropless and capacity routing, softmax and sigmoid scores, the balance loss and the bias balance,
 // shared experts.
@@ -11,6 +11,8 @@
 #include <algorithm>
 
 #include "layout_harness.h"
+#include "loom/dist/mesh.h"
+#include "loom/plan/run_plan.h"
 #include "world.h"
 
 namespace loom::test {
@@ -22,6 +24,8 @@ struct ExpertCase {
   int pp = 1;  // the rest of the world is dp
   int sp = 1;
   SpMode sp_mode = SpMode::AllGather;
+  int tp = 1;
+  bool tp_sequence = false;
   int ep = 1;  // expert groups inside dp (NOTE [Expert parallelism])
   std::string schedule = "1f1b";
   int zero = 0;
@@ -51,7 +55,9 @@ Config expert_config(const ExpertCase& ec) {
   c.parallel.pp = ec.pp;
   c.parallel.sp = ec.sp;
   c.parallel.sp_mode = ec.sp_mode;
-  c.parallel.dp = world().size() / (ec.pp * ec.sp);
+  c.parallel.tp = ec.tp;
+  c.parallel.tp_sequence = ec.tp_sequence;
+  c.parallel.dp = world().size() / (ec.pp * ec.sp * ec.tp);
   c.parallel.ep = ec.ep;
   c.parallel.schedule = ec.schedule;
   c.parallel.zero = ec.zero;
@@ -59,13 +65,36 @@ Config expert_config(const ExpertCase& ec) {
   return c;
 }
 
+// NOTE [Expert parallelism]: the plan's bytes per step on "ep" and "edp" against this step's. A
+// rank sends its kept rows (dropless: every assignment, so exactly the plan's) out and its
+// experts' rows back; what comes back to one rank is what its experts received, so only the
+// world's sum is fixed, and it is the plan's. A capacity sends at most the plan's. The experts'
+// gradients cross their replicas whole, as planned.
+void expect_planned_expert_bytes(const Config& c, const plan::RunPlan& plan, const std::map<std::string, int64_t>& measured) {
+  const dist::MeshCoords at = dist::mesh_coords(dist::mesh_shape(c.parallel), world().rank());
+  const auto& predicted = plan.stages[plan.stages.size() > 1 ? static_cast<size_t>(at.pp) : 0].comm_bytes;
+  auto get = [](const auto& map, const char* axis) {
+    const auto it = map.find(axis);
+    return it == map.end() ? 0.0 : static_cast<double>(it->second);
+  };
+  at::Tensor sums = at::tensor({get(measured, "ep"), get(predicted, "ep"), get(measured, "edp"), get(predicted, "edp")},
+                               at::TensorOptions().dtype(at::kDouble));
+  world().all_reduce(sums, dist::ReduceOp::Sum);
+  const auto s = sums.accessor<double, 1>();
+  EXPECT_GT(s[1], 0);
+  if (c.model.moe_capacity_factor == 0) EXPECT_EQ(s[0], s[1]) << "dropless: the world's ep bytes are the plan's";
+  else EXPECT_LE(s[0], s[1]);
+  EXPECT_EQ(s[2], s[3]) << "edp";
+}
+
 class MixtureOfExperts : public ::testing::TestWithParam<ExpertCase> {};
 
 TEST_P(MixtureOfExperts, MatchesTheSerialRunInFloat64) {
   const ExpertCase& ec = GetParam();
   const int n = world().size();
-  const int dp = n / (ec.pp * ec.sp);
-  if (n % (ec.pp * ec.sp) != 0 || 12 % dp != 0) GTEST_SKIP() << "pp x sp must divide the world, dp the 12 micro-batches";
+  const int dp = n / (ec.pp * ec.sp * ec.tp);
+  if (n % (ec.pp * ec.sp * ec.tp) != 0 || 12 % dp != 0)
+    GTEST_SKIP() << "pp x sp x tp must divide the world, dp the 12 micro-batches";
   if (dp % ec.ep != 0) GTEST_SKIP() << "ep must divide dp";
   const Config c = expert_config(ec);
   const TrainedRun serial = run_serial(c);
@@ -73,7 +102,8 @@ TEST_P(MixtureOfExperts, MatchesTheSerialRunInFloat64) {
   const char* dense = ec.model == "gpt" ? "blocks.0.mlp.up.weight" : "blocks.0.mlp.gate_up.weight";
   for (const char* name : {"blocks.1.moe.router.weight", "blocks.3.moe.experts.gate_up.weight", dense})
     EXPECT_NE(std::find(serial.names.begin(), serial.names.end(), name), serial.names.end()) << name;
-  const TrainedRun layout = train_run(c, world());
+  plan::RunPlan plan;
+  const TrainedRun layout = train_run(c, world(), [&](train::Trainer& trainer) { plan = trainer.plan(); });
   expect_same_training(layout, serial, 1e-9, 1e-9);
   if (ec.ep > 1) {  // NOTE [Expert parallelism]: a rank holds E / ep experts, and rows travel over "ep"
     const auto it = std::find_if(layout.names.begin(), layout.names.end(),  // this stage's block's
@@ -85,6 +115,7 @@ TEST_P(MixtureOfExperts, MatchesTheSerialRunInFloat64) {
     EXPECT_GT(ops_on(layout.comm, "ep").at("all_to_allv").first, 0);
     if (c.parallel.dp > ec.ep)  // the experts' replicas sum their gradients
       EXPECT_GT(ops_on(layout.comm, "edp").count("all_reduce"), 0u);
+    expect_planned_expert_bytes(c, plan, layout.records.back().comm_bytes);
   }
   if (ec.balance == MoeBalance::Bias) {  // NOTE [Expert balance]: the bias changed the choices
     Config aux = c;
@@ -142,6 +173,23 @@ INSTANTIATE_TEST_SUITE_P(
                       ExpertCase{.name = "sp2_ulysses_ep2_capacity", .sp = 2, .sp_mode = SpMode::Ulysses, .ep = 2,
                                  .capacity_factor = 0.75},
                       ExpertCase{.name = "gpt_sp2_ring_pp", .model = "gpt", .pp = 2, .sp = 2, .sp_mode = SpMode::Ring,
+                                 .capacity_factor = 0.75},
+                      // NOTE [Experts beside ZeRO]: the dense parameters sharded, the experts by ep
+                      ExpertCase{.name = "ep2_zero1", .ep = 2, .zero = 1},
+                      ExpertCase{.name = "ep2_zero2_capacity", .ep = 2, .zero = 2, .capacity_factor = 0.75},
+                      ExpertCase{.name = "ep4_zero3_bias", .ep = 4, .zero = 3, .balance = MoeBalance::Bias},
+                      ExpertCase{.name = "pp_ep2_zero3_zbh1", .pp = 2, .ep = 2, .schedule = "zb-h1", .zero = 3},
+                      ExpertCase{.name = "sp2_ep2_zero1_ring", .sp = 2, .sp_mode = SpMode::Ring, .ep = 2, .zero = 1},
+                      // NOTE [Experts over tensor parallelism]: each tp rank runs its share of the tokens
+                      ExpertCase{.name = "tp2_capacity_bias", .tp = 2, .capacity_factor = 0.75,
+                                 .balance = MoeBalance::Bias},
+                      ExpertCase{.name = "tp2_sequence_sigmoid_shared", .tp = 2, .tp_sequence = true,
+                                 .score = MoeScore::Sigmoid, .shared = 1},
+                      ExpertCase{.name = "tp2_ep2", .tp = 2, .ep = 2},
+                      ExpertCase{.name = "tp2_ep2_zero3_capacity", .tp = 2, .ep = 2, .zero = 3, .capacity_factor = 0.75},
+                      ExpertCase{.name = "tp2_zero2", .tp = 2, .zero = 2},
+                      ExpertCase{.name = "gpt_tp2_pp_recompute", .model = "gpt", .pp = 2, .tp = 2, .recompute = "full"},
+                      ExpertCase{.name = "sp2_tp2_ring", .sp = 2, .sp_mode = SpMode::Ring, .tp = 2,
                                  .capacity_factor = 0.75}),
     [](const auto& info) { return info.param.name; });
 

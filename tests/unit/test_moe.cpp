@@ -134,6 +134,18 @@ TEST(ExpertBalance, TheBiasMovesAgainstTheLoadBySteps) {
   EXPECT_TRUE(at::equal(bias, at::tensor({-0.625, 1.125, 0.875, 1.125}, kF64)));
 }
 
+// One training pass of `layer` over x [2, 5, d] with a router of zeros: equal scores, so every
+// token's choice is the tie's, expert 0.
+void train_with_zero_router(blocks::MoeBlock& layer, const at::Tensor& x) {
+  layer.router.value.zero_();
+  nn::Saved saved;
+  layer.forward(x, {}, saved);
+  EXPECT_EQ(layer.last_load().counts, (std::vector<int64_t>{10, 0, 0}));
+  layer.backward_input(at::randn(x.sizes(), kF64), saved);
+  layer.backward_weight(saved);
+  EXPECT_TRUE(saved.empty());
+}
+
 // A block balancing by bias: equal scores send every token to expert 0 (the tie); the loads move
 // the bias, and the next routing's choice goes elsewhere while its weights stay the scores'.
 TEST(ExpertBalance, ABlockSteersAwayFromItsBusiestExpertAndSavesItsBias) {
@@ -143,19 +155,15 @@ TEST(ExpertBalance, ABlockSteersAwayFromItsBusiestExpertAndSavesItsBias) {
                           .balance = MoeBalance::Bias, .bias_rate = 0.01},
                          tp);
   randomise(layer, at::kDouble);
-  layer.router.value.zero_();
   ASSERT_EQ(layer.buffers().size(), 1u);
   EXPECT_EQ(layer.buffers()[0].name, "blocks.0.moe.router.bias");
   const at::Tensor x = at::randn({2, 5, 8}, kF64);
-  nn::Saved saved;
-  layer.forward(x, {}, saved);
-  EXPECT_EQ(layer.last_load().counts, (std::vector<int64_t>{10, 0, 0}));
-  layer.backward_input(at::randn({2, 5, 8}, kF64), saved);
-  layer.backward_weight(saved);
+  train_with_zero_router(layer, x);
   const blocks::MoeLoad load = layer.take_trained_load();
   EXPECT_EQ(load.chosen, (std::vector<int64_t>{10, 0, 0}));
   layer.balance(load.chosen);
   EXPECT_TRUE(at::equal(layer.buffers()[0].value, at::tensor({-0.01, 0.01, 0.01}, kF64)));
+  nn::Saved saved;
   layer.forward(x, {}, saved);
   EXPECT_EQ(layer.last_load().counts, (std::vector<int64_t>{0, 10, 0})) << "the tie among the raised ones";
   // Without the balance the block has no buffer and its choice stays put.
@@ -169,14 +177,7 @@ TEST(MoeBlock, AnExpertWithoutTokensRunsNothingAndGetsNoGradient) {
   blocks::MoeBlock layer("blocks.0.moe", {.d_model = 8, .hidden = 6, .router = {.experts = 3, .top_k = 1}, .aux_coef = 0.1},
                          tp);
   randomise(layer, at::kDouble);
-  layer.router.value.zero_();  // equal scores: every token's choice is the tie's, expert 0
-  const at::Tensor x = at::randn({2, 5, 8}, kF64);
-  nn::Saved saved;
-  layer.forward(x, {}, saved);
-  EXPECT_EQ(layer.last_load().counts, (std::vector<int64_t>{10, 0, 0}));
-  layer.backward_input(at::randn({2, 5, 8}, kF64), saved);
-  layer.backward_weight(saved);
-  EXPECT_TRUE(saved.empty());
+  train_with_zero_router(layer, at::randn({2, 5, 8}, kF64));
   for (int64_t e : {1, 2}) {
     EXPECT_EQ(layer.gate_up.grad[e].abs().sum().item<double>(), 0.0) << e;
     EXPECT_EQ(layer.down.grad[e].abs().sum().item<double>(), 0.0) << e;

@@ -6,6 +6,7 @@
 // that validation cannot rot.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -203,6 +204,44 @@ TEST(ShardedPlan, EachStageKeepsItsShareAndTheWorkingSet) {
   EXPECT_GT(zero3.gathered, zero2.gathered) << "ZeRO-3 also holds gathered values";
   EXPECT_LT(zero3.gathered, p) << "a layer's neighbourhood, not the model";
   EXPECT_NEAR(memory(3, 2).weights, 4 * p / 2, near(p)) << "hybrid: a group of 2 holds half each";
+}
+
+// NOTE [Experts beside ZeRO]: with experts over ep = 2 at dp = 4, ZeRO-3 divides the dense state
+// by 4 and leaves the experts' (already halved by ep) whole; their gradients cross the two ranks
+// holding the same experts ("edp"), and their all-to-alls are priced on the link: a slow one
+// lengthens the step.
+TEST(ShardedPlan, ExpertsStayWholeBesideZeroAndTheirExchangeIsPriced) {
+  auto with = [](int64_t zero, int64_t ep) {
+    Config c = gpt(4, 1);
+    c.model.moe_experts = 4, c.model.moe_top_k = 2, c.model.moe_every = 2;
+    c.parallel.zero = zero, c.parallel.ep = ep, c.parallel.sparse = SparseMode::Off;
+    return c;
+  };
+  const RunPlan plain = make_plan(with(0, 1), 4, CostModel{}), zero0 = make_plan(with(0, 2), 4, CostModel{});
+  const RunPlan zero3 = make_plan(with(3, 2), 4, CostModel{});
+  double experts = 0, dense = 0;  // parameter elements of one rank at ep = 2
+  for (const LayerPlan& l : zero0.chain) experts += expert_numel(l), dense += dense_numel(l);
+  ASSERT_GT(experts, 0);
+  double all_experts = 0;
+  for (const LayerPlan& l : plain.chain) all_experts += dense_numel(l);
+  EXPECT_NEAR(all_experts, dense + 2 * experts, 1e-9 * all_experts) << "ep = 2 halves the experts";
+  const MemoryEstimate m0 = zero0.stages.front().memory, m3 = zero3.stages.front().memory;
+  EXPECT_NEAR(m0.weights, 16 * (dense + experts), 1e-9 * m0.weights) << "float32 value, gradient, two moments";
+  EXPECT_NEAR(m3.weights, 16 * dense / 4 + 16 * experts, 1e-6 * m3.weights) << "ZeRO-3 shards the dense ones only";
+  const auto& comm = zero3.stages.front().comm_bytes;
+  EXPECT_EQ(comm.at("edp"), 4 * experts) << "the experts' gradients over their two replicas";
+  EXPECT_GT(comm.at("ep"), 0);
+  EXPECT_EQ(plain.stages.front().comm_bytes.count("ep"), 0u);
+  // The experts' block carries its all-to-alls: a slow link lengthens its forward and backward.
+  const auto moe = std::find_if(zero0.chain.begin(), zero0.chain.end(), [](const LayerPlan& l) {
+    return std::any_of(l.cost.comm.begin(), l.cost.comm.end(), [](const nn::CommUse& u) { return u.axis == nn::CommAxis::Ep; });
+  });
+  ASSERT_NE(moe, zero0.chain.end());
+  const dist::MeshShape mesh = dist::mesh_shape(with(0, 2).parallel);
+  const PassTimes slow = pass_times(ideal_cluster(1e7), moe->cost, DType::Float32, mesh, 2);
+  const PassTimes fast = pass_times(ideal_cluster(1e13), moe->cost, DType::Float32, mesh, 2);
+  EXPECT_GT(slow.forward_s, fast.forward_s + 1e-4);
+  EXPECT_GT(slow.backward_input_s, fast.backward_input_s + 1e-4);
 }
 
 // The simulator prices ZeRO-2/3's traffic: per micro-batch reduce-scatters (and ZeRO-3's gathers)

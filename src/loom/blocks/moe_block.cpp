@@ -68,7 +68,6 @@ at::Tensor run_experts(const at::Tensor& rows, const std::vector<int64_t>& count
 MoeBlock::MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Communicator& tp, parallel::TpOptions options,
                    dist::Communicator* ep, parallel::SpOptions sp)
     : PreNormBlock(prefix, shape.norm, shape.d_model, tp, options), shape_(shape), ep_(ep), sp_(sp) {
-  LOOM_CHECK(tp.size() == 1, "[moe] {} runs its experts on one tp rank, not {}", prefix, tp.size());
   const int64_t experts = shape.router.experts, d = shape.d_model, hidden = shape.hidden;
   router = nn::Param{.name = prefix + ".router.weight", .full_shape = {experts, d}, .init = nn::Init::Normal,
                      .init_std = 0.02, .weight_decay = true};
@@ -76,9 +75,17 @@ MoeBlock::MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Commu
                       .init = nn::Init::Normal, .init_std = 0.02, .weight_decay = true};
   down = nn::Param{.name = prefix + ".experts.down.weight", .full_shape = {experts, d, hidden}, .init = nn::Init::Normal,
                    .init_std = shape.residual_std, .weight_decay = true};
-  if (expert_parallel()) {  // NOTE [Expert parallelism]: experts [r E/ep, (r + 1) E/ep) here
-    LOOM_CHECK(experts % ep->size() == 0, "[moe] {} experts over an expert group of {}", experts, ep->size());
-    for (nn::Param* p : {&gate_up, &down}) p->placements = {AxisPlacement::sharded("ep", 0, ep->rank(), ep->size())};
+  // NOTE [Expert parallelism]: experts [r E/ep, (r + 1) E/ep) here. Under tp the experts are
+  // whole on every tp rank and each runs its share of the tokens (NOTE [Experts over tensor
+  // parallelism]): their gradients are summands over tp, and they keep the experts' own path
+  // (NOTE [Experts beside ZeRO]) even in a group of one.
+  if (expert_parallel() || tp.size() > 1) {
+    const int rank = ep != nullptr ? ep->rank() : 0, size = ep != nullptr ? ep->size() : 1;
+    LOOM_CHECK(experts % size == 0, "[moe] {} experts over an expert group of {}", experts, size);
+    for (nn::Param* p : {&gate_up, &down}) {
+      p->placements = {AxisPlacement::sharded("ep", 0, rank, size)};
+      if (tp.size() > 1) p->placements.push_back(AxisPlacement::summed("tp"));
+    }
   }
   if (shape.balance == MoeBalance::Bias) {
     bias_ = at::zeros({experts}, at::TensorOptions().dtype(at::kDouble));
@@ -129,6 +136,10 @@ at::Tensor MoeBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreN
   auto& s = static_cast<MoeState&>(state);
   const at::Tensor hf = h.reshape({-1, shape_.d_model});
   s.routing = route(h, shape_.router, /*spread=*/true);
+  if (tp_.size() > 1) {  // NOTE [Experts over tensor parallelism]: this rank's share of the tokens
+    const auto [first, last] = token_share(s.routing.tokens());
+    s.routing = nn::restrict_tokens(s.routing, first, last);
+  }
   s.out = apply_experts(nn::permute(hf, s.routing), s.routing, &s);
   at::Tensor y = nn::combine(s.out, s.routing).view(h.sizes());
   if (shared_up) {
@@ -175,14 +186,27 @@ at::Tensor MoeBlock::backward_piece(const at::Tensor& dy, const Piece&, PreNormS
   at::Tensor dscores;
   if (shape_.aux_coef > 0)  // NOTE [Expert balance]: this micro-batch's share of the mean
     dscores = aux.dscores.mul_(shape_.aux_coef * s.loss_scale * static_cast<double>(r.batch_tokens));
+  const auto [first, last] = token_share(r.tokens());
+  if (dscores.defined() && tp_.size() > 1) {  // this rank's tokens only: dh is a summand over tp
+    dscores.narrow(0, 0, first).zero_();
+    dscores.narrow(0, last, r.tokens() - last).zero_();
+  }
   s.dz = nn::router_backward(g.weight, dscores, r, shape_.router);
   dh.add_(at::matmul(s.dz, router.value).to(dh.scalar_type()));
+  // The router is whole on every tp rank: its gradient takes every token's dz (NOTE [Experts over
+  // tensor parallelism]).
+  if (tp_.size() > 1) tp_.all_reduce(s.dz, dist::ReduceOp::Sum);
   dh = dh.view(dy.sizes());
   if (shared_up) {
     s.sdu = nn::swiglu_backward(shared_down->backward_input(dy), s.su);
     dh.add_(shared_up->backward_input_partial(s.sdu));
   }
   return dh;
+}
+
+std::pair<int64_t, int64_t> MoeBlock::token_share(int64_t tokens) const {
+  const int64_t n = tp_.size(), r = tp_.rank();
+  return {r * tokens / n, (r + 1) * tokens / n};
 }
 
 void MoeBlock::add_trained(const nn::Routing& r, double aux_loss) {
@@ -241,11 +265,20 @@ std::vector<nn::Param*> MoeBlock::params() {
   return all;
 }
 
+// NOTE [Expert parallelism]: the memory at the worst count. A rank sends its kept assignments (all
+// of its share's k per token, dropless; at most C per expert with a capacity) and its experts may
+// receive every rank's of the group: ep times that, and at most E C (ep ranks x E / ep experts x
+// C a source, C = T when dropless: a token reaches an expert once). Time and bytes on the wire
+// take the balanced count. Under tp a rank's share is T / tp tokens (NOTE [Experts over tensor
+// parallelism]).
 nn::Cost MoeBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
   const int64_t tokens = batch * seq, d = shape_.d_model, hidden = shape_.hidden, experts = shape_.router.experts;
-  const int64_t k = shape_.router.top_k, width = shape_.shared * hidden;
+  const int64_t group = expert_parallel() ? ep_->size() : 1, shares = tp_.size();
+  const int64_t k = shape_.router.top_k, width = shape_.shared * hidden / shares;  // the shared MLP's, split over tp
   // Dropless, every token reaches k experts; a capacity only lowers that.
-  const int64_t assignments = tokens * k;
+  const int64_t assignments = (tokens + shares - 1) / shares * k;  // this rank's share's
+  const int64_t capacity_rows = experts * nn::expert_capacity(tokens, shape_.router);
+  const int64_t kept = std::min(assignments, capacity_rows), received = std::min(group * kept, capacity_rows);
   const double expert_flops = 2.0 * static_cast<double>(assignments * 3 * hidden * d);
   const double shared_flops = 2.0 * static_cast<double>(tokens * 3 * width * d);
   const double router_flops = 2.0 * static_cast<double>(tokens * experts * d);
@@ -253,16 +286,31 @@ nn::Cost MoeBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
   c.forward_flops = expert_flops + shared_flops + router_flops;
   c.backward_input_flops = c.forward_flops;
   c.backward_weight_flops = c.forward_flops;
-  // The skeleton's state, the routing (scores in float32, choices and order in int64) and per
-  // assignment u, a and the expert's output; the shared MLP's u and a.
-  const int64_t routing_bytes = tokens * experts * 4 + assignments * (8 + 4 + 1 + 8);
-  c.saved_bytes = static_cast<double>((skeleton_saved_elements(batch, seq) + assignments * (3 * hidden + d) +
-                                       tokens * 3 * width) * dtype_bytes + routing_bytes);
-  c.workspace_bytes = static_cast<double>(assignments * (2 * d + 2 * hidden) * dtype_bytes);
-  const int64_t held = expert_parallel() ? experts / ep_->size() : experts;  // NOTE [Expert parallelism]
+  // The skeleton's state, the routing (scores in float32, choices and order in int64), per row an
+  // expert ran u and a (and the row itself, taken from the group), per kept assignment its
+  // expert's output; the shared MLP's u and a.
+  const int64_t routing_bytes = tokens * experts * 4 + tokens * k * (8 + 4 + 1 + 8);
+  const int64_t expert_rows = received * (3 * hidden + (group > 1 ? d : 0)) + kept * d;
+  c.saved_bytes = static_cast<double>((skeleton_saved_elements(batch, seq) + expert_rows + tokens * 3 * width) * dtype_bytes +
+                                      routing_bytes);
+  // The combine's slots of every assignment, the rows the experts run and their u and a.
+  c.workspace_bytes = static_cast<double>((tokens * k * d + received * (d + 2 * hidden)) * dtype_bytes);
+  const int64_t held = experts / group;  // NOTE [Expert parallelism]
   c.param_bytes = static_cast<double>((held * 3 * hidden * d + experts * d + 3 * width * d + norm.param_elements()) *
                                       dtype_bytes);
   c.gemm_dim = static_cast<double>(std::min({std::max<int64_t>(assignments / experts, 1), d, hidden}));
+  if (expert_parallel()) {  // counts, then rows out and back, each pass
+    using nn::CommOp, nn::CommPass, nn::CommAxis;
+    const double rows = static_cast<double>(kept * d * dtype_bytes);
+    c.comm.push_back({.op = CommOp::AllToAll, .axis = CommAxis::Ep, .pass = CommPass::Forward,
+                      .bytes = static_cast<double>(experts * 8)});
+    c.comm.push_back({.op = CommOp::AllToAll, .axis = CommAxis::Ep, .pass = CommPass::Forward, .bytes = rows, .count = 2});
+    c.comm.push_back(
+        {.op = CommOp::AllToAll, .axis = CommAxis::Ep, .pass = CommPass::BackwardInput, .bytes = rows, .count = 2});
+  }
+  if (shares > 1)  // the router's logits' gradient, in the scores' type
+    c.comm.push_back({.op = nn::CommOp::AllReduce, .axis = nn::CommAxis::Tp, .pass = nn::CommPass::BackwardInput,
+                      .bytes = static_cast<double>(tokens * experts * std::max<int64_t>(dtype_bytes, 4))});
   // Dispatch and combine move each assignment's row twice; the activations read u and write a.
   c.elementwise_bytes = static_cast<double>((assignments * (2 * d + 3 * hidden) + tokens * 3 * width) * dtype_bytes);
   add_skeleton_costs(c, batch, seq, dtype_bytes);

@@ -21,9 +21,18 @@
 // With an expert group `ep` of more than one rank (NOTE [Expert parallelism]) this rank holds
 // E / ep of the experts; the routed rows travel to them and back (parallel/expert_exchange.h).
 // Under sequence parallelism (`sp`) the micro-batch's routing is agreed over the sp group (NOTE
-// [Experts over sequence parallelism]). Serial within tp (a communicator of one rank): the layout
-// checks refuse parallel.tp > 1 with experts.
+// [Experts over sequence parallelism]).
+// NOTE [Experts over tensor parallelism]: inside the tp region every tp rank holds every token of
+// the region (under tp_sequence too: the skeleton gathers h) and the experts whole (E / ep of
+// them); each routes all tokens alike and runs the experts on its share, tokens [r T / tp,
+// (r + 1) T / tp), so its output, its dh and its experts' gradients are summands over tp, which
+// the region and the tp sum of partial gradients add up. The router stays whole and replicated:
+// its logits' gradient dz of each share is summed over tp (one [T, E] all-reduce) before its
+// weight gradient, while each rank's dh takes its own share's. Shared experts are tensor-parallel
+// linears as the dense MLP's. A capacity and the balance loss see the whole micro-batch, so
+// nothing depends on tp.
 #include <optional>
+#include <utility>
 
 #include "loom/blocks/pre_norm_block.h"
 #include "loom/nn/moe_routing.h"
@@ -99,6 +108,8 @@ class MoeBlock final : public PreNormBlock {
   // local experts took, when `s` is given.
   at::Tensor apply_experts(const at::Tensor& rows, const nn::Routing& r, MoeState* s);
   bool expert_parallel() const { return ep_ != nullptr && ep_->size() > 1; }
+  // The tokens [first, last) of `tokens` this tp rank runs the experts on.
+  std::pair<int64_t, int64_t> token_share(int64_t tokens) const;
   // The routing of h [B, S, d_model] (this rank's chunks of B sequences), agreed over the sp group
   // when `spread`.
   nn::Routing route(const at::Tensor& h, const nn::RouterOptions& options, bool spread) const;

@@ -64,14 +64,15 @@ void check_moe(const Config& config, int64_t dense_hidden) {
                    "model.moe_experts = {} must be a multiple of parallel.ep = {}: each rank of an expert group holds "
                    "moe_experts / ep of them",
                    m.moe_experts, p.ep);
-  LOOM_CHECK_INPUT(p.ep == 1 || p.zero == 0,
-                   "parallel.ep = {} does not run with parallel.zero = {} yet: the experts' gradients are summed over "
-                   "their own replicas, outside ZeRO's buffers; hint: parallel.zero = 0 with expert parallelism",
-                   p.ep, p.zero);
-  LOOM_CHECK_INPUT(p.tp == 1,
-                   "model.moe_experts = {} runs each expert whole on one rank, which parallel.tp = {} would split; "
-                   "hint: parallel.tp = 1 (dp, pp, sp, ep and ZeRO compose with experts)",
-                   m.moe_experts, p.tp);
+  // NOTE [Experts over tensor parallelism]: a micro-batch is routed whole, so not in tp_overlap's pieces.
+  LOOM_CHECK_INPUT(p.tp == 1 || p.tp_overlap == 1,
+                   "model.moe_experts = {} routes each micro-batch whole, which parallel.tp_overlap = {} cuts into "
+                   "pieces; hint: parallel.tp_overlap = 1 with experts",
+                   m.moe_experts, p.tp_overlap);
+  LOOM_CHECK_INPUT(m.moe_shared_experts * hidden % p.tp == 0,
+                   "the shared experts' width model.moe_shared_experts x {} = {} must be a multiple of parallel.tp = {} "
+                   "(it is split over tp as the MLP's is)",
+                   hidden, m.moe_shared_experts * hidden, p.tp);
 }
 
 }  // namespace loom::models

@@ -39,12 +39,12 @@ struct MicroBatch {
 };
 
 // Analytic cost of one layer for one micro-batch: model FLOPs (multiply-add = 2) and bytes.
-// A collective a layer runs inside one pass over one micro-batch, on its tensor- or
-// sequence-parallel group: `count` calls of `bytes` each (all_reduce's tensor, all_gather's
+// A collective a layer runs inside one pass over one micro-batch, on its tensor-, sequence- or
+// expert-parallel group: `count` calls of `bytes` each (all_reduce's tensor, all_gather's
 // output, reduce_scatter's input, all_to_all's input, one ring step's message). A device cost
 // model (plan/cluster.h) prices them by the group's links.
 using CommOp = loom::CommOp;  // core/options.h, with its names
-enum class CommAxis : uint8_t { Tp, Sp };
+enum class CommAxis : uint8_t { Tp, Sp, Ep };
 enum class CommPass : uint8_t { Forward, BackwardInput };
 struct CommUse {
   CommOp op = CommOp::AllReduce;

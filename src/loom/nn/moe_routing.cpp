@@ -87,6 +87,21 @@ Routing route(const at::Tensor& logits, const at::Tensor& bias, const RouterOpti
   return r;
 }
 
+Routing restrict_tokens(const Routing& r, int64_t first, int64_t last) {
+  const int64_t tokens = r.tokens(), experts = r.scores.size(1);
+  LOOM_CHECK(0 <= first && first <= last && last <= tokens, "[moe] tokens [{}, {}) of {}", first, last, tokens);
+  Routing out = r;
+  const at::Tensor inside = at::zeros({tokens, 1}, r.kept.options());
+  inside.narrow(0, first, last - first).fill_(true);
+  out.kept = r.kept.logical_and(inside);
+  const at::Tensor token = token_of(r);
+  out.order = r.order.index_select(0, at::nonzero(token.ge(first).logical_and_(token.lt(last))).reshape({-1}));
+  out.counts = to_vector(at::bincount(r.expert.reshape({-1}).index_select(0, out.order), {}, experts));
+  out.chosen = to_vector(at::bincount(r.expert.narrow(0, first, last - first).reshape({-1}), {}, experts));
+  out.dropped = (last - first) * r.top_k() - out.order.numel();
+  return out;
+}
+
 at::Tensor permute(const at::Tensor& x, const Routing& r) { return x.index_select(0, token_of(r)); }
 
 at::Tensor unpermute(const at::Tensor& rows, const Routing& r) {

@@ -81,6 +81,11 @@ struct Routing {
 Routing route(const at::Tensor& logits, const at::Tensor& bias, const RouterOptions& options,
               const TokenSpread& spread = {});
 
+// NOTE [Experts over tensor parallelism]: the routing of tokens [first, last) only, for the tp
+// rank that runs them (every tp rank routes all T tokens alike and runs its share): kept, order,
+// the counts, choices and drops of those tokens; the scores, choices and micro-batch sums of all.
+Routing restrict_tokens(const Routing& r, int64_t first, int64_t last);
+
 // Rows of x [T, d] for each kept assignment, expert-major: [n, d].
 at::Tensor permute(const at::Tensor& x, const Routing& r);
 // The transpose of permute: each row of `rows` [n, d] added into its token's row of a [T, d]

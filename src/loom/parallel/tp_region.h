@@ -94,8 +94,9 @@ inline std::pair<int64_t, int64_t> chunk_rows(int64_t batch, int64_t chunks, int
 // the part copied in.
 void store_chunk(at::Tensor& whole, const at::Tensor& part, int64_t dim, int64_t first, int64_t chunks);
 
-// Sums over tp the gradients of a layer's sequence-sharded parameters (their gradient Partial over tp: NOTE [Parameter placements]), once
-// per step, when the layer's gradients are otherwise final: before data parallelism reduces them.
+// Sums over tp the gradients of a layer's parameters whose gradient is Partial over tp (NOTE
+// [Parameter placements]: tp_sequence's norms, the experts under tp), once per step, when the
+// layer's gradients are otherwise final: before data parallelism reduces them.
 class SequenceGradReducer {
  public:
   SequenceGradReducer(const std::vector<std::vector<nn::Param*>>& layer_params, dist::Communicator& tp);

@@ -37,7 +37,7 @@ double CostModel::time(const Config& config, std::vector<LayerPlan>& chain) cons
   if (cluster_ != nullptr) {
     const dist::MeshShape mesh = dist::mesh_shape(config.parallel);
     for (LayerPlan& l : chain) {
-      const PassTimes t = pass_times(*cluster_, l.cost, config.model.dtype, mesh);
+      const PassTimes t = pass_times(*cluster_, l.cost, config.model.dtype, mesh, static_cast<int>(config.parallel.ep));
       l.forward_s = t.forward_s, l.backward_input_s = t.backward_input_s, l.backward_weight_s = t.backward_weight_s;
     }
     return cluster_->host_bytes_per_s;

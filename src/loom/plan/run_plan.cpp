@@ -53,7 +53,8 @@ std::vector<LayerPlan> describe_chain(const models::ModelKind& kind, const Confi
     for (const nn::Param* p : layer->params()) {
       plan.params.push_back({.numel = p->numel(),
                              .row_width = p->full_shape.size() > 1 ? p->full_shape[1] : 1,
-                             .table = p->embedding && on_sparse_path(c.parallel)});
+                             .table = p->embedding && on_sparse_path(c.parallel),
+                             .expert = p->value_on("ep").is_shard()});
       plan.cost.param_bytes += static_cast<double>(p->numel() * master_bytes(c.model));
     }
     chain.push_back(std::move(plan));
@@ -130,11 +131,11 @@ double working_bytes(const RunPlan& plan, size_t i) {
 // What `layers` hold whatever their memory policy: weights, table rows, the async checkpoint's copy.
 MemoryEstimate fixed_memory(const RunPlan& plan, const std::vector<int64_t>& layers) {
   const Config& c = plan.config;
-  double dense = 0, sparse = 0, working = 0;  // dense: parameter elements
+  double dense = 0, sparse = 0, experts = 0, working = 0;  // dense, experts: parameter elements
   for (int64_t i : layers) {
     for (const ParamInfo& p : plan.chain[i].params)
       if (p.table) sparse += sparse_bytes(plan, p);
-      else dense += static_cast<double>(p.numel);
+      else (p.expert ? experts : dense) += static_cast<double>(p.numel);
     working = std::max(working, working_bytes(plan, static_cast<size_t>(i)));
   }
   // Value and gradient (and a product copy under mixed precision) and the two AdamW moments:
@@ -151,16 +152,21 @@ MemoryEstimate fixed_memory(const RunPlan& plan, const std::vector<int64_t>& lay
                        : zero == 1 ? dense * master * (1 + 2 / static_cast<double>(c.parallel.dp))
                                    : dense * master;
   const double moments = 2 * dense * master / (zero == 1 ? static_cast<double>(c.parallel.dp) : zero >= 2 ? n : 1.0);
+  // The experts sharded over ep keep value, copy, gradient and moments whole whatever the stage
+  // (NOTE [Experts beside ZeRO]).
+  const double expert_params = experts * (master + copy), expert_grads = experts * master;
+  const double expert_moments = 2 * experts * master;
   // An async checkpoint copies what this rank writes: the replicas share the stage's values and
   // moments (NOTE [Checkpoints]); a sparse owner writes its own rows.
   const bool async = !c.checkpoint.dir.empty() && c.checkpoint.async;
   const double replicas = static_cast<double>(c.parallel.dp * c.parallel.sp);
-  return {.weights = params + grads + moments,
+  const double expert_replicas = replicas / static_cast<double>(c.parallel.ep);
+  return {.weights = params + grads + moments + expert_params + expert_grads + expert_moments,
           .sparse = sparse,
-          .params = params,
-          .grads = grads,
-          .moments = moments,
-          .checkpoint = async ? 3 * dense * master / replicas + sparse : 0,
+          .params = params + expert_params,
+          .grads = grads + expert_grads,
+          .moments = moments + expert_moments,
+          .checkpoint = async ? 3 * (dense / replicas + experts / expert_replicas) * master + sparse : 0,
           .gathered = working};
 }
 
@@ -215,6 +221,23 @@ std::map<std::string, double> comm_volume(const RunPlan& plan, int64_t pp_rank, 
     comm[p.sp > 1 ? "dp_sp" : "dp"] =
         static_cast<double>(padded * grad_bytes + (p.zero == 1 ? padded / replicas * master_bytes(c.model) : 0));
   }
+  // NOTE [Expert parallelism]: each micro-batch's counts and rows out and back, in every forward
+  // (a recomputed layer's twice) and backward; once a step, the experts' squares of the gradient
+  // norm (one float64).
+  double ep = 0;
+  for (int64_t i : layers) {
+    const LayerPlan& l = plan.chain[i];
+    for (const nn::CommUse& u : l.cost.comm) {
+      if (u.axis != nn::CommAxis::Ep) continue;
+      const double forwards = l.policy == nn::MemoryPolicy::Recompute ? 2 : 1;
+      ep += static_cast<double>(u.count) * u.bytes * (u.pass == nn::CommPass::Forward ? forwards : 1);
+    }
+  }
+  if (ep > 0) comm["ep"] = ep * static_cast<double>(plan.schedule.microbatches) + 8;
+  // NOTE [Experts beside ZeRO]: the experts' gradients, all-reduced over their replicas.
+  double experts = 0;
+  for (int64_t i : layers) experts += expert_numel(plan.chain[i]);
+  if (experts > 0 && replicas / p.ep > 1) comm["edp"] = experts * static_cast<double>(grad_bytes);
   if (p.pp > 1) {  // per micro-batch, each slice sends its output forward and its input gradient back
     const int64_t shards = p.tp_sequence ? p.tp : 1;
     const int64_t boundary = c.train.micro_batch * plan.local_tokens / shards * c.model.d_model * bytes;
@@ -299,14 +322,17 @@ void refuse_unfit(const RunPlan& plan) {
 
 }  // namespace
 
-PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, const dist::MeshShape& mesh) {
+PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, const dist::MeshShape& mesh, int ep) {
   const int64_t dpn = cluster.devices_per_node;
+  // An expert group is ep consecutive dp ranks, each pp x sp x tp ranks apart (NOTE [Mesh axes]).
+  const bool ep_spans = static_cast<int64_t>(ep) * mesh.size("pp") * mesh.size("sp") * mesh.size("tp") > dpn;
   double comm[2] = {0, 0}, hidden[2] = {0, 0};  // per pass: serial, and beside the compute
   for (const nn::CommUse& u : cost.comm) {
-    const bool tp = u.axis == nn::CommAxis::Tp;
-    const double t = static_cast<double>(u.count) *
-                     cluster.collective_seconds(u.op, tp ? mesh.tp() : mesh.sp(), u.bytes,
-                                                tp ? group_spans_nodes(mesh, {"tp"}, dpn) : group_spans_nodes(mesh, {"sp"}, dpn));
+    const int ranks = u.axis == nn::CommAxis::Tp ? mesh.tp() : u.axis == nn::CommAxis::Sp ? mesh.sp() : ep;
+    const bool spans = u.axis == nn::CommAxis::Tp   ? group_spans_nodes(mesh, {"tp"}, dpn)
+                       : u.axis == nn::CommAxis::Sp ? group_spans_nodes(mesh, {"sp"}, dpn)
+                                                    : ep_spans;
+    const double t = static_cast<double>(u.count) * cluster.collective_seconds(u.op, ranks, u.bytes, spans);
     (u.overlapped ? hidden : comm)[u.pass == nn::CommPass::Forward ? 0 : 1] += t;
   }
   // The backward's attention and elementwise kernels do about twice the forward's work.
@@ -391,7 +417,14 @@ RunPlan make_plan(const Config& config, int world_size, const CostModel& costs, 
 double dense_numel(const LayerPlan& layer) {
   double n = 0;
   for (const ParamInfo& p : layer.params)
-    if (!p.table) n += static_cast<double>(p.numel);
+    if (!p.table && !p.expert) n += static_cast<double>(p.numel);
+  return n;
+}
+
+double expert_numel(const LayerPlan& layer) {
+  double n = 0;
+  for (const ParamInfo& p : layer.params)
+    if (p.expert) n += static_cast<double>(p.numel);
   return n;
 }
 

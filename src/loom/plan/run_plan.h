@@ -34,6 +34,7 @@ struct ParamInfo {
   int64_t numel = 0;      // this rank's part
   int64_t row_width = 0;  // for a table: its row width
   bool table = false;     // on the sparse path (an embedding under parallel.sparse = "on", or "auto" over replicas)
+  bool expert = false;    // sharded over ep: outside ZeRO's buffers (NOTE [Experts beside ZeRO])
 };
 
 struct LayerPlan {
@@ -45,8 +46,10 @@ struct LayerPlan {
   nn::MemoryPolicy policy = nn::MemoryPolicy::Keep;
 };
 
-// A layer's dense parameter elements on one rank (its tables on the sparse path left out).
+// A layer's dense parameter elements on one rank (its tables on the sparse path and its experts
+// sharded over ep left out), and those experts' elements.
 double dense_numel(const LayerPlan& layer);
+double expert_numel(const LayerPlan& layer);
 
 // Bytes per rank. `weights`: parameters, their gradients and AdamW moments (dense); `activations`:
 // the saved activations of the micro-batches a stage holds at once; `sparse`: a table's owned
@@ -147,7 +150,7 @@ std::vector<LayerPlan> timed_chain(const Config& config, const CostModel& costs,
 struct PassTimes {
   double forward_s = 0, backward_input_s = 0, backward_weight_s = 0;
 };
-PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, const dist::MeshShape& mesh);
+PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, const dist::MeshShape& mesh, int ep = 1);
 
 // The memory a rank's tensors live in, shared evenly by `sharers` ranks: this machine's, shared by
 // the job's ranks on it, or a GPU's, shared by the ranks placed on it (NOTE [Devices]).

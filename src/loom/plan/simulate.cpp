@@ -58,6 +58,25 @@ struct RankTail {
   double optimizer = 0;
 };
 
+// NOTE [Experts beside ZeRO]: the rank's experts sharded over ep, whatever the ZeRO stage: their
+// gradients all-reduced over their replicas (dp x sp / ep ranks; after the dense ones, on the same
+// channel), and their AdamW over the whole ep shard.
+struct ExpertTail {
+  double reduce = 0, update = 0;
+};
+ExpertTail expert_tail(const RunPlan& plan, const Cluster& cluster, int64_t rank) {
+  const Config& c = plan.config;
+  double experts = 0;
+  for (const auto& [layer, at] : gradient_ready(plan, rank)) experts += expert_numel(plan.chain[layer]);
+  const int64_t replicas = c.parallel.dp * c.parallel.sp / c.parallel.ep;
+  ExpertTail t;
+  t.update = experts * optimizer_bytes_per_param(c.model.dtype) / (cluster.memory_bytes_per_s * cluster.memory_efficiency);
+  if (experts > 0 && replicas > 1)
+    t.reduce = cluster.collective_seconds(CommOp::AllReduce, replicas, experts * grad_wire_bytes(c),
+                                          group_spans_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node));
+  return t;
+}
+
 // ZeRO-2/3 (NOTE [Fully sharded data parallelism]): each micro-batch's gradient of each layer is
 // reduce-scattered over the shard group as its backward ends, and under ZeRO-3 each layer is
 // gathered before its forward and again before its backward. That traffic runs on one channel
@@ -85,11 +104,13 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
   const double last = ready.empty() ? 0 : cluster.collective_seconds(CommOp::ReduceScatter, group,
                                                                       dense_numel(plan.chain[ready.back().first]) *
                                                                           grad_wire_bytes(c), spans);
-  RankTail tail{.reduced = std::max(first + channel, end + last)};
+  const ExpertTail experts = expert_tail(plan, cluster, rank);
+  RankTail tail{.reduced = std::max(first + channel, end + last) + experts.reduce};
   timeline.push_back({rank, "gradients", fmt::format("reduce_scatter x{:g}{}", m, p.zero == 3 ? ", all_gather" : ""),
                       first, tail.reduced});
   const double owned = params / static_cast<double>(group);
-  tail.optimizer = owned * optimizer_bytes_per_param(c.model.dtype) / (cluster.memory_bytes_per_s * cluster.memory_efficiency);
+  tail.optimizer = owned * optimizer_bytes_per_param(c.model.dtype) / (cluster.memory_bytes_per_s * cluster.memory_efficiency) +
+                   experts.update;
   if (across > 1)
     tail.optimizer += cluster.collective_seconds(CommOp::AllReduce, across, owned * master_bytes(c),
                                                  group_spans_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node));
@@ -124,13 +145,20 @@ RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, 
     if (pending >= bucket_bytes) send();
   }
   send();
+  const ExpertTail experts = expert_tail(plan, cluster, rank);
+  if (experts.reduce > 0) {
+    const double start = channel;
+    channel += experts.reduce;
+    timeline.push_back({rank, "gradients", "all_reduce experts", start, channel});
+  }
   const double pipeline_end = plan.prediction.simulation.ranks[rank].empty()
                                   ? 0
                                   : plan.prediction.simulation.ranks[rank].back().end;
   RankTail tail{.reduced = channel};
   const double updated = c.parallel.zero == 1 ? params / static_cast<double>(c.parallel.dp) : params;
   tail.optimizer = updated * optimizer_bytes_per_param(c.model.dtype) /
-                   (cluster.memory_bytes_per_s * cluster.memory_efficiency);
+                       (cluster.memory_bytes_per_s * cluster.memory_efficiency) +
+                   experts.update;
   if (c.parallel.zero == 1 && replicas > 1)
     tail.optimizer += cluster.collective_seconds(CommOp::AllGather, replicas, params * master_bytes(c), spans);
   const double start = std::max(pipeline_end, channel);

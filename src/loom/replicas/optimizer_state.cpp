@@ -51,10 +51,21 @@ void add_table(std::vector<ckpt::TensorPiece>& out, const parallel::SparseTable&
   }
 }
 
+// The values and moments of the parameters `adamw` steps, each whole part (its tp or ep shard).
+void add_whole(std::vector<ckpt::TensorPiece>& out, const optim::AdamW& adamw) {
+  for (size_t i = 0; i < adamw.params().size(); ++i) {
+    const nn::Param& p = *adamw.params()[i];
+    add(out, p.name, p, box_of(p), p.value);
+    add(out, moment_name(p, 0), p, box_of(p), adamw.exp_avg(i));
+    add(out, moment_name(p, 1), p, box_of(p), adamw.exp_avg_sq(i));
+  }
+}
+
 }  // namespace
 
 std::vector<ckpt::TensorPiece> ReplicaOptimizer::state_pieces() const {
   std::vector<ckpt::TensorPiece> out;
+  if (experts_) add_whole(out, experts_->adamw());  // NOTE [Experts beside ZeRO]
   if (fsdp_) {  // values and moments: the runs inside this rank's owned ranges
     const optim::AdamW& adamw = fsdp_->adamw();
     for (size_t i = 0; i < fsdp_->parts().size(); ++i) {
@@ -66,8 +77,8 @@ std::vector<ckpt::TensorPiece> ReplicaOptimizer::state_pieces() const {
     for (const auto& table : sparse_->tables()) add_table(out, *table);
     return out;
   }
-  for (const nn::Param* p : dense_) add(out, p->name, *p, box_of(*p), p->value);
   if (sharded_) {
+    for (const nn::Param* p : dense_) add(out, p->name, *p, box_of(*p), p->value);
     optim::AdamW& adamw = sharded_->adamw();
     for (size_t i = 0; i < sharded_->parts().size(); ++i) {
       const ShardedAdamW::Part& part = sharded_->parts()[i];
@@ -75,16 +86,13 @@ std::vector<ckpt::TensorPiece> ReplicaOptimizer::state_pieces() const {
       add_runs(out, moment_name(*part.param, 1), *part.param, part.begin, adamw.exp_avg_sq(i));
     }
   } else {
-    for (size_t i = 0; i < adamw_->params().size(); ++i) {
-      const nn::Param& p = *adamw_->params()[i];
-      add(out, moment_name(p, 0), p, box_of(p), adamw_->exp_avg(i));
-      add(out, moment_name(p, 1), p, box_of(p), adamw_->exp_avg_sq(i));
-    }
+    add_whole(out, *adamw_);
   }
   for (const auto& table : sparse_->tables()) add_table(out, *table);
   return out;
 }
 
+// The experts' AdamW counts with the dense one's (every step steps both).
 int64_t ReplicaOptimizer::step_count() const {
   if (fsdp_) return fsdp_->adamw().step_count();
   return sharded_ ? sharded_->adamw().step_count() : adamw_->step_count();
@@ -94,6 +102,7 @@ void ReplicaOptimizer::set_step_count(int64_t steps) {
   if (fsdp_) fsdp_->adamw().set_step_count(steps);
   else if (sharded_) sharded_->adamw().set_step_count(steps);
   else adamw_->set_step_count(steps);
+  if (experts_) experts_->adamw().set_step_count(steps);
   for (const auto& table : sparse_->tables()) table->set_step_count(steps);
 }
 

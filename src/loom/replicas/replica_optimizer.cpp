@@ -13,7 +13,13 @@ ReplicaOptimizer::ReplicaOptimizer(models::Model& model, dist::Communicator& rep
   options_.adamw.lazy_rows = sparse_->row_filter();
   params_ = model.params();
   for (nn::Param* p : params_)
-    if (p->sparse == nullptr) dense_.push_back(p);
+    if (p->sparse == nullptr && !expert_sharded(*p)) dense_.push_back(p);
+  if (ExpertOptimizer::needed(model)) {
+    LOOM_CHECK(options.expert_replicas != nullptr && options.ep != nullptr,
+               "[replicas] experts sharded over ep need their replicas' group");
+    experts_ = std::make_unique<ExpertOptimizer>(model, *options.ep, *options.expert_replicas, options.bucket_mb,
+                                                 options.grad_wire, options_.adamw, options.initialise);
+  }
   if (options.zero >= 2) {
     dist::Communicator* shard = &replicas;
     const int group = options.shard_group > 0 ? static_cast<int>(options.shard_group) : replicas.size();
@@ -34,13 +40,6 @@ ReplicaOptimizer::ReplicaOptimizer(models::Model& model, dist::Communicator& rep
     sharded_ = std::make_unique<ShardedAdamW>(*flat_, replicas, tp, pp, options_.adamw, options.grad_wire);
   } else {
     reducer_ = std::make_unique<GradientReducer>(*flat_, replicas, options.bucket_mb, options.grad_wire);
-    expert_flat_ = std::make_unique<FlatParams>(model, 1, FlatParams::Which::Experts);
-    if (!expert_flat_->slots.empty()) {
-      LOOM_CHECK(options.expert_replicas != nullptr && options.ep != nullptr,
-                 "[replicas] experts sharded over ep need their replicas' group");
-      expert_reducer_ =
-          std::make_unique<GradientReducer>(*expert_flat_, *options.expert_replicas, options.bucket_mb, options.grad_wire);
-    }
     adamw_ = std::make_unique<optim::AdamW>(dense_, options_.adamw);
   }
 }
@@ -65,26 +64,29 @@ void ReplicaOptimizer::pull(const std::vector<nn::MicroBatch>& microbatches, con
 void ReplicaOptimizer::zero_grad() {
   if (fsdp_) fsdp_->zero_grad();
   else flat_->grads.zero_();
-  if (expert_reducer_) expert_flat_->grads.zero_();
+  if (experts_) experts_->zero_grad();
 }
 
 double ReplicaOptimizer::clip_replicated(double clip) {
-  double replicated = 0, sharded = 0, experts = 0;
+  double replicated = 0, sharded = 0;
   for (const nn::Param* p : params_) {
+    if (p->sparse == nullptr && expert_sharded(*p)) continue;  // the experts' squares, over ep, below
     const double square = p->sparse != nullptr ? sparse_->norm_square(*p) : optim::grad_norm_square(*p);
-    (expert_sharded(*p) ? experts : p->value_on("tp").is_shard() ? sharded : replicated) += square;
+    (p->value_on("tp").is_shard() ? sharded : replicated) += square;
   }
-  if (expert_reducer_) {  // each rank of the expert group holds other experts: their squares add up
-    at::Tensor t = at::full({1}, experts, at::TensorOptions().dtype(at::kDouble));
-    options_.ep->all_reduce(t, dist::ReduceOp::Sum);
-    experts = t.item<double>();
-  }
-  replicated += experts;
-  const double norm = optim::combine_norm_squares(replicated, sharded, tp_, &pp_);
+  const double norm = optim::combine_norm_squares(replicated + expert_square(), sharded, tp_, &pp_);
   const double factor = optim::clip_factor(norm, clip);
   if (factor != 1.0)
     for (nn::Param* p : dense_) p->grad.mul_(factor);
   return norm;
+}
+
+// NOTE [Experts beside ZeRO]: the experts' gradients summed over their replicas, and their
+// squares over the expert group (replicated over tp: experts run with tp = 1).
+double ReplicaOptimizer::expert_square() {
+  if (!experts_) return 0;
+  experts_->finish();
+  return experts_->norm_square();
 }
 
 double ReplicaOptimizer::step(double lr, const std::function<void(double)>& before_update,
@@ -96,14 +98,16 @@ double ReplicaOptimizer::step(double lr, const std::function<void(double)>& befo
     return sparse_->push();
   });
   double norm = 0;
-  if (fsdp_) {
-    norm = timed(timeline, "zero_step", "optimizer", [&] { return fsdp_->step(lr, clip, sparse, before_update); });
-  } else if (sharded_) {
-    norm = timed(timeline, "zero_step", "optimizer", [&] { return sharded_->step(lr, clip, sparse, before_update); });
+  if (fsdp_ || sharded_) {
+    const double experts =
+        experts_ ? timed(timeline, "expert_all_reduce_wait", "communication", [&] { return expert_square(); }) : 0.0;
+    const std::pair<double, double> extra{sparse.first + experts, sparse.second};
+    norm = timed(timeline, "zero_step", "optimizer", [&] {
+      return fsdp_ ? fsdp_->step(lr, clip, extra, before_update) : sharded_->step(lr, clip, extra, before_update);
+    });
   } else {
     timed(timeline, "all_reduce_wait", "communication", [&] {
       reducer_->finish();
-      if (expert_reducer_) expert_reducer_->finish();
       return 0;
     });
     norm = timed(timeline, "clip", "optimizer", [&] { return clip_replicated(clip); });
@@ -113,6 +117,10 @@ double ReplicaOptimizer::step(double lr, const std::function<void(double)>& befo
       return 0;
     });
   }
+  if (experts_) timed(timeline, "expert_adamw", "optimizer", [&] {
+    experts_->step(lr, optim::clip_factor(norm, clip));
+    return 0;
+  });
   timed(timeline, "sparse_adamw", "optimizer", [&] {  // train.table_update: every owned row, or the touched ones
     sparse_->step(lr, optim::clip_factor(norm, clip));
     return 0;

@@ -15,6 +15,7 @@
 #include "loom/ckpt/checkpointer.h"
 #include "loom/models/model.h"
 #include "loom/optim/adamw.h"
+#include "loom/replicas/expert_optimizer.h"
 #include "loom/replicas/flat_params.h"
 #include "loom/replicas/gradient_reducer.h"
 #include "loom/replicas/sharded_adamw.h"
@@ -60,7 +61,7 @@ class ReplicaOptimizer {
   // Every micro-batch has passed layer `layer` (its index in the model): its bucket may go.
   void layer_done(size_t layer) {
     if (reducer_) reducer_->layer_done(layer);
-    if (expert_reducer_) expert_reducer_->layer_done(layer);
+    if (experts_) experts_->layer_done(layer);
   }
   // ZeRO-2/3's gathers and reductions around the layers' passes (NOTE [Sharded parameters]); null
   // for the other stages.
@@ -68,7 +69,9 @@ class ReplicaOptimizer {
   // ZeRO-2/3's working set this step at its largest (ShardedParams::working_peak_bytes); 0 otherwise.
   int64_t working_peak_bytes() const { return fsdp_ ? fsdp_->working_peak_bytes() : 0; }
   // A dense parameter's whole value (its tp part): collective over the shard group under ZeRO-3.
-  at::Tensor full_value(const nn::Param& p) { return fsdp_ ? fsdp_->full_value(p) : p.value; }
+  at::Tensor full_value(const nn::Param& p) {
+    return fsdp_ && !expert_sharded(p) ? fsdp_->full_value(p) : p.value;
+  }
   // After a resume assigned the state: what is derived from the owned ranges is made again.
   void state_assigned() {
     if (fsdp_) fsdp_->refresh_units();
@@ -92,18 +95,17 @@ class ReplicaOptimizer {
   // The global norm over every parameter, each one's square added in model order (a table's at
   // its place, whichever path it took: NOTE [Table norms]), and the dense gradients clipped.
   double clip_replicated(double clip);
+  double expert_square();
 
   dist::Communicator& tp_;
   dist::Communicator& pp_;
   ReplicaOptions options_;
   std::unique_ptr<SparseTables> sparse_;
   std::vector<nn::Param*> params_;  // every parameter of this rank, in model order
-  std::vector<nn::Param*> dense_;   // those not on the sparse path
+  std::vector<nn::Param*> dense_;   // those not on the sparse path, nor experts sharded over ep
   std::unique_ptr<FlatParams> flat_;
   std::unique_ptr<GradientReducer> reducer_;  // replicated AdamW
-  // NOTE [Expert parallelism]: the experts sharded over ep, summed over their own replicas.
-  std::unique_ptr<FlatParams> expert_flat_;
-  std::unique_ptr<GradientReducer> expert_reducer_;
+  std::unique_ptr<ExpertOptimizer> experts_;  // NOTE [Experts beside ZeRO]; null without ep
   std::unique_ptr<optim::AdamW> adamw_;
   std::unique_ptr<ShardedAdamW> sharded_;     // ZeRO-1
   std::unique_ptr<dist::Communicator> shard_group_, across_groups_;  // ZeRO-2/3 hybrid: split from the replicas

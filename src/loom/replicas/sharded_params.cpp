@@ -47,6 +47,7 @@ void ShardedParams::form_units(models::Model& model) {
     std::vector<size_t> reads;
     for (nn::Param* p : layer->reads()) {
       if (p->sparse != nullptr) continue;  // its rows live on their owners (NOTE [Sparse exchange])
+      if (expert_sharded(*p)) continue;   // whole on their ranks (NOTE [Experts beside ZeRO])
       if (const auto it = unit_of.find(p); it != unit_of.end()) {
         add_unique(reads, it->second);
         continue;
