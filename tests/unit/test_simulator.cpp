@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <tuple>
 #include <utility>
@@ -323,6 +324,29 @@ TEST(Planner, BestIsTheFastestFittingAndItsSimulation) {
   EXPECT_DOUBLE_EQ(again.step_s, r.best.front().step_s);
   const auto& q = r.best.front().plan.config.parallel;
   EXPECT_EQ(q.dp * q.tp * q.pp * q.sp, 4);
+}
+
+// The planner searches the expert groups of a model with experts: every other key held at dp = 4,
+// it lists ep = 1, 2 and 4, each the simulation of its layout, and a larger group holds less.
+TEST(Planner, SearchesExpertGroups) {
+  Config c = gpt(4, 1);
+  c.model.moe_experts = 4, c.model.moe_top_k = 2, c.model.moe_every = 2;
+  c.parallel.sparse = SparseMode::Off;
+  SearchOptions options{.top = 10};
+  for (const char* key : {"dp", "tp", "pp", "sp", "sp_mode", "micro_batch", "schedule", "chunks", "zero", "shard_group",
+                          "tp_sequence", "memory"})
+    options.keep.insert(key);
+  const PlanResult r = plan_layouts(c, ideal_cluster(1e10), 4, options);
+  std::map<int64_t, double> peak;  // by ep
+  for (const StepPrediction& p : r.best) {
+    peak[p.plan.config.parallel.ep] = p.peak_bytes_by_stage.front();
+    EXPECT_DOUBLE_EQ(simulate_step(p.plan.config, ideal_cluster(1e10), 4).step_s, p.step_s);
+  }
+  ASSERT_EQ(peak.size(), 3u) << "ep = 1, 2 and 4";
+  EXPECT_GT(peak.at(1), peak.at(2));
+  EXPECT_GT(peak.at(2), peak.at(4));
+  // Without experts there is nothing to search.
+  EXPECT_EQ(plan_layouts(gpt(4, 1), ideal_cluster(1e10), 4, options).best.size(), 1u);
 }
 
 // NOTE [Ties in the ranking] on hand-made predictions: three within kTieShare of the fastest are

@@ -79,7 +79,7 @@ Action add_plan(CLI::App& app) {
   cmd->add_option("--gpus", *gpus, "devices to plan for")->required();
   cmd->add_option("--top", options->top, "layouts to list (default 5)");
   cmd->add_option("--keep", *keep, "layout keys to keep as the config has them (dp, tp, pp, sp, sp_mode, "
-                                   "micro_batch, schedule, chunks, zero, tp_sequence, memory)")
+                                   "micro_batch, schedule, chunks, zero, shard_group, tp_sequence, ep, memory)")
       ->delimiter(',');
   cmd->add_option("--out", *out_path, "write the best layout as a config `loom train -c` accepts");
   return [=](dist::Runtime&) {

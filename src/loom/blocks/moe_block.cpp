@@ -27,6 +27,7 @@ struct MoeState : PreNormState {
     for_each_skeleton_tensor(visit);
     visit("scores", routing.scores), visit("expert", routing.expert), visit("weight", routing.weight);
     visit("kept", routing.kept), visit("order", routing.order);
+    visit("batch_chosen", routing.batch_chosen), visit("batch_score_sum", routing.batch_score_sum);
     visit("u", u), visit("a", a), visit("out", out), visit("su", su), visit("sa", sa);
     visit("drows", drows), visit("du", du), visit("dz", dz), visit("sdu", sdu), visit("taken", taken);
   }
@@ -75,6 +76,7 @@ MoeBlock::MoeBlock(const std::string& prefix, const MoeShape& shape, dist::Commu
                       .init = nn::Init::Normal, .init_std = 0.02, .weight_decay = true};
   down = nn::Param{.name = prefix + ".experts.down.weight", .full_shape = {experts, d, hidden}, .init = nn::Init::Normal,
                    .init_std = shape.residual_std, .weight_decay = true};
+  gate_up.expert = down.expert = true;
   // NOTE [Expert parallelism]: experts [r E/ep, (r + 1) E/ep) here. Under tp the experts are
   // whole on every tp rank and each runs its share of the tokens (NOTE [Experts over tensor
   // parallelism]): their gradients are summands over tp, and they keep the experts' own path
@@ -265,20 +267,22 @@ std::vector<nn::Param*> MoeBlock::params() {
   return all;
 }
 
-// NOTE [Expert parallelism]: the memory at the worst count. A rank sends its kept assignments (all
-// of its share's k per token, dropless; at most C per expert with a capacity) and its experts may
-// receive every rank's of the group: ep times that, and at most E C (ep ranks x E / ep experts x
-// C a source, C = T when dropless: a token reaches an expert once). Time and bytes on the wire
-// take the balanced count. Under tp a rank's share is T / tp tokens (NOTE [Experts over tensor
-// parallelism]).
+// NOTE [Expert parallelism]: the memory at the worst count. A rank sends its kept assignments (its
+// share's k per token; an expert takes at most C of the micro-batch's and at most one per token)
+// and its experts may receive every rank's of the group: ep times that, and at most E min(C,
+// share) (ep ranks x E / ep experts x min(C, share) a source). Time and bytes on the wire take the
+// balanced count. A rank's share is T / tp of its T tokens (NOTE [Experts over tensor
+// parallelism]); C is the micro-batch's, T x sp tokens under sp (NOTE [Experts over sequence
+// parallelism]), whose routing sums travel in one all-reduce.
 nn::Cost MoeBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
   const int64_t tokens = batch * seq, d = shape_.d_model, hidden = shape_.hidden, experts = shape_.router.experts;
   const int64_t group = expert_parallel() ? ep_->size() : 1, shares = tp_.size();
   const int64_t k = shape_.router.top_k, width = shape_.shared * hidden / shares;  // the shared MLP's, split over tp
+  const int64_t spread = sp_.active() ? sp_.sp->size() : 1;  // the ranks holding a micro-batch's tokens
   // Dropless, every token reaches k experts; a capacity only lowers that.
-  const int64_t assignments = (tokens + shares - 1) / shares * k;  // this rank's share's
-  const int64_t capacity_rows = experts * nn::expert_capacity(tokens, shape_.router);
-  const int64_t kept = std::min(assignments, capacity_rows), received = std::min(group * kept, capacity_rows);
+  const int64_t share = (tokens + shares - 1) / shares, assignments = share * k;
+  const int64_t most = experts * std::min(nn::expert_capacity(tokens * spread, shape_.router), share);
+  const int64_t kept = std::min(assignments, most), received = std::min(group * kept, most);
   const double expert_flops = 2.0 * static_cast<double>(assignments * 3 * hidden * d);
   const double shared_flops = 2.0 * static_cast<double>(tokens * 3 * width * d);
   const double router_flops = 2.0 * static_cast<double>(tokens * experts * d);
@@ -307,6 +311,11 @@ nn::Cost MoeBlock::cost(int64_t batch, int64_t seq, int64_t dtype_bytes) const {
     c.comm.push_back({.op = CommOp::AllToAll, .axis = CommAxis::Ep, .pass = CommPass::Forward, .bytes = rows, .count = 2});
     c.comm.push_back(
         {.op = CommOp::AllToAll, .axis = CommAxis::Ep, .pass = CommPass::BackwardInput, .bytes = rows, .count = 2});
+  }
+  if (spread > 1) {  // the routing's micro-batch sums: (slot, cell, expert) counts, scores, tokens
+    const auto cells = static_cast<int64_t>(parallel::sequence_chunks(sp_).size()) * spread * batch;
+    c.comm.push_back({.op = nn::CommOp::AllReduce, .axis = nn::CommAxis::Sp, .pass = nn::CommPass::Forward,
+                      .bytes = static_cast<double>((k * cells * experts + experts + 1) * 8)});
   }
   if (shares > 1)  // the router's logits' gradient, in the scores' type
     c.comm.push_back({.op = nn::CommOp::AllReduce, .axis = nn::CommAxis::Tp, .pass = nn::CommPass::BackwardInput,

@@ -77,7 +77,7 @@ void validate_auto_layout(const ParallelConfig& p) {
   if (!p.auto_layout) return;
   std::vector<std::string> set;
   for (auto [key, value] : {std::pair{"parallel.dp", p.dp}, {"parallel.tp", p.tp}, {"parallel.pp", p.pp},
-                            {"parallel.sp", p.sp}})
+                            {"parallel.sp", p.sp}, {"parallel.ep", p.ep}})
     if (value != 1) set.push_back(fmt::format("{} = {}", key, value));
   if (!p.pp_cuts.empty()) set.push_back(fmt::format("parallel.pp_cuts = [{}]", fmt::join(p.pp_cuts, ", ")));
   LOOM_CHECK_INPUT(set.empty(),
@@ -199,6 +199,7 @@ void validate(const Config& config) {
   validate_vocab(config);
   validate_validation(config);
   validate_parallel(config.parallel);
+  validate_auto_layout(config.parallel);
   // NOTE [Expert parallelism]: groups of ep dp ranks, each holding a share of every block's experts.
   LOOM_CHECK_INPUT(config.parallel.ep == 1 || config.model.moe_experts > 0,
                    "parallel.ep = {} splits the experts over dp ranks, but model.moe_experts = 0; hint: parallel.ep = 1",
@@ -207,7 +208,6 @@ void validate(const Config& config) {
                    "parallel.ep = {} must divide parallel.dp = {}: the experts are split over groups of ep "
                    "consecutive dp ranks; hint: a divisor of {}",
                    config.parallel.ep, config.parallel.dp, config.parallel.dp);
-  validate_auto_layout(config.parallel);
   validate_memory(config.memory, config.parallel);
   validate_train(config.train);
   validate_checkpoint(config.checkpoint);

@@ -45,6 +45,8 @@ struct Param {
   // A table read by row lookups (an embedding): a step's gradient touches only the rows its batch
   // looks up, so under parallel.sparse = "auto" it trains on the sparse path.
   bool embedding = false;
+  // A routed expert's stacked weights (NOTE [Mixture-of-experts block]): parallel.ep divides them.
+  bool expert = false;
   // Set on that path: the table's rows live on their owners (NOTE [Sparse exchange]); `value`
   // and `grad` stay undefined, and the layer reads and accumulates rows through the table.
   SparseRows* sparse = nullptr;

@@ -144,15 +144,30 @@ SequenceGradReducer::SequenceGradReducer(const std::vector<std::vector<nn::Param
 
 void SequenceGradReducer::layer_done(size_t layer) {
   if (layer >= partial_.size() || partial_[layer].empty()) return;
+  // Each run of gradients lying side by side in one buffer (a layer's experts in their flat
+  // buffer, a norm's gain and bias) is summed in place, in one all-reduce: no packed copy.
   const auto& params = partial_[layer];
-  std::vector<at::Tensor> grads;
-  for (nn::Param* p : params) grads.push_back(p->grad.reshape({-1}));
-  at::Tensor packed = at::cat(grads);
-  tp_.all_reduce(packed, dist::ReduceOp::Sum);
-  int64_t offset = 0;
-  for (nn::Param* p : params) {
-    p->grad.view({-1}).copy_(packed.narrow(0, offset, p->grad.numel()));
-    offset += p->grad.numel();
+  for (size_t first = 0; first < params.size();) {
+    const at::Tensor& head = params[first]->grad;
+    int64_t total = head.numel();
+    size_t end = first + 1;
+    for (; end < params.size(); ++end) {
+      const at::Tensor& g = params[end]->grad;
+      const char* expected = static_cast<const char*>(head.data_ptr()) + total * head.element_size();
+      if (!head.is_contiguous() || !g.is_contiguous() || g.scalar_type() != head.scalar_type() ||
+          static_cast<const char*>(g.data_ptr()) != expected)
+        break;
+      total += g.numel();
+    }
+    if (head.is_contiguous()) {
+      at::Tensor run = head.as_strided({total}, {1});
+      tp_.all_reduce(run, dist::ReduceOp::Sum);
+    } else {
+      at::Tensor copy = head.contiguous();
+      tp_.all_reduce(copy, dist::ReduceOp::Sum);
+      params[first]->grad.copy_(copy);
+    }
+    first = end;
   }
 }
 

@@ -37,8 +37,8 @@ struct Candidate {
 
 std::string layout_key(const Config& c) {
   const auto& p = c.parallel;
-  return fmt::format("{} {} {} {} {} {} {} {} {} {} {}", p.dp, p.tp, p.pp, p.sp, p.sp_mode.name(), c.train.micro_batch,
-                     p.schedule, p.chunks, p.zero, p.shard_group, p.tp_sequence);
+  return fmt::format("{} {} {} {} {} {} {} {} {} {} {} {}", p.dp, p.tp, p.pp, p.sp, p.sp_mode.name(),
+                     c.train.micro_batch, p.schedule, p.chunks, p.zero, p.shard_group, p.tp_sequence, p.ep);
 }
 
 // A candidate whose estimate exceeds the K-th best simulated step by more than this is not
@@ -108,11 +108,12 @@ class Search {
     const std::vector<LayerPlan> chain = timed_chain(serial, CostModel{}, kinds_);  // its size only
     chain_layers_ = static_cast<int64_t>(chain.size());
     for (const LayerPlan& l : chain)
-      for (const ParamInfo& p : l.params) params_ += static_cast<double>(p.numel);
+      for (const ParamInfo& p : l.params) (p.routed ? experts_ : params_) += static_cast<double>(p.numel);
   }
 
   std::vector<Candidate> enumerate(PlanResult& result);
   std::vector<int64_t> shard_groups(int64_t zero, int64_t dp, int64_t dp_per_node) const;
+  std::vector<int64_t> expert_groups(int64_t dp) const;
   void simulate(std::vector<Candidate> candidates, PlanResult& result);
 
  private:
@@ -141,7 +142,7 @@ class Search {
   int64_t gpus_;
   SearchOptions options_;
   const models::ModelKinds& kinds_;
-  double params_ = 0;
+  double params_ = 0, experts_ = 0;  // the serial model's elements: the rest, and the routed experts'
   int64_t chain_layers_ = 0;
   using Shape = std::tuple<int64_t, int64_t, int, int64_t, bool>;
   std::map<Shape, std::pair<std::vector<double>, std::vector<double>>> chain_times_;
@@ -204,7 +205,8 @@ void Search::add(Config c, MemoryMode memory, PlanResult& result, std::vector<Ca
     ++result.refused;
     return;
   }
-  if (weight_bound(c, params_) > cluster().memory_bytes) {
+  // ep divides the experts (NOTE [Expert parallelism]); counting them ZeRO-sharded too keeps it a bound.
+  if (weight_bound(c, params_ + experts_ / static_cast<double>(c.parallel.ep)) > cluster().memory_bytes) {
     ++result.over_memory;
     return;
   }
@@ -242,6 +244,17 @@ std::vector<int64_t> Search::shard_groups(int64_t zero, int64_t dp, int64_t dp_p
   return choices<int64_t>("shard_group", base_.parallel.shard_group, groups);
 }
 
+// Expert groups (NOTE [Expert parallelism]): each divisor of dp that divides the experts; 1 for a
+// model without them.
+std::vector<int64_t> Search::expert_groups(int64_t dp) const {
+  const int64_t experts = base_.model.moe_experts;
+  if (experts == 0) return {base_.parallel.ep};
+  std::vector<int64_t> groups;
+  for (int64_t ep : divisors(dp, dp))
+    if (experts % ep == 0) groups.push_back(ep);
+  return choices<int64_t>("ep", base_.parallel.ep, groups);
+}
+
 std::vector<Candidate> Search::enumerate(PlanResult& result) {
   std::vector<Candidate> out;
   const int64_t node = cluster().devices_per_node;
@@ -259,15 +272,16 @@ std::vector<Candidate> Search::enumerate(PlanResult& result) {
             for (int64_t zero : dp > 1 ? choices<int64_t>("zero", base_.parallel.zero, {0, 1, 2, 3}) : std::vector<int64_t>{0})
               for (int64_t group : shard_groups(zero, dp, node % (tp * sp * pp) == 0 ? node / (tp * sp * pp) : 1))
                 for (bool seq : tp > 1 ? choices("tp_sequence", base_.parallel.tp_sequence, {false, true})
-                                       : std::vector{false}) {
-                  if (zero >= 2 && seq) continue;  // not run together yet (core/config_validate.cpp)
-                  Config c = base_;
-                  c.parallel.dp = dp, c.parallel.tp = tp, c.parallel.pp = pp, c.parallel.sp = sp;
-                  c.parallel.sp_mode = mode, c.parallel.zero = zero, c.parallel.shard_group = group;
-                  c.parallel.tp_sequence = seq;
-                  c.train.micro_batch = mb;
-                  add_schedules(std::move(c), result, out);
-                }
+                                       : std::vector{false})
+                  for (int64_t ep : expert_groups(dp)) {
+                    if (zero >= 2 && seq) continue;  // not run together yet (core/config_validate.cpp)
+                    Config c = base_;
+                    c.parallel.dp = dp, c.parallel.tp = tp, c.parallel.pp = pp, c.parallel.sp = sp;
+                    c.parallel.sp_mode = mode, c.parallel.zero = zero, c.parallel.shard_group = group;
+                    c.parallel.tp_sequence = seq, c.parallel.ep = ep;
+                    c.train.micro_batch = mb;
+                    add_schedules(std::move(c), result, out);
+                  }
       }
   return out;
 }
@@ -323,6 +337,7 @@ std::string layout_name(const StepPrediction& p) {
   if (q.zero > 0) layout += fmt::format(" zero{}", q.zero);
   if (q.shard_group > 0 && q.shard_group < q.dp) layout += fmt::format("/{}", q.shard_group);
   if (q.tp_sequence) layout += " tp-seq";
+  if (q.ep > 1) layout += fmt::format(" ep{}", q.ep);
   layout += c.memory.policy == PolicyMode::Auto ? " mem-auto"
             : c.memory.recompute == Recompute::Full ? " recompute" : "";
   return layout;
@@ -345,7 +360,7 @@ PlanResult plan_layouts(const Config& config, const Cluster& cluster, int64_t gp
     LOOM_CHECK_INPUT(std::find_if(std::begin(kLayoutKeys), std::end(kLayoutKeys),
                                   [&](const char* k) { return key == k; }) != std::end(kLayoutKeys),
                      "--keep {} is not a layout key; hint: one of dp, tp, pp, sp, sp_mode, micro_batch, schedule, "
-                     "chunks, zero, shard_group, tp_sequence, memory",
+                     "chunks, zero, shard_group, tp_sequence, ep, memory",
                      key);
   PlanResult result;
   Search search(config, cluster, gpus, options, kinds);

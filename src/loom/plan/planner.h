@@ -29,7 +29,7 @@ namespace loom::plan {
 
 // The layout keys a search may change; `keep` holds those it must not.
 inline constexpr const char* kLayoutKeys[] = {"dp", "tp", "pp", "sp", "sp_mode", "micro_batch", "schedule",
-                                              "chunks", "zero", "shard_group", "tp_sequence", "memory"};
+                                              "chunks", "zero", "shard_group", "tp_sequence", "ep", "memory"};
 
 struct SearchOptions {
   int64_t top = 5;

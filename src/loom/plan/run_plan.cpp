@@ -54,7 +54,8 @@ std::vector<LayerPlan> describe_chain(const models::ModelKind& kind, const Confi
       plan.params.push_back({.numel = p->numel(),
                              .row_width = p->full_shape.size() > 1 ? p->full_shape[1] : 1,
                              .table = p->embedding && on_sparse_path(c.parallel),
-                             .expert = p->value_on("ep").is_shard()});
+                             .expert = p->value_on("ep").is_shard(),
+                             .routed = p->expert});
       plan.cost.param_bytes += static_cast<double>(p->numel() * master_bytes(c.model));
     }
     chain.push_back(std::move(plan));

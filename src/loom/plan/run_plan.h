@@ -35,6 +35,7 @@ struct ParamInfo {
   int64_t row_width = 0;  // for a table: its row width
   bool table = false;     // on the sparse path (an embedding under parallel.sparse = "on", or "auto" over replicas)
   bool expert = false;    // sharded over ep: outside ZeRO's buffers (NOTE [Experts beside ZeRO])
+  bool routed = false;    // a routed expert's weights (nn::Param::expert), whatever the layout
 };
 
 struct LayerPlan {

@@ -59,8 +59,9 @@ struct RankTail {
 };
 
 // NOTE [Experts beside ZeRO]: the rank's experts sharded over ep, whatever the ZeRO stage: their
-// gradients all-reduced over their replicas (dp x sp / ep ranks; after the dense ones, on the same
-// channel), and their AdamW over the whole ep shard.
+// gradients summed over tp (under tp each rank ran its share of the tokens: NOTE [Experts over
+// tensor parallelism]) and all-reduced over their replicas (dp x sp / ep ranks; after the dense
+// ones, on the same channel), and their AdamW over the whole ep shard.
 struct ExpertTail {
   double reduce = 0, update = 0;
 };
@@ -74,6 +75,10 @@ ExpertTail expert_tail(const RunPlan& plan, const Cluster& cluster, int64_t rank
   if (experts > 0 && replicas > 1)
     t.reduce = cluster.collective_seconds(CommOp::AllReduce, replicas, experts * grad_wire_bytes(c),
                                           group_spans_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node));
+  if (experts > 0 && c.parallel.tp > 1)
+    t.reduce += cluster.collective_seconds(CommOp::AllReduce, static_cast<int>(c.parallel.tp),
+                                           experts * static_cast<double>(master_bytes(c)),
+                                           group_spans_nodes(plan.mesh, {"tp"}, cluster.devices_per_node));
   return t;
 }
 

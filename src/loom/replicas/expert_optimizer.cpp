@@ -37,6 +37,7 @@ ExpertOptimizer::ExpertOptimizer(models::Model& model, dist::Communicator& ep, d
 double ExpertOptimizer::norm_square() {
   double square = 0;
   for (const nn::Param* p : params_) square += optim::grad_norm_square(*p);
+  if (ep_.size() == 1) return square;
   at::Tensor t = at::full({1}, square, at::TensorOptions().dtype(at::kDouble));
   ep_.all_reduce(t, dist::ReduceOp::Sum);  // each rank of the group holds other experts
   return t.item<double>();

@@ -82,7 +82,8 @@ double ReplicaOptimizer::clip_replicated(double clip) {
 }
 
 // NOTE [Experts beside ZeRO]: the experts' gradients summed over their replicas, and their
-// squares over the expert group (replicated over tp: experts run with tp = 1).
+// squares over the expert group (counted once over tp: under tp the experts' partial gradients
+// were summed over it when their layer finished, so every tp rank holds the same).
 double ReplicaOptimizer::expert_square() {
   if (!experts_) return 0;
   experts_->finish();

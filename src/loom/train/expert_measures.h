@@ -3,8 +3,10 @@
 // rank: tokens per expert (kept assignments), dropped assignments, the balance loss's mean over
 // the step's micro-batches. Each block counts the micro-batches it trained (MoeBlock::
 // take_trained_load); each rank fills the rows of the blocks it holds and one sum over the world
-// makes the step's totals (dp ranks trained other micro-batches, pp stages hold other blocks;
-// experts run with tp = sp = 1). The totals are the same in every layout, as the routing is; under
+// makes the step's totals (dp ranks trained other micro-batches, pp stages hold other blocks, sp
+// and tp ranks counted their own tokens: NOTE [Experts over sequence parallelism], NOTE [Experts
+// over tensor parallelism]; each of them counts the micro-batch's one balance loss and the
+// micro-batch once, so the loss's mean is unchanged). The totals are the same in every layout, as the routing is; under
 // model.moe_balance = "bias" they also move each block's choice bias (NOTE [Expert balance]).
 #include <vector>
 
