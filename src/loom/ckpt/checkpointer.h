@@ -45,6 +45,12 @@ struct TensorPiece {
   at::Tensor data;
 };
 
+// `data` as the whole tensor `name` (a layer's buffer, a serial model's parameter).
+inline TensorPiece whole_piece(std::string name, const at::Tensor& data) {
+  const std::vector<int64_t> shape = data.sizes().vec();
+  return {.name = std::move(name), .full_shape = shape, .box = whole(shape), .data = data};
+}
+
 struct SaveOptions {
   std::string dir;   // checkpoint.dir
   int64_t keep = 2;  // complete checkpoints kept

@@ -2,7 +2,6 @@
 
 #include <filesystem>
 
-#include "loom/ckpt/box.h"
 #include "loom/ckpt/checkpoint_dir.h"
 #include "loom/ckpt/checkpointer.h"
 #include "loom/ckpt/manifest.h"
@@ -21,11 +20,10 @@ std::vector<ckpt::TensorPiece> allocate_pieces(models::Model& model, at::ScalarT
   std::vector<ckpt::TensorPiece> pieces;
   for (nn::Param* p : model.params()) {
     p->value = at::empty(p->full_shape, at::TensorOptions().dtype(master));
-    pieces.push_back({.name = p->name, .full_shape = p->full_shape, .box = ckpt::whole(p->full_shape), .data = p->value});
+    pieces.push_back(ckpt::whole_piece(p->name, p->value));
   }
   for (const nn::Buffer& b : model.buffers())  // the experts' balance bias (NOTE [Expert balance])
-    pieces.push_back({.name = b.name, .full_shape = b.value.sizes().vec(), .box = ckpt::whole(b.value.sizes().vec()),
-                      .data = b.value});
+    pieces.push_back(ckpt::whole_piece(b.name, b.value));
   return pieces;
 }
 

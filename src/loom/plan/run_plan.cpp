@@ -415,18 +415,24 @@ RunPlan make_plan(const Config& config, int world_size, const CostModel& costs, 
   return plan;
 }
 
-double dense_numel(const LayerPlan& layer) {
+namespace {
+
+template <class Pred>
+double numel_where(const LayerPlan& layer, Pred&& pred) {
   double n = 0;
   for (const ParamInfo& p : layer.params)
-    if (!p.table && !p.expert) n += static_cast<double>(p.numel);
+    if (pred(p)) n += static_cast<double>(p.numel);
   return n;
 }
 
+}  // namespace
+
+double dense_numel(const LayerPlan& layer) {
+  return numel_where(layer, [](const ParamInfo& p) { return !p.table && !p.expert; });
+}
+
 double expert_numel(const LayerPlan& layer) {
-  double n = 0;
-  for (const ParamInfo& p : layer.params)
-    if (p.expert) n += static_cast<double>(p.numel);
-  return n;
+  return numel_where(layer, [](const ParamInfo& p) { return p.expert; });
 }
 
 }  // namespace loom::plan

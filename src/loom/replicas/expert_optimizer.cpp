@@ -1,16 +1,20 @@
 #include "loom/replicas/expert_optimizer.h"
 
+#include <algorithm>
+
 #include "loom/optim/clip.h"
 
 namespace loom::replicas {
 namespace {
+
+bool is_expert(const nn::Param& p) { return p.sparse == nullptr && expert_sharded(p); }
 
 // The model's parameters sharded over ep, initialised first where `initialise` is given and they
 // have no value yet (ZeRO-2/3 leave them to whoever holds them).
 std::vector<nn::Param*> expert_params(models::Model& model, const std::function<void(nn::Param&)>& initialise) {
   std::vector<nn::Param*> out;
   for (nn::Param* p : model.params()) {
-    if (p->sparse != nullptr || !expert_sharded(*p)) continue;
+    if (!is_expert(*p)) continue;
     if (initialise && !p->value.defined()) initialise(*p);
     out.push_back(p);
   }
@@ -20,9 +24,8 @@ std::vector<nn::Param*> expert_params(models::Model& model, const std::function<
 }  // namespace
 
 bool ExpertOptimizer::needed(models::Model& model) {
-  for (const nn::Param* p : model.params())
-    if (p->sparse == nullptr && expert_sharded(*p)) return true;
-  return false;
+  const std::vector<nn::Param*> params = model.params();
+  return std::any_of(params.begin(), params.end(), [](const nn::Param* p) { return is_expert(*p); });
 }
 
 ExpertOptimizer::ExpertOptimizer(models::Model& model, dist::Communicator& ep, dist::Communicator& replicas,

@@ -93,9 +93,7 @@ namespace {
 // each whole on every rank that holds its layer.
 std::vector<ckpt::TensorPiece> state_pieces(const replicas::ReplicaOptimizer& optimizer, const models::Model& model) {
   std::vector<ckpt::TensorPiece> pieces = optimizer.state_pieces();
-  for (const nn::Buffer& b : model.buffers())
-    pieces.push_back({.name = b.name, .full_shape = b.value.sizes().vec(), .box = ckpt::whole(b.value.sizes().vec()),
-                      .data = b.value});
+  for (const nn::Buffer& b : model.buffers()) pieces.push_back(ckpt::whole_piece(b.name, b.value));
   return pieces;
 }
 
