@@ -4,6 +4,7 @@
 // DLRM's; and what each layer's saved state lists after forward against what its cost() says it
 // saves (equal, byte for byte).
 #include <cmath>
+#include <map>
 #include <set>
 
 #include "loom/dist/null_communicator.h"
@@ -118,6 +119,59 @@ TEST_P(LayerGradients, LmHeadLossMatchesAutogradCrossEntropy) {
            mb.loss_scale;
   };
   check_layer_against_autograd(layer, randn({kBatch, kSeq, kModel}), mb, reference, {});
+}
+
+// A slice source over a whole matrix (NOTE [Sliced reads]): each slice a view of it, each slice's
+// gradient a buffer of its own added into a whole gradient when done; it counts what it was asked.
+class WholeMatrixSlices final : public nn::SliceSource {
+ public:
+  explicit WholeMatrixSlices(const at::Tensor& whole)
+      : whole_(whole), grad_(at::zeros_like(whole)), cut_(whole.size(0)) {}
+  at::Tensor value(nn::Param&, int64_t k) override {
+    ++values;
+    return whole_.narrow(0, cut_.begin(k), cut_.length(k));
+  }
+  at::Tensor grad(nn::Param&, int64_t k) override {
+    EXPECT_FALSE(buffers_.contains(k)) << "slice " << k << "'s gradient asked for twice";
+    return buffers_[k] = at::zeros({cut_.length(k), whole_.size(1)}, whole_.options());
+  }
+  void grad_done(nn::Param&, int64_t k) override {
+    grad_.narrow(0, cut_.begin(k), cut_.length(k)).add_(buffers_.at(k));
+    buffers_.erase(k);
+    ++done;
+  }
+  const at::Tensor& whole_grad() const { return grad_; }
+  int64_t count() const { return cut_.count(); }
+  int64_t values = 0, done = 0;
+
+ private:
+  at::Tensor whole_, grad_;
+  nn::RowSlices cut_;
+  std::map<int64_t, at::Tensor> buffers_;
+};
+
+// Read in row slices (ZeRO-3's way), the head gives the loss, input gradient and weight gradient
+// of its whole matrix; vocab 50 cuts into 13 slices of 4 rows and a last of 2.
+TEST_P(LayerGradients, LmHeadLossReadInRowSlicesEqualsTheWholeMatrix) {
+  dist::NullCommunicator tp;
+  blocks::LmHeadLoss whole(kModel, kVocab, tp), sliced(kModel, kVocab, tp);
+  randomise(whole, dtype());
+  WholeMatrixSlices source(whole.weight.value);
+  sliced.weight.slices = &source;
+  nn::MicroBatch mb;
+  mb.targets = at::randint(0, kVocab, {kBatch, kSeq}, at::TensorOptions().dtype(at::kLong));
+  mb.loss_scale = 0.25;
+  const at::Tensor x = randn({kBatch, kSeq, kModel});
+  const double tolerance = dtype() == at::kDouble ? 1e-12 : 1e-5;
+  nn::Saved a, b;
+  EXPECT_LE(relative_error(sliced.forward(x, mb, b), whole.forward(x, mb, a)), tolerance);
+  EXPECT_LE(relative_error(sliced.backward_input({}, b), whole.backward_input({}, a)), tolerance);
+  whole.backward_weight(a);
+  sliced.backward_weight(b);
+  EXPECT_LE(relative_error(source.whole_grad(), whole.weight.grad), tolerance);
+  EXPECT_EQ(source.count(), 13);
+  EXPECT_EQ(source.values, 2 * source.count()) << "each slice read in forward and in the input gradient";
+  EXPECT_EQ(source.done, source.count()) << "each slice's gradient written once and handed on";
 }
 
 TEST_P(LayerGradients, LlamaAttentionBlockMatchesAutograd) {

@@ -207,6 +207,22 @@ TEST(ShardedPlan, EachStageKeepsItsShareAndTheWorkingSet) {
   EXPECT_NEAR(memory(3, 2).weights, 4 * p / 2, near(p)) << "hybrid: a group of 2 holds half each";
 }
 
+// NOTE [Sliced reads]: a head larger than a block (vocab 4096 x d 64 against a block's 12 x 64 x
+// 64) is never whole under ZeRO-3: two of its slices at a time, so the working set is a block's
+// neighbourhood; ZeRO-2 reduces the head's gradient in one piece.
+TEST(ShardedPlan, TheHeadIsGatheredAndReducedInRowSlices) {
+  auto gathered = [](int64_t zero) {
+    Config c = gpt(4, 1);
+    c.model.vocab = 4096;
+    c.parallel.zero = zero;
+    return make_plan(c, 4, CostModel{}).stages.front().memory.gathered;
+  };
+  const double head = 4096.0 * 64 * 4, slice = head / nn::RowSlices::kCount;  // float32 bytes
+  EXPECT_GE(gathered(2), head) << "ZeRO-2 reduces the head's gradient in one piece";
+  EXPECT_LT(gathered(3), head / 4) << "ZeRO-3 never holds the head whole";
+  EXPECT_GE(gathered(3), 2 * slice);
+}
+
 // NOTE [Experts beside ZeRO]: with experts over ep = 2 at dp = 4, ZeRO-3 divides the dense state
 // by 4 and leaves the experts' (already halved by ep) whole; their gradients cross the two ranks
 // holding the same experts ("edp"), and their all-to-alls are priced on the link: a slow one

@@ -29,6 +29,7 @@ LmHeadLoss::LmHeadLoss(int64_t d_model, int64_t vocab, dist::Communicator& tp, b
                        .init = nn::Init::Normal, .init_std = 0.02, .weight_decay = true};
   if (tied == nullptr) {
     weight = head;
+    weight.sliceable = true;  // its products separate by rows (NOTE [Sliced reads])
     return;
   }
   LOOM_CHECK(tied->full_shape == head.full_shape && tied->placements == head.placements && !tied->embedding,
@@ -40,7 +41,26 @@ std::vector<nn::Param*> LmHeadLoss::params() {
   return {&weight};
 }
 
-at::Tensor LmHeadLoss::logits(const at::Tensor& x) { return nn::widen(at::mm(x, nn::compute_value(matrix()).t())); }
+at::Tensor LmHeadLoss::logits(const at::Tensor& x) {
+  nn::Param& w = matrix();
+  if (w.slices == nullptr) return nn::widen(at::mm(x, nn::compute_value(w).t()));
+  const nn::RowSlices cut(rows_);
+  at::Tensor z = at::empty({x.size(0), rows_}, x.options());
+  for (int64_t k = 0; k < cut.count(); ++k)
+    z.narrow(1, cut.begin(k), cut.length(k)).copy_(at::mm(x, w.slices->value(w, k).t()));
+  return nn::widen(z);
+}
+
+// dlogits W over the rows of W, a slice at a time when it comes in slices (NOTE [Sliced reads]).
+at::Tensor LmHeadLoss::input_gradient(const at::Tensor& dlogits) {
+  nn::Param& w = matrix();
+  if (w.slices == nullptr) return at::mm(dlogits, nn::compute_value(w));
+  const nn::RowSlices cut(rows_);
+  at::Tensor dx = at::zeros({dlogits.size(0), d_model_}, dlogits.options());
+  for (int64_t k = 0; k < cut.count(); ++k)
+    dx.addmm_(dlogits.narrow(1, cut.begin(k), cut.length(k)), w.slices->value(w, k));
+  return dx;
+}
 
 at::Tensor LmHeadLoss::decode(const at::Tensor& x, int64_t, nn::DecodeCache&) {
   LOOM_CHECK(tp_.size() == 1, "[decode] the head decodes on one rank, not over tp = {}", tp_.size());
@@ -99,7 +119,7 @@ at::Tensor LmHeadLoss::forward(const at::Tensor& x, const nn::MicroBatch& mb, nn
 at::Tensor LmHeadLoss::backward_input(const at::Tensor&, nn::Saved& saved) {
   auto& s = saved.get<State>();
   // dx = scale * dlogits W, summed over the vocabulary slices
-  at::Tensor dx = at::mm(s.dlogits, nn::compute_value(matrix())).mul_(s.scale).view(s.shape);
+  at::Tensor dx = input_gradient(s.dlogits).mul_(s.scale).view(s.shape);
   if (sequence_) return parallel::reduce_scatter_sequence(tp_, dx);
   tp_.all_reduce(dx, dist::ReduceOp::Sum);
   return dx;
@@ -107,7 +127,16 @@ at::Tensor LmHeadLoss::backward_input(const at::Tensor&, nn::Saved& saved) {
 
 void LmHeadLoss::backward_weight(nn::Saved& saved) {
   auto& s = saved.get<State>();
-  nn::add_product(matrix().grad, s.dlogits.t(), s.x, s.scale);
+  nn::Param& w = matrix();
+  if (w.slices == nullptr) {
+    nn::add_product(w.grad, s.dlogits.t(), s.x, s.scale);
+  } else {
+    const nn::RowSlices cut(rows_);
+    for (int64_t k = 0; k < cut.count(); ++k) {
+      nn::add_product(w.slices->grad(w, k), s.dlogits.narrow(1, cut.begin(k), cut.length(k)).t(), s.x, s.scale);
+      w.slices->grad_done(w, k);
+    }
+  }
   saved.clear();
 }
 

@@ -21,6 +21,9 @@
 // then live on one pipeline rank, and the table must be dense (never on the sparse path: the
 // head reads every row).
 //
+// Untied, its matrix is sliceable: under ZeRO-3 its products run a slice of rows at a time
+// (NOTE [Sliced reads]), so the whole matrix is never gathered.
+//
 // Decoding (NOTE [Decoding], serial) returns the logits instead of the loss: `logits`, the
 // product the loss is computed from, so generation and training cannot disagree.
 #include "loom/dist/communicator.h"
@@ -50,6 +53,7 @@ class LmHeadLoss final : public nn::Layer, public nn::Decodable {
 
  private:
   nn::Param& matrix() { return tied_ != nullptr ? *tied_ : weight; }
+  at::Tensor input_gradient(const at::Tensor& dlogits);  // dlogits W, without the loss scale
   at::Tensor distributed_forward(const at::Tensor& x, const at::Tensor& targets, double scale, at::Tensor& dlogits);
   dist::Communicator& tp_;
   nn::Param* tied_;  // the embedding's token table, or null

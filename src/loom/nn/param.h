@@ -3,6 +3,7 @@
 // its value and gradient. Gradients accumulate across micro-batches until the optimizer step.
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -28,6 +29,38 @@ class SparseRows {
   virtual at::Tensor gather_full() const = 0;
 };
 
+// NOTE [Sliced reads]: a parameter its layer can read a block of rows at a time (Param::sliceable:
+// the LM head's [vocab, d] matrix, whose products separate by rows) need not be whole at once.
+// Under ZeRO-3 the residency (replicas/sharded_params.h) cuts it into RowSlices, each a unit of
+// its own sharded over the group, and sets Param::slices: the layer asks for each slice's values
+// (gathered, the next slice's gather started behind it, the others freed) and for each slice's
+// gradient buffer, and says when a slice's gradient is complete (it is reduce-scattered at once).
+// The head's working set is then two slices of values and a few of gradients instead of its
+// whole matrix twice. The products are the same: each logit the same dot product; dx and the
+// weight gradient summed over the slices (dx in another order, equal within rounding).
+struct Param;
+class SliceSource {
+ public:
+  virtual ~SliceSource() = default;
+  // Slice k's rows, whole, in the products' type; valid until the layer asks for slice k + 2.
+  virtual at::Tensor value(Param& p, int64_t slice) = 0;
+  // A zeroed buffer for slice k's gradient, [its rows, ...] in the gradients' type.
+  virtual at::Tensor grad(Param& p, int64_t slice) = 0;
+  // Slice k's gradient of this micro-batch is complete: the buffer goes to the reduction.
+  virtual void grad_done(Param& p, int64_t slice) = 0;
+};
+
+// How a sliceable parameter of `rows` rows (this rank's part) is cut: kCount slices of `each`
+// rows (the last shorter), fewer when rows are fewer.
+struct RowSlices {
+  static constexpr int64_t kCount = 16;
+  explicit RowSlices(int64_t rows) : rows(rows), each((rows + kCount - 1) / kCount) {}
+  int64_t count() const { return each == 0 ? 0 : (rows + each - 1) / each; }
+  int64_t begin(int64_t k) const { return k * each; }
+  int64_t length(int64_t k) const { return std::min(each, rows - k * each); }
+  int64_t rows, each;
+};
+
 enum class Init { Zeros, Ones, Normal };
 
 struct Param {
@@ -50,6 +83,9 @@ struct Param {
   // Set on that path: the table's rows live on their owners (NOTE [Sparse exchange]); `value`
   // and `grad` stay undefined, and the layer reads and accumulates rows through the table.
   SparseRows* sparse = nullptr;
+  // Its layer reads it through `slices` when one is set (NOTE [Sliced reads]); set by ZeRO-3.
+  bool sliceable = false;
+  SliceSource* slices = nullptr;
   at::Tensor value;
   at::Tensor grad;                  // same shape as value; zeroed by zero_grad
   // value rounded to the activations' type under mixed precision (NOTE [Mixed precision]),

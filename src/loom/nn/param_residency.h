@@ -8,7 +8,13 @@
 //                                   recomputation, input gradient): they are whole on return, and
 //                                   `next`'s (the layer this action passes next) may start to
 //                                   gather while l computes;
-//   before_weight_gradient(l)       before l's weight gradient: its gradient buffers exist, zeroed;
+//   before_weight_gradient(l)       before l's weight gradient: its gradient buffers exist, zeroed,
+//                                   and its values may be gone (the weight gradient reads none);
+//   prefetch(n)                     within a backward that takes each layer's weight gradient
+//                                   after its input gradient, in place of need's `next`: after
+//                                   before_weight_gradient(l), n's values may start to gather
+//                                   while l's weight gradient computes, so a layer's values, its
+//                                   gradient and the next layer's values are never all held;
 //   after_weight_gradient(l)        after it, for each micro-batch: that micro-batch's gradient of
 //                                   l is complete, and may be reduced into this rank's shard;
 //   action_done()                   a compute action ended: nothing it gathered is needed now.
@@ -24,6 +30,7 @@ class ParamResidency {
   virtual ~ParamResidency() = default;
   virtual void need(size_t layer, std::optional<size_t> next) = 0;
   virtual void before_weight_gradient(size_t layer) = 0;
+  virtual void prefetch(size_t layer) = 0;
   virtual void after_weight_gradient(size_t layer) = 0;
   virtual void action_done() = 0;
 };

@@ -332,11 +332,13 @@ void PipelineExecutor::backward(Step& step, const schedule::Action& a, Flight& f
     if (memory_of(chunk, l).before_backward == BeforeBackward::ForwardAgain && !f.recomputed)
       forward_again(chunk, f, l, hooks);
     if (memory_of(chunk, l).before_backward == BeforeBackward::MoveIn) bring_back(chunk, f, l, hooks);
-    if (hooks.params) hooks.params->need(chunk.model_index[l], next_layer(chunk, l, -1));
+    // With a weight gradient to follow, the next layer's gather waits for it (NOTE [Sharded parameters]).
+    const std::optional<size_t> next = next_layer(chunk, l, -1);
+    if (hooks.params) hooks.params->need(chunk.model_index[l], weights ? std::nullopt : next);
     traced(layer.name(), "backward_input", [&] { dy = layer.backward_input(dy, f.saved[l]); });
     check_input_gradient(layer, dy, f.input_shapes[l], f.floating_inputs[l]);
     step.sends.drive();
-    if (weights) weight_gradient(chunk, l, final_pass, f, hooks);
+    if (weights) weight_gradient(chunk, l, final_pass, f, hooks, next);
   }
   if (v > 0) f.dx = dy.contiguous();
   f.weights_done = weights;
@@ -352,9 +354,10 @@ void PipelineExecutor::weight_gradients(const schedule::Action& a, Flight& f, co
 
 // One layer's weight gradient; on the schedule's last one for the chunk, its gradients are final.
 void PipelineExecutor::weight_gradient(const StageChunk& chunk, size_t layer, bool final_pass, Flight& f,
-                                       const ExecutorHooks& hooks) {
+                                       const ExecutorHooks& hooks, std::optional<size_t> prefetch) {
   nn::Layer& l = *chunk.layers[layer];
   if (hooks.params) hooks.params->before_weight_gradient(chunk.model_index[layer]);
+  if (hooks.params && prefetch) hooks.params->prefetch(*prefetch);
   traced(l.name(), "backward_weight", [&] { l.backward_weight(f.saved[layer]); });
   if (hooks.params) hooks.params->after_weight_gradient(chunk.model_index[layer]);
   if (final_pass && hooks.layer_done) hooks.layer_done(chunk.model_index[layer]);

@@ -96,8 +96,9 @@ class PipelineExecutor {
   void recompute_ahead(const schedule::Action& a, Flight& f, const ExecutorHooks& hooks);
   void backward(Step& step, const schedule::Action& a, Flight& f, const ExecutorHooks& hooks);
   void weight_gradients(const schedule::Action& a, Flight& f, const ExecutorHooks& hooks);
+  // `prefetch`: the layer (model index) whose gather may start once this one's values are freed.
   void weight_gradient(const StageChunk& chunk, size_t layer, bool final_pass, Flight& f,
-                       const ExecutorHooks& hooks);
+                       const ExecutorHooks& hooks, std::optional<size_t> prefetch = std::nullopt);
   void forward_again(const StageChunk& chunk, Flight& f, size_t layer, const ExecutorHooks& hooks);
   // NOTE [Swap tier]: a swapping layer's saved tensors out after its forward, back before its backward.
   void swap_out(Flight& f, size_t layer);

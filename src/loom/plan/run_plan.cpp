@@ -13,6 +13,7 @@
 #include "loom/nn/precision.h"
 #include "loom/schedule/stage_cuts.h"
 #include "loom/plan/profile.h"
+#include "loom/plan/working_set.h"
 #include "loom/schedule/simulator.h"
 
 namespace loom::plan {
@@ -55,7 +56,8 @@ std::vector<LayerPlan> describe_chain(const models::ModelKind& kind, const Confi
                              .row_width = p->full_shape.size() > 1 ? p->full_shape[1] : 1,
                              .table = p->embedding && on_sparse_path(c.parallel),
                              .expert = p->value_on("ep").is_shard(),
-                             .routed = p->expert});
+                             .routed = p->expert,
+                             .sliceable = p->sliceable});
       plan.cost.param_bytes += static_cast<double>(p->numel() * master_bytes(c.model));
     }
     chain.push_back(std::move(plan));
@@ -106,29 +108,6 @@ double input_bytes(const RunPlan& plan) {
                              activation_bytes(c.model));
 }
 
-// The ranks one layer's vector is sharded over under ZeRO-2/3, or 1.
-int64_t shard_ways(const ParallelConfig& p) { return p.zero < 2 ? 1 : p.shard_ranks(); }
-
-// ZeRO-2/3: what chain layer `i` holds while it runs (NOTE [Fully sharded data parallelism]): the
-// gradient it writes and the two before it still being reduce-scattered (its successors in the
-// chain, whose backward came first; replicas/sharded_params.cpp, kInFlight), and under ZeRO-3
-// its gathered values and their compute copy, and a neighbour's gathered ahead.
-double working_bytes(const RunPlan& plan, size_t i) {
-  const Config& c = plan.config;
-  if (c.parallel.zero < 2) return 0;
-  const auto master = static_cast<double>(master_bytes(c.model));
-  const auto n = static_cast<double>(shard_ways(c.parallel));
-  auto dense = [&](size_t at) {  // the layer's vector, padded to the group
-    return at < plan.chain.size() ? std::ceil(dense_numel(plan.chain[at]) / n) * n : 0.0;
-  };
-  double bytes = (dense(i) + dense(i + 1) + dense(i + 2)) * master;
-  if (c.parallel.zero == 3) {
-    const double neighbour = std::max(i > 0 ? dense(i - 1) : 0.0, dense(i + 1));
-    bytes += (dense(i) + neighbour) * (master + static_cast<double>(compute_copy_bytes(c.model)));
-  }
-  return bytes;
-}
-
 // What `layers` hold whatever their memory policy: weights, table rows, the async checkpoint's copy.
 MemoryEstimate fixed_memory(const RunPlan& plan, const std::vector<int64_t>& layers) {
   const Config& c = plan.config;
@@ -137,7 +116,8 @@ MemoryEstimate fixed_memory(const RunPlan& plan, const std::vector<int64_t>& lay
     for (const ParamInfo& p : plan.chain[i].params)
       if (p.table) sparse += sparse_bytes(plan, p);
       else (p.expert ? experts : dense) += static_cast<double>(p.numel);
-    working = std::max(working, working_bytes(plan, static_cast<size_t>(i)));
+    working = std::max(working, working_bytes(plan, static_cast<size_t>(i), static_cast<double>(master_bytes(c.model)),
+                                              static_cast<double>(compute_copy_bytes(c.model))));
   }
   // Value and gradient (and a product copy under mixed precision) and the two AdamW moments:
   // ZeRO-1 keeps 1/dp of the moments; ZeRO-2 1/n of the gradients too (n: the shard group), ZeRO-3

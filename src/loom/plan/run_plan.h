@@ -36,6 +36,7 @@ struct ParamInfo {
   bool table = false;     // on the sparse path (an embedding under parallel.sparse = "on", or "auto" over replicas)
   bool expert = false;    // sharded over ep: outside ZeRO's buffers (NOTE [Experts beside ZeRO])
   bool routed = false;    // a routed expert's weights (nn::Param::expert), whatever the layout
+  bool sliceable = false; // read in row slices under ZeRO-3 (NOTE [Sliced reads])
 };
 
 struct LayerPlan {

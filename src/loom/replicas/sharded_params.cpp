@@ -12,7 +12,10 @@
 namespace loom::replicas {
 namespace {
 
-constexpr size_t kInFlight = 2;  // reduce-scatters outstanding at once (their gradients' buffers)
+// Reduce-scatters outstanding at once (their gradients' buffers): one, issued after a layer's
+// weight gradient, runs behind the next layer's input gradient (NOTE [Fully sharded data
+// parallelism]: the working set).
+constexpr size_t kInFlight = 1;
 
 void add_unique(std::vector<size_t>& to, size_t value) {
   if (std::find(to.begin(), to.end(), value) == to.end()) to.push_back(value);
@@ -45,14 +48,20 @@ void ShardedParams::form_units(models::Model& model) {
   for (const auto& layer : model.chain) {
     Unit unit;
     std::vector<size_t> reads;
+    std::vector<nn::Param*> sliced;
     for (nn::Param* p : layer->reads()) {
       if (p->sparse != nullptr) continue;  // its rows live on their owners (NOTE [Sparse exchange])
       if (expert_sharded(*p)) continue;   // whole on their ranks (NOTE [Experts beside ZeRO])
+      if (p->slices != nullptr) throw Error(fmt::format("[zero] {} is read in slices by one layer only", p->name));
       if (const auto it = unit_of.find(p); it != unit_of.end()) {
         add_unique(reads, it->second);
         continue;
       }
       check_summed_over_data_axes(*p);
+      if (p->sliceable && options_.zero == 3) {
+        sliced.push_back(p);
+        continue;
+      }
       unit_of[p] = units_.size();
       unit.slots.push_back({p, unit.padded, p->numel(), p->part_shape()});
       unit.padded += p->numel();
@@ -63,8 +72,28 @@ void ShardedParams::form_units(models::Model& model) {
       add_unique(reads, units_.size());
       units_.push_back(std::move(unit));
     }
+    layer_slices_.emplace_back();
+    for (nn::Param* p : sliced) layer_slices_.back()[p] = form_slices(*p);
     layer_units_.push_back(std::move(reads));
   }
+}
+
+// A unit per row slice of `p` (NOTE [Sliced reads]); its layer reads them through this.
+std::vector<size_t> ShardedParams::form_slices(nn::Param& p) {
+  std::vector<int64_t> shape = p.part_shape();
+  const int64_t row = p.numel() / shape[0];
+  const nn::RowSlices cut(shape[0]);
+  std::vector<size_t> units;
+  for (int64_t k = 0; k < cut.count(); ++k) {
+    shape[0] = cut.length(k);
+    Unit unit{.label = fmt::format("{}[{}]", p.name.substr(0, p.name.rfind('.')), k)};
+    unit.slots.push_back({&p, 0, cut.length(k) * row, shape, cut.begin(k) * row, true});
+    unit.padded = cut.length(k) * row;
+    units.push_back(units_.size());
+    units_.push_back(std::move(unit));
+  }
+  p.slices = this;
+  return units;
 }
 
 // The units padded to the group and their owned ranges laid out; each unit's values made (or
@@ -85,10 +114,10 @@ void ShardedParams::take_values(const at::TensorOptions& master) {
     for (const Slot& s : u.slots) {
       if (options_.initialise && !s.param->value.defined()) options_.initialise(*s.param);
       s.param->grad.reset();  // the model's own buffers go as each unit takes their place
-      whole.narrow(0, s.offset, s.numel).copy_(s.param->value.reshape({-1}));
+      whole.narrow(0, s.offset, s.numel).copy_(s.param->value.reshape({-1}).narrow(0, s.from, s.numel));
       if (options_.zero == 2) {
         s.param->value = whole.narrow(0, s.offset, s.numel).view(s.shape);
-      } else {
+      } else if (s.from + s.numel == s.param->numel()) {  // its last slot: the whole value is taken
         s.param->value.reset();
         s.param->compute.reset();
       }
@@ -106,11 +135,11 @@ void ShardedParams::make_parts() {
     for (const Slot& s : u.slots) {
       const int64_t lo = std::max(s.offset, begin), hi = std::min(s.offset + s.numel, end);
       if (lo >= hi) continue;
-      nn::Param part = nn::flat_run(*s.param, fmt::format("{}[{}:{}]", s.param->name, lo - s.offset, hi - s.offset),
-                                    hi - lo);
+      const int64_t first = s.from + lo - s.offset;  // in the parameter's flattened part
+      nn::Param part = nn::flat_run(*s.param, fmt::format("{}[{}:{}]", s.param->name, first, first + hi - lo), hi - lo);
       part.value = owned_value(u).narrow(0, lo - begin, hi - lo);
       part.grad = grads_.narrow(0, u.at + lo - begin, hi - lo);
-      parts_.push_back({s.param, lo - s.offset, part.value});
+      parts_.push_back({s.param, first, part.value});
       owned_params_.push_back(std::move(part));
     }
   }
@@ -119,7 +148,10 @@ void ShardedParams::make_parts() {
   adamw_ = std::make_unique<optim::AdamW>(std::move(pointers), options_.adamw);
 }
 
-ShardedParams::~ShardedParams() = default;  // unfinished work is abandoned only while an error unwinds
+ShardedParams::~ShardedParams() {  // unfinished work is abandoned only while an error unwinds
+  for (const auto& slices : layer_slices_)
+    for (const auto& [param, units] : slices) param->slices = nullptr;
+}
 
 at::Tensor ShardedParams::owned_value(const Unit& u) const {
   return options_.zero == 2 ? u.whole.narrow(0, shard_.rank() * u.owned, u.owned) : values_.narrow(0, u.at, u.owned);
@@ -144,6 +176,10 @@ void ShardedParams::finish_gather(size_t unit) {
   u.gathering.reset();
   if (!u.gather_traced) trace("gather " + u.label, u.gather_start);
   for (const Slot& s : u.slots) {
+    if (s.slice) {
+      u.compute = nn::to_type(u.whole.narrow(0, s.offset, s.numel).view(s.shape), options_.activations);
+      continue;
+    }
     s.param->value = u.whole.narrow(0, s.offset, s.numel).view(s.shape);
     nn::refresh_compute(*s.param, options_.activations);
   }
@@ -154,12 +190,21 @@ void ShardedParams::release(size_t unit) {
   if (u.gathering) u.gathering->wait();  // a prefetch no pass used: it still completes on every rank
   u.gathering.reset();
   for (const Slot& s : u.slots) {
+    if (s.slice) continue;
     s.param->value.reset();
     s.param->compute.reset();
   }
   gathered_bytes_ -= u.padded * static_cast<int64_t>(u.whole.element_size());
   u.whole.reset();
+  u.compute.reset();
   resident_.erase(std::remove(resident_.begin(), resident_.end(), unit), resident_.end());
+}
+
+void ShardedParams::release_layer(size_t layer) {
+  std::vector<size_t> units = layer_units_[layer];
+  for (const auto& [param, slices] : layer_slices_[layer]) units.insert(units.end(), slices.begin(), slices.end());
+  for (size_t u : units)
+    if (units_[u].whole.defined()) release(u);
 }
 
 void ShardedParams::need(size_t layer, std::optional<size_t> next) {
@@ -185,7 +230,10 @@ void ShardedParams::action_done() {
   while (!resident_.empty()) release(resident_.back());
 }
 
+// The weight gradient reads no value (NOTE [Sharded parameters]): under ZeRO-3 the layer's gathered
+// values go before its gradient buffers come, so the two are never held together.
 void ShardedParams::before_weight_gradient(size_t layer) {
+  if (options_.zero == 3) release_layer(layer);
   for (size_t unit : layer_units_[layer]) {
     Unit& u = units_[unit];
     if (u.grad.defined()) continue;
@@ -194,6 +242,15 @@ void ShardedParams::before_weight_gradient(size_t layer) {
     note_working();
     for (const Slot& s : u.slots) s.param->grad = u.grad.narrow(0, s.offset, s.numel).view(s.shape);
   }
+}
+
+// The reduce-scatter in flight (the layer before in backward's order, issued after its weight
+// gradient, which had this layer's input gradient to run behind) completes first: the gradient
+// being written and the values gathered ahead are then all this rank holds beyond its state.
+void ShardedParams::prefetch(size_t layer) {
+  complete_reductions(0);
+  if (options_.zero != 3) return;
+  for (size_t u : layer_units_[layer]) start_gather(u);
 }
 
 void ShardedParams::after_weight_gradient(size_t layer) {
@@ -212,7 +269,8 @@ void ShardedParams::reduce(size_t unit) {
   if (copied) grad_bytes_ += r.held;
   note_working();
   r.work = shard_.reduce_scatter_async(input, r.out, dist::ReduceOp::Sum);  // the Work keeps `input`
-  for (const Slot& s : u.slots) s.param->grad.reset();
+  for (const Slot& s : u.slots)
+    if (!s.slice) s.param->grad.reset();
   if (copied) grad_bytes_ -= u.padded * static_cast<int64_t>(u.grad.element_size());
   u.grad.reset();
   reducing_.push_back(std::move(r));
@@ -276,17 +334,52 @@ void ShardedParams::refresh_units() {
   for (auto& w : works) w->wait();
 }
 
+// Collective: every unit holding a slot of `p` is gathered, in unit order (a sliced parameter's
+// slices in row order).
 at::Tensor ShardedParams::full_value(const nn::Param& p) {
   if (options_.zero == 2) return p.value;
+  std::vector<at::Tensor> runs;
   for (const Unit& u : units_) {
     for (const Slot& s : u.slots) {
       if (s.param != &p) continue;
       at::Tensor whole = at::empty({u.padded}, values_.options());
       shard_.all_gather(owned_value(u), whole);
-      return whole.narrow(0, s.offset, s.numel).view(s.shape).clone();
+      runs.push_back(whole.narrow(0, s.offset, s.numel));
     }
   }
-  throw Error(fmt::format("[zero] {} is not a sharded parameter of this rank", p.name));
+  if (runs.empty()) throw Error(fmt::format("[zero] {} is not a sharded parameter of this rank", p.name));
+  return at::cat(runs).view(p.part_shape());
+}
+
+// NOTE [Sliced reads]: slice k whole, k + 1 gathering behind it, the parameter's other slices freed.
+at::Tensor ShardedParams::value(nn::Param& p, int64_t slice) {
+  progress();
+  const std::vector<size_t>& units = slice_units(p);
+  const auto k = static_cast<size_t>(slice);
+  for (size_t i = 0; i < units.size(); ++i)
+    if (i != k && i != k + 1 && units_[units[i]].whole.defined()) release(units[i]);
+  start_gather(units[k]);
+  finish_gather(units[k]);
+  if (k + 1 < units.size()) start_gather(units[k + 1]);
+  const Unit& u = units_[units[k]];
+  return u.compute.defined() ? u.compute : u.whole.narrow(0, 0, u.slots.front().numel).view(u.slots.front().shape);
+}
+
+at::Tensor ShardedParams::grad(nn::Param& p, int64_t slice) {
+  Unit& u = units_[slice_units(p).at(static_cast<size_t>(slice))];
+  LOOM_CHECK(!u.grad.defined(), "[zero] {} slice {}: its gradient was asked for twice", p.name, slice);
+  u.grad = at::zeros({u.padded}, grads_.options());
+  grad_bytes_ += u.padded * static_cast<int64_t>(u.grad.element_size());
+  note_working();
+  return u.grad.narrow(0, 0, u.slots.front().numel).view(u.slots.front().shape);
+}
+
+void ShardedParams::grad_done(nn::Param& p, int64_t slice) { reduce(slice_units(p).at(static_cast<size_t>(slice))); }
+
+const std::vector<size_t>& ShardedParams::slice_units(const nn::Param& p) const {
+  for (const auto& slices : layer_slices_)
+    if (const auto it = slices.find(const_cast<nn::Param*>(&p)); it != slices.end()) return it->second;
+  throw Error(fmt::format("[zero] {} is not read in slices", p.name));
 }
 
 }  // namespace loom::replicas

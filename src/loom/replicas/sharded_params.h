@@ -11,23 +11,31 @@
 //     micro-batch's gradient of a layer is written into a fresh buffer (Partial), reduce-scattered
 //     into the owned range's sum as soon as the layer's weight gradient is done, and freed; after
 //     the update each unit is all-gathered.
-//   - zero = 3: a unit is whole only from need() to the action's end (NOTE [Sharded parameters]):
-//     all-gathered just before the layer's forward and again before its backward, the next
-//     layer's gather started while the current one computes, freed when the action ends. Between
-//     uses a parameter's `value` is undefined, so a stray read fails at once instead of reading
-//     stale numbers. Under mixed precision the gathered values are rounded to the compute type
-//     beside them (NOTE [Mixed precision]).
-// Reduce-scatters of one micro-batch's gradient overlap the backward of the next layers; at most
-// kInFlight are outstanding, so their buffers stay bounded. With parallel.shard_group = g < dp
-// (hybrid) a group is g dp ranks (times sp), and the owned sums are all-reduced across the dp / g
-// groups that own the same range before the update. The trade against ZeRO-1's one reduce-scatter
-// of the whole gradient per step: one per micro-batch per layer, each of the layer's whole
-// gradient, so m (local micro-batches) times ZeRO-1's gradient bytes, for a gradient that is never
-// whole for longer than a layer's backward; ZeRO-3 adds two gathers of every layer per micro-batch.
+//   - zero = 3: a unit is whole only while a pass reads it (NOTE [Sharded parameters]):
+//     all-gathered just before the layer's forward and again before its input gradient, the next
+//     layer's gather started while the current one computes, freed before the layer's weight
+//     gradient (which reads no value) or when the action ends. Between uses a parameter's
+//     `value` is undefined, so a stray read fails at once instead of reading stale numbers.
+//     Under mixed precision the gathered values are rounded to the compute type beside them
+//     (NOTE [Mixed precision]). A sliceable parameter (the head's matrix) is cut into row
+//     slices, a unit each, that its layer gathers and reduces one by one (NOTE [Sliced reads]).
+// The working set: a micro-batch's reduce-scatter of a layer runs behind the next layer's input
+// gradient (one in flight: kInFlight) and, in a backward, completes before that layer's weight
+// gradient, whose start also starts the gather of the layer after (ParamResidency::prefetch). So
+// a rank holds one layer's gathered values with the previous layer's gradient in flight, or one
+// layer's gradient with the next layer's values (in a W action, which gathers nothing: with the
+// previous layer's gradient in flight); plan/working_set.cpp counts the same. With
+// parallel.shard_group = g < dp (hybrid) a group is g dp ranks (times sp), and the owned sums are
+// all-reduced across the dp / g groups that own the same range before the update. The trade
+// against ZeRO-1's one reduce-scatter of the whole gradient per step: one per micro-batch per
+// layer, each of the layer's whole gradient, so m (local micro-batches) times ZeRO-1's gradient
+// bytes, for a gradient that is never whole for longer than a layer's backward; ZeRO-3 adds two
+// gathers of every layer per micro-batch.
 #include <chrono>
 #include <deque>
 #include <string>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -50,7 +58,7 @@ struct ShardedOptions {
   std::function<void(nn::Param&)> initialise;
 };
 
-class ShardedParams final : public nn::ParamResidency {
+class ShardedParams final : public nn::ParamResidency, public nn::SliceSource {
  public:
   // `shard`: the group a unit is sharded over; `across`: the groups that own the same ranges
   // (hybrid), null when there are none; `tp`, `pp`: the other groups the gradient norm spans.
@@ -62,8 +70,12 @@ class ShardedParams final : public nn::ParamResidency {
 
   void need(size_t layer, std::optional<size_t> next) override;
   void before_weight_gradient(size_t layer) override;
+  void prefetch(size_t layer) override;
   void after_weight_gradient(size_t layer) override;
   void action_done() override;
+  at::Tensor value(nn::Param& p, int64_t slice) override;
+  at::Tensor grad(nn::Param& p, int64_t slice) override;
+  void grad_done(nn::Param& p, int64_t slice) override;
 
   // Where this step's gathers and reduce-scatters go in the trace (from issue to completion, as
   // this rank saw them); empty: nowhere.
@@ -95,7 +107,9 @@ class ShardedParams final : public nn::ParamResidency {
   struct Slot {
     nn::Param* param;
     int64_t offset, numel;
-    std::vector<int64_t> shape;  // the local (tp) part's
+    std::vector<int64_t> shape;  // the local (tp) part's, or the slice's
+    int64_t from = 0;            // where it starts in the parameter's flattened part
+    bool slice = false;          // a row slice (NOTE [Sliced reads]): the parameter never views it
   };
   using Clock = std::chrono::steady_clock;
   struct Reduction {
@@ -110,6 +124,7 @@ class ShardedParams final : public nn::ParamResidency {
     int64_t padded = 0, owned = 0;  // elements of the whole vector and of each rank's range
     int64_t at = 0;                 // where the owned range starts in values_ and grads_
     at::Tensor whole;               // while whole on this rank
+    at::Tensor compute;             // a slice's values in the products' type, while whole
     dist::WorkPtr gathering;        // zero = 3: its all-gather in flight
     Clock::time_point gather_start;
     bool gather_traced = false;
@@ -117,6 +132,9 @@ class ShardedParams final : public nn::ParamResidency {
     at::Tensor grad;                // a micro-batch's gradient being written
   };
   void form_units(models::Model& model);
+  std::vector<size_t> form_slices(nn::Param& p);  // its units, by slice
+  const std::vector<size_t>& slice_units(const nn::Param& p) const;
+  void release_layer(size_t layer);  // ZeRO-3: the layer's gathered values (and slices) freed
   void take_values(const at::TensorOptions& master);
   void make_parts();
   at::Tensor owned_value(const Unit& u) const;
@@ -137,6 +155,8 @@ class ShardedParams final : public nn::ParamResidency {
   at::ScalarType wire_;
   std::vector<Unit> units_;
   std::vector<std::vector<size_t>> layer_units_;  // per layer of the model: the units it reads
+  // Per layer of the model: its sliced parameters' units, by slice (NOTE [Sliced reads]).
+  std::vector<std::map<nn::Param*, std::vector<size_t>>> layer_slices_;
   at::Tensor values_;  // zero = 3: every owned range, one after another
   at::Tensor grads_;   // the owned ranges' gradient sums
   std::deque<Reduction> reducing_;
