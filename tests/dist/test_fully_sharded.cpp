@@ -125,6 +125,11 @@ TEST_P(FullyShardedComm, EachMicroBatchIsReduceScatteredAndParametersGathered) {
   // The working set (gathered values, gradients not yet reduced) is held, and within what the plan
   // counts for it.
   EXPECT_GT(records.back().working_bytes, 0);
+  // The model state counted from the tensors: float64 values (whole under ZeRO-2, the owned share
+  // under ZeRO-3), and the owned share's gradient sums and two moments; within all the rank holds.
+  const int64_t owned = 3 * 8 * params / n, values = GetParam() == 3 ? 8 * params / n : 8 * params;
+  EXPECT_GE(records.back().model_state_bytes, owned + values);
+  EXPECT_LE(records.back().model_state_bytes, records.back().state_bytes);
   EXPECT_LE(static_cast<double>(records.back().working_bytes), trainer.plan().stages.front().memory.gathered);
 }
 

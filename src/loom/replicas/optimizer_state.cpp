@@ -1,5 +1,7 @@
 // The run's state as checkpoint pieces (NOTE [Checkpoints]): ReplicaOptimizer's view of what this
-// rank holds.
+// rank holds, and its bytes.
+#include <map>
+
 #include "loom/replicas/replica_optimizer.h"
 
 namespace loom::replicas {
@@ -104,6 +106,30 @@ void ReplicaOptimizer::set_step_count(int64_t steps) {
   else adamw_->set_step_count(steps);
   if (experts_) experts_->adamw().set_step_count(steps);
   for (const auto& table : sparse_->tables()) table->set_step_count(steps);
+}
+
+// Every tensor a parameter, gradient or moment lives in, by storage: the model's parameters, each
+// AdamW's (ZeRO's owned runs and their gradient buffers) and moments, and the checkpoint pieces
+// (the sparse tables' rows and moments besides).
+int64_t ReplicaOptimizer::model_state_bytes() const {
+  std::map<const void*, int64_t> storages;
+  auto add = [&](const at::Tensor& t) {
+    if (t.defined() && t.storage().nbytes() > 0) storages[t.storage().data()] = static_cast<int64_t>(t.storage().nbytes());
+  };
+  auto add_param = [&](const nn::Param& p) { add(p.value), add(p.grad), add(p.compute); };
+  for (const nn::Param* p : params_) add_param(*p);
+  for (const optim::AdamW* adamw : {adamw_.get(), sharded_ ? &sharded_->adamw() : nullptr,
+                                    fsdp_ ? &fsdp_->adamw() : nullptr, experts_ ? &experts_->adamw() : nullptr}) {
+    if (adamw == nullptr) continue;
+    for (size_t i = 0; i < adamw->params().size(); ++i) {
+      add_param(*adamw->params()[i]);
+      add(adamw->exp_avg(i)), add(adamw->exp_avg_sq(i));
+    }
+  }
+  for (const ckpt::TensorPiece& piece : state_pieces()) add(piece.data);
+  int64_t bytes = 0;
+  for (const auto& [storage, size] : storages) bytes += size;
+  return bytes;
 }
 
 }  // namespace loom::replicas

@@ -68,6 +68,10 @@ class ReplicaOptimizer {
   nn::ParamResidency* residency() { return fsdp_.get(); }
   // ZeRO-2/3's working set this step at its largest (ShardedParams::working_peak_bytes); 0 otherwise.
   int64_t working_peak_bytes() const { return fsdp_ ? fsdp_->working_peak_bytes() : 0; }
+  // The bytes of the tensors that hold this rank's parameters (values and compute copies), their
+  // gradients and AdamW moments, and its sparse tables' rows and moments: each storage counted
+  // once, whole, from the live tensors (a flat buffer once, however many views of it).
+  int64_t model_state_bytes() const;
   // A dense parameter's whole value (its tp part): collective over the shard group under ZeRO-3.
   at::Tensor full_value(const nn::Param& p) {
     return fsdp_ && !expert_sharded(p) ? fsdp_->full_value(p) : p.value;

@@ -74,6 +74,7 @@ void RunReport::step(StepRecord& r, double flops_per_step, double peak_flops) {
                   {"mfu", r.mfu}, {"sparse_partitions", r.sparse_partitions},
                   {"sparse_tables", tables_json(r.tables)}, {"peak_bytes", r.peak_bytes},
                   {"host_peak_bytes", r.host_peak_bytes}, {"state_bytes", r.state_bytes},
+                  {"model_state_bytes", r.model_state_bytes},
                   {"working_bytes", r.working_bytes},
                   {"comm_bytes_per_step", r.comm_bytes}, {"bubble_fraction", r.bubble_fraction},
                   {"predicted_bubble_fraction", r.predicted_bubble_fraction},

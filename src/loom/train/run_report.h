@@ -40,6 +40,10 @@ struct StepRecord {
   // What a rank holds between steps, right after the update (parameters, the gradients it keeps,
   // moments, table rows: the state ZeRO shards), largest over ranks.
   int64_t state_bytes = 0;
+  // Of that, the bytes of the tensors that hold parameters, gradients and AdamW moments (each
+  // storage once, counted from the optimizer's live tensors: ReplicaOptimizer::model_state_bytes),
+  // largest over ranks; state_bytes less this is what the run holds beside the model.
+  int64_t model_state_bytes = 0;
   // ZeRO-2/3: the most bytes of gathered values and unreduced gradients a rank held at once in the
   // step (the working set beside the state), largest over ranks; 0 for the other stages.
   int64_t working_bytes = 0;

@@ -25,14 +25,14 @@ double predicted_bubble(const pipeline::StepResult& result, dist::Mesh& mesh, co
 }  // namespace
 
 void measure_step(StepRecord& r, const pipeline::StepResult& result, dist::Mesh& mesh,
-                  const schedule::Schedule& schedule, int64_t peak_bytes, int64_t host_peak, int64_t state_bytes,
-                  int64_t working_bytes) {
-  at::Tensor peak = at::tensor({peak_bytes, host_peak, state_bytes, working_bytes}, at::kLong);
+                  const schedule::Schedule& schedule, const StepBytes& bytes) {
+  at::Tensor peak = at::tensor({bytes.peak, bytes.host_peak, bytes.state, bytes.model_state, bytes.working}, at::kLong);
   mesh.world().all_reduce(peak, dist::ReduceOp::Max);
   r.peak_bytes = peak[0].item<int64_t>();
   r.host_peak_bytes = peak[1].item<int64_t>();
   r.state_bytes = peak[2].item<int64_t>();
-  r.working_bytes = peak[3].item<int64_t>();
+  r.model_state_bytes = peak[3].item<int64_t>();
+  r.working_bytes = peak[4].item<int64_t>();
   if (mesh.pp().size() == 1) return;
   // Idle time in the pipeline's part of the step, averaged over the ranks.
   at::Tensor bubble = at::full({1}, 1.0 - result.busy_s / result.wall_s, at::TensorOptions().dtype(at::kDouble));
@@ -40,7 +40,7 @@ void measure_step(StepRecord& r, const pipeline::StepResult& result, dist::Mesh&
   r.bubble_fraction = bubble.item<double>() / mesh.world().size();
   r.predicted_bubble_fraction = predicted_bubble(result, mesh, schedule);
   const int64_t pp = mesh.pp().size();
-  at::Tensor mine = at::full({1}, peak_bytes, at::kLong), stages = at::empty({pp}, at::kLong);
+  at::Tensor mine = at::full({1}, bytes.peak, at::kLong), stages = at::empty({pp}, at::kLong);
   mesh.pp().all_gather(mine, stages);
   for (int64_t i = 0; i < pp; ++i) r.peak_bytes_by_stage.push_back(stages[i].item<int64_t>());
 }

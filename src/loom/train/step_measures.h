@@ -10,8 +10,12 @@
 
 namespace loom::train {
 
+// A rank's bytes in a step, as StepRecord's fields of the same names describe them.
+struct StepBytes {
+  int64_t peak = 0, host_peak = 0, state = 0, model_state = 0, working = 0;
+};
+
 void measure_step(StepRecord& record, const pipeline::StepResult& result, dist::Mesh& mesh,
-                  const schedule::Schedule& schedule, int64_t peak_bytes, int64_t host_peak, int64_t state_bytes,
-                  int64_t working_bytes);
+                  const schedule::Schedule& schedule, const StepBytes& bytes);
 
 }  // namespace loom::train

@@ -80,8 +80,9 @@ StepRecord Trainer::train_step(int64_t step, double lr) {
   r.experts = measure_experts(model_, config_.model, mesh_->world());
   balance_experts(model_, config_.model, r.experts);
   r.comm_bytes = comm_stats_.bytes_by_axis();
-  measure_step(r, result, *mesh_, plan_.schedule, peak_bytes(), executor_->host_peak_bytes(), live_bytes(),
-               optimizer_->working_peak_bytes());
+  measure_step(r, result, *mesh_, plan_.schedule,
+               {.peak = peak_bytes(), .host_peak = executor_->host_peak_bytes(), .state = live_bytes(),
+                .model_state = optimizer_->model_state_bytes(), .working = optimizer_->working_peak_bytes()});
   r.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
   return r;
 }
