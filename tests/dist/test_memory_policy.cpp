@@ -59,7 +59,8 @@ TEST_P(PipelineMemory, MatchesTheSerialRunInFloat64) {
   c.parallel.schedule = mc.schedule;
   c.parallel.chunks = mc.chunks;
   c.parallel.zero = mc.zero;
-  if (c.parallel.pp * mc.chunks > 2 * c.model.n_layers + 3) GTEST_SKIP() << "more slices than the chain's layers";
+  if (c.parallel.pp * c.parallel.stage_chunks() > 2 * c.model.n_layers + 3) GTEST_SKIP() << "more slices than the chain's layers";
+  if (v_shaped(mc.schedule) && c.microbatch_count() / mc.dp < 2 * c.parallel.pp) GTEST_SKIP() << "too few micro-batches for the V";
   c.memory.swap = mc.swap, c.memory.policy = mc.policy, c.memory.recompute = mc.recompute;
   c.memory.recompute_ratio = 0.5;
   c.parallel.partition = mc.partition;
@@ -88,7 +89,8 @@ INSTANTIATE_TEST_SUITE_P(
         // memory.swap = "all" under every schedule, mixed with recomputation, with dp and tp.
         MemoryCase{"gpipe"}, MemoryCase{"1f1b"}, MemoryCase{"interleaved", 1, 1, 2}, MemoryCase{"zb-h1"},
         MemoryCase{"scp", 1, 1, 1, "all", "manual", "compute", "stage-aware"},
-        MemoryCase{"1f1b", 2, 1}, MemoryCase{"zb-h1", 1, 2},
+        MemoryCase{"1f1b", 2, 1}, MemoryCase{"zb-h1", 1, 2}, MemoryCase{"zb-v"}, MemoryCase{"zb-v", 2, 1},
+        MemoryCase{"zb-v", 1, 1, 1, "none", "auto", "compute", "none", true},
         // The cost model's choice under a budget that binds, on each partition.
         MemoryCase{"1f1b", 1, 1, 1, "none", "auto", "compute", "none", true},
         MemoryCase{"gpipe", 1, 1, 1, "none", "auto", "auto", "none", true},

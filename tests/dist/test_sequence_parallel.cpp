@@ -20,6 +20,7 @@ struct SpCase {
   bool sequence = false;
   int64_t overlap = 1;
   std::string mode = "allgather";
+  std::string schedule = "1f1b";  // with pp > 1
 };
 
 class SequenceParallelGpt : public ::testing::TestWithParam<SpCase> {};
@@ -37,6 +38,8 @@ TEST_P(SequenceParallelGpt, MatchesTheSerialRunInFloat64) {
   c.parallel.tp_sequence = sc.sequence;
   c.parallel.tp_overlap = sc.overlap;
   c.parallel.sp_mode = sc.mode;
+  c.parallel.schedule = sc.schedule;
+  if (v_shaped(sc.schedule)) c.train.micro_batch = 1;  // 2 x pp micro-batches fill the V
   if (sc.mode == "ulysses" && c.model.n_heads % (sc.tp * c.parallel.sp) != 0) GTEST_SKIP() << "heads over tp x sp";
   const TrainedRun serial = run_serial(c);
   const TrainedRun layout = train_run(c, world());
@@ -57,11 +60,17 @@ INSTANTIATE_TEST_SUITE_P(Layouts, SequenceParallelGpt,
                                            // ZeRO-3 over the dp x sp replicas
                                            SpCase{1, 1, 1, 3}, SpCase{2, 1, 1, 3}, SpCase{1, 2, 1, 3},
                                            SpCase{1, 1, 2, 3}, SpCase{2, 1, 1, 3, false, 1, "ulysses"},
-                                           SpCase{1, 1, 1, 3, false, 1, "ring"}),
+                                           SpCase{1, 1, 1, 3, false, 1, "ring"},
+                                           // A V of two ranks (NOTE [V-shaped pipelines]) over sp.
+                                           SpCase{1, 1, 2, 0, false, 1, "ring", "zb-v"},
+                                           SpCase{1, 1, 2, 0, false, 1, "allgather", "zb-v"}),
                          [](const auto& info) {
                            const SpCase& s = info.param;
-                           return fmt::format("{}_dp{}_tp{}_pp{}{}{}_overlap{}", s.mode, s.dp, s.tp, s.pp,
-                                              s.zero == 0 ? "" : s.zero == 1 ? std::string("_zero") : fmt::format("_zero{}", s.zero), s.sequence ? "_sequence" : "", s.overlap);
+                           std::string name = fmt::format("{}_dp{}_tp{}_pp{}{}{}_overlap{}{}", s.mode, s.dp, s.tp, s.pp,
+                                              s.zero == 0 ? "" : s.zero == 1 ? std::string("_zero") : fmt::format("_zero{}", s.zero), s.sequence ? "_sequence" : "", s.overlap,
+                                              s.schedule == "1f1b" ? "" : "_" + s.schedule);
+                           std::erase(name, '-');
+                           return name;
                          });
 
 // The Llama in every sp mode: rotary at each rank's global positions (its segment, or the ring's

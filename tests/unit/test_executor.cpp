@@ -419,7 +419,7 @@ TEST(Executor, RefusesAChunkWithoutAMemoryPolicyPerLayer) {
 }
 
 // take_stages hands each chunk its own layers' policies, in chain order, from the whole chain's:
-// chunk c of rank r is virtual stage c x pp + r.
+// chunk c of rank r is virtual stage c x pp + r (or, in a V, 2 pp - 1 - r for chunk 1).
 TEST(Executor, TakeStagesGivesEachChunkItsLayersPolicies) {
   Log log;
   int live = 0;
@@ -427,7 +427,8 @@ TEST(Executor, TakeStagesGivesEachChunkItsLayersPolicies) {
   for (int l = 0; l < 6; ++l) model.chain.push_back(std::make_unique<ScaleLayer>(l, 1, l == 5, log, live));
   const Policies policy = {kRecompute, kKeep, kKeep, kRecompute, kRecompute, kKeep};
   // pp = 2, chunks = 2: virtual stages [0, 1) [1, 3) [3, 4) [4, 6); rank 1 runs stages 1 and 3.
-  const std::vector<StageChunk> chunks = take_stages(model, {0, 1, 3, 4, 6}, 2, 1, 2, policy);
+  const std::vector<StageChunk> chunks =
+      take_stages(model, {0, 1, 3, 4, 6}, schedule::Schedule{.stages = 2, .chunks = 2}, 1, policy);
   ASSERT_EQ(chunks.size(), 2u);
   EXPECT_EQ(chunks[0].virtual_stage, 1);
   EXPECT_EQ(chunks[0].policy, (Policies{kKeep, kKeep}));
@@ -438,6 +439,14 @@ TEST(Executor, TakeStagesGivesEachChunkItsLayersPolicies) {
     for (const nn::Layer* layer : chunk.layers) names.push_back(layer->name());
   EXPECT_EQ(names, (std::vector<std::string>{"layer1.w", "layer2.w", "layer4.w", "layer5.w"}));
   EXPECT_EQ(model.chain.size(), 4u) << "the model keeps only this rank's layers";
+  nn::Chain v_model;
+  for (int l = 0; l < 6; ++l) v_model.chain.push_back(std::make_unique<ScaleLayer>(l, 1, l == 5, log, live));
+  const schedule::Schedule v{.stages = 2, .chunks = 2, .placement = schedule::Placement::V};
+  const std::vector<StageChunk> v_chunks = take_stages(v_model, {0, 1, 3, 4, 6}, v, 1, policy);
+  ASSERT_EQ(v_chunks.size(), 2u);
+  EXPECT_EQ(v_chunks[0].virtual_stage, 1);
+  EXPECT_EQ(v_chunks[1].virtual_stage, 2) << "the V's turn: stages 1 and 2 on rank 1";
+  EXPECT_EQ(v_chunks[1].policy, (Policies{kRecompute}));
 }
 
 }  // namespace

@@ -79,6 +79,9 @@ struct ParallelConfig {
   // Expert parallelism (NOTE [Expert parallelism]): the model.moe_experts split over groups of ep
   // consecutive dp ranks; 1 = every rank holds every expert.
   int64_t ep = 1;
+  // Chunks per pipeline rank: the V's two under a V-shaped schedule kind (NOTE [V-shaped
+  // pipelines]; chunks stays 1 as written), else chunks.
+  int64_t stage_chunks() const { return v_shaped(schedule) ? 2 : chunks; }
   // ZeRO-2/3: the replica ranks (dp x sp) one layer's vector is sharded over: a shard group's dp
   // ranks, times sp (NOTE [Fully sharded data parallelism]).
   int64_t shard_ranks() const { return (shard_group > 0 ? shard_group : dp) * sp; }

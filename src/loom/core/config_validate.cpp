@@ -62,6 +62,10 @@ void validate_parallel(const ParallelConfig& p) {
   LOOM_CHECK_INPUT(p.sparse_partitions >= 0, "parallel.sparse_partitions = {} must be >= 0 (0 = automatic)",
                    p.sparse_partitions);
 
+  LOOM_CHECK_INPUT(p.chunks == 1 || !v_shaped(p.schedule),
+                   "parallel.schedule = \"{}\" places two chunks per rank in a V by itself; parallel.chunks = {} "
+                   "cannot be given with it; hint: leave parallel.chunks out",
+                   p.schedule, p.chunks);
   LOOM_CHECK_INPUT(p.chunks == 1 || p.schedule == name_of(ScheduleKind::Interleaved) || p.schedule.starts_with("csv:"),
                    "parallel.chunks = {} needs parallel.schedule = \"interleaved\" (or a CSV schedule); \"{}\" "
                    "runs one chunk per rank",
@@ -111,10 +115,10 @@ void validate_memory(const MemoryConfig& m, const ParallelConfig& p) {
   LOOM_CHECK_INPUT(p.partition != Partition::Auto || !m.budget.empty(),
                    "parallel.partition = \"auto\" searches for the fastest cut that fits memory.budget, which is not "
                    "set; hint: set memory.budget, or use \"memory\" to balance memory");
-  LOOM_CHECK_INPUT(p.partition == Partition::Compute || p.chunks == 1,
-                   "parallel.partition = \"{}\" cuts one slice per pipeline rank, but parallel.chunks = {}; hint: "
-                   "use \"compute\" with interleaved schedules",
-                   p.partition.name(), p.chunks);
+  LOOM_CHECK_INPUT(p.partition == Partition::Compute || p.stage_chunks() == 1,
+                   "parallel.partition = \"{}\" cuts one slice per pipeline rank, but the schedule runs {} chunks "
+                   "per rank; hint: use \"compute\" with interleaved and V-shaped schedules",
+                   p.partition.name(), p.stage_chunks());
   LOOM_CHECK_INPUT(p.partition == Partition::Compute || p.pp_cuts.empty(),
                    "parallel.partition = \"{}\" searches the stage cuts, which parallel.pp_cuts fixes; hint: drop "
                    "one of the two",

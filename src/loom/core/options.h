@@ -94,11 +94,21 @@ struct OptionNames<TokenWidth> {
 };
 
 // The generators of parallel.schedule (schedule/schedule.h); "csv:PATH" names a file instead.
-enum class ScheduleKind : uint8_t { GPipe, OneFOneB, Interleaved, ZbH1, Scp };
+// zb-v places two chunks per rank in a V (NOTE [V-shaped pipelines]).
+enum class ScheduleKind : uint8_t { GPipe, OneFOneB, Interleaved, ZbH1, Scp, ZbV };
 template <>
 struct OptionNames<ScheduleKind> {
-  static constexpr std::array<std::string_view, 5> names{"gpipe", "1f1b", "interleaved", "zb-h1", "scp"};
+  static constexpr std::array<std::string_view, 6> names{"gpipe", "1f1b", "interleaved", "zb-h1", "scp", "zb-v"};
 };
+// Whether a kind places its chunks in a V (two per rank: rank r holds virtual stages r and
+// 2p - 1 - r).
+constexpr bool v_shaped(ScheduleKind kind) { return kind == ScheduleKind::ZbV; }
+// The same for parallel.schedule as written (a kind's name, or "csv:PATH": its file says).
+constexpr bool v_shaped(std::string_view schedule) {
+  for (size_t k = 0; k < OptionNames<ScheduleKind>::names.size(); ++k)
+    if (OptionNames<ScheduleKind>::names[k] == schedule) return v_shaped(static_cast<ScheduleKind>(k));
+  return false;
+}
 
 // memory.swap (NOTE [Swap tier]): "all" moves every layer's saved activations to the host tier
 // after its forward and back before its backward.

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <deque>
+#include <utility>
 
 #include "loom/core/error.h"
 #include "loom/pipeline/send_progress.h"
@@ -107,6 +108,7 @@ struct PipelineExecutor::Step {
 
   const Clock::time_point start = Clock::now();  // before the helper thread starts
   std::map<std::pair<int64_t, int64_t>, Flight> flights;  // (micro-batch, chunk)
+  std::map<int, at::Tensor> handed;  // messages to this rank itself, by tag: the V's turn (NOTE [V-shaped pipelines])
   SendProgress sends;                                      // NOTE [Message progress]
   ActionTimes times;                                       // NOTE [Step clock]
   StepResult result;
@@ -146,7 +148,7 @@ PipelineExecutor::PipelineExecutor(const schedule::Schedule& schedule, dist::Com
 }
 
 int PipelineExecutor::peer_of(int64_t virtual_stage) const {
-  return static_cast<int>(virtual_stage % schedule_.stages);
+  return static_cast<int>(schedule_.rank_of(virtual_stage));
 }
 
 // A message is named by its sender's (micro-batch, virtual stage) and direction.
@@ -195,13 +197,16 @@ double PipelineExecutor::run_forward(int64_t microbatches, const std::function<n
   for (const StageChunk& chunk : chunks_) order.push_back(&chunk);
   std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->virtual_stage < b->virtual_stage; });
   std::deque<dist::WorkPtr> sends;
+  at::Tensor handed;  // the V's turn: chunk 0's output, chunk 1's input on the same rank
   double loss = 0;
   for (int64_t mb = 0; mb < microbatches; ++mb) {
     const nn::MicroBatch batch = microbatch(mb);
     for (const StageChunk* chunk : order) {
       const int64_t v = chunk->virtual_stage;
       at::Tensor x = batch.tokens;
-      if (v > 0) {
+      if (v > 0 && peer_of(v - 1) == pp_.rank()) {
+        x = std::exchange(handed, at::Tensor());
+      } else if (v > 0) {
         x = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_).device(device_));
         pp_.recv(x, peer_of(v - 1), tag_of(0, v - 1, false));
       }
@@ -218,6 +223,10 @@ double PipelineExecutor::run_forward(int64_t microbatches, const std::function<n
       }
       x = x.contiguous();
       check_boundary(x, "activation");
+      if (peer_of(v + 1) == pp_.rank()) {
+        handed = x;
+        continue;
+      }
       if (static_cast<int64_t>(sends.size()) >= schedule_.chunks) {
         sends.front()->wait();
         sends.pop_front();
@@ -238,7 +247,7 @@ void PipelineExecutor::run_action(Step& step, const schedule::Action& a, const E
   if (swapper_) prefetch(step, index);
   switch (a.op) {
     case Op::RecvF:
-    case Op::RecvB: receive(a, f); break;
+    case Op::RecvB: receive(step, a, f); break;
     case Op::SendF:
     case Op::SendB: send(step, a, f); break;
     case Op::F: forward(step, a, f, hooks); break;
@@ -258,13 +267,22 @@ void PipelineExecutor::run_action(Step& step, const schedule::Action& a, const E
   if (f.weights_done && !f.dx.defined()) step.flights.erase({a.mb, a.chunk});
 }
 
-// RecvF: the activation from the previous virtual stage; RecvB: the gradient from the next.
-void PipelineExecutor::receive(const schedule::Action& a, Flight& f) {
+// RecvF: the activation from the previous virtual stage; RecvB: the gradient from the next. From
+// this rank itself (the V's turn) it is handed over, not sent: its send came earlier in the list.
+void PipelineExecutor::receive(Step& step, const schedule::Action& a, Flight& f) {
   const bool gradient = a.op == schedule::Op::RecvB;
   const int64_t from = chunks_[a.chunk].virtual_stage + (gradient ? 1 : -1);
   at::Tensor& into = gradient ? f.dy : f.input;
+  const int tag = tag_of(a.mb, from, gradient);
+  if (peer_of(from) == pp_.rank()) {
+    const auto it = step.handed.find(tag);
+    LOOM_CHECK(it != step.handed.end(), "[pp] {} of virtual stage {} was not handed over", a.text(true), from);
+    into = std::move(it->second);
+    step.handed.erase(it);
+    return;
+  }
   into = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_).device(device_));
-  pp_.recv(into, peer_of(from), tag_of(a.mb, from, gradient));
+  pp_.recv(into, peer_of(from), tag);
 }
 
 // SendF: the activation to the next virtual stage; SendB: the gradient to the previous.
@@ -273,7 +291,9 @@ void PipelineExecutor::send(Step& step, const schedule::Action& a, Flight& f) {
   const int64_t v = chunks_[a.chunk].virtual_stage;
   at::Tensor& out = gradient ? f.dx : f.output;
   check_boundary(out, gradient ? "gradient" : "activation");
-  step.sends.add(pp_.send_async(out, peer_of(gradient ? v - 1 : v + 1), tag_of(a.mb, v, gradient)));
+  const int to = peer_of(gradient ? v - 1 : v + 1);
+  if (to == pp_.rank()) step.handed[tag_of(a.mb, v, gradient)] = std::move(out);
+  else step.sends.add(pp_.send_async(out, to, tag_of(a.mb, v, gradient)));
   out.reset();  // the Work keeps it until sent
 }
 

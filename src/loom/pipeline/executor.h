@@ -90,7 +90,7 @@ class PipelineExecutor {
 
   // The phases of run_step: each action by kind, then the step's end and its measures.
   void run_action(Step& step, const schedule::Action& a, const ExecutorHooks& hooks);
-  void receive(const schedule::Action& a, Flight& f);
+  void receive(Step& step, const schedule::Action& a, Flight& f);
   void send(Step& step, const schedule::Action& a, Flight& f);
   void forward(Step& step, const schedule::Action& a, Flight& f, const ExecutorHooks& hooks);
   void recompute_ahead(const schedule::Action& a, Flight& f, const ExecutorHooks& hooks);

@@ -2,12 +2,13 @@
 
 namespace loom::pipeline {
 
-std::vector<StageChunk> take_stages(nn::Chain& model, const std::vector<int64_t>& cuts, int64_t pp,
-                                    int64_t pp_rank, int64_t chunks, const std::vector<nn::MemoryPolicy>& policy) {
+std::vector<StageChunk> take_stages(nn::Chain& model, const std::vector<int64_t>& cuts,
+                                    const schedule::Schedule& schedule, int64_t pp_rank,
+                                    const std::vector<nn::MemoryPolicy>& policy) {
   std::vector<StageChunk> out;
   nn::Chain mine;
-  for (int64_t c = 0; c < chunks; ++c) {
-    StageChunk chunk{.virtual_stage = c * pp + pp_rank};
+  for (int64_t c = 0; c < schedule.chunks; ++c) {
+    StageChunk chunk{.virtual_stage = schedule.virtual_stage(pp_rank, c)};
     const int64_t begin = cuts[chunk.virtual_stage], end = cuts[chunk.virtual_stage + 1];
     for (int64_t i = begin; i < end; ++i) {
       chunk.layers.push_back(model.chain[i].get());

@@ -10,9 +10,11 @@
 
 namespace loom::pipeline {
 
-// Moves the layers of this rank's virtual stages (chunk c is stage c x pp + pp_rank) out of
-// `model`, which keeps only them, in chunk order; `policy` holds every chain layer's memory policy.
-std::vector<StageChunk> take_stages(nn::Chain& model, const std::vector<int64_t>& cuts, int64_t pp,
-                                    int64_t pp_rank, int64_t chunks, const std::vector<nn::MemoryPolicy>& policy);
+// Moves the layers of this rank's virtual stages (chunk c is the schedule's virtual_stage(pp_rank,
+// c): c x pp + pp_rank, or the V's) out of `model`, which keeps only them, in chunk order; `policy`
+// holds every chain layer's memory policy.
+std::vector<StageChunk> take_stages(nn::Chain& model, const std::vector<int64_t>& cuts,
+                                    const schedule::Schedule& schedule, int64_t pp_rank,
+                                    const std::vector<nn::MemoryPolicy>& policy);
 
 }  // namespace loom::pipeline

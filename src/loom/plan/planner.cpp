@@ -10,6 +10,7 @@
 #include "loom/core/error.h"
 #include "loom/core/units.h"
 #include "loom/models/registry.h"
+#include "loom/schedule/schedule.h"
 #include "loom/schedule/stage_cuts.h"
 #include "loom/schedule/schedule.h"
 
@@ -166,8 +167,11 @@ double Search::bound(const Config& c) {
     it = chain_times_.emplace(shape, std::move(times)).first;
   }
   const bool recompute = c.memory.recompute == Recompute::Full;
-  const int64_t stages = p.pp * p.chunks;
-  auto cut = cuts_.find({shape, p.pp, p.chunks, recompute});
+  const int64_t chunks = p.stage_chunks(), stages = p.pp * chunks;
+  // Where each virtual stage runs (NOTE [V-shaped pipelines]).
+  const schedule::Schedule placement{.stages = p.pp, .chunks = chunks,
+                                     .placement = v_shaped(p.schedule) ? schedule::Placement::V : schedule::Placement::Loop};
+  auto cut = cuts_.find({shape, p.pp, chunks, recompute});
   if (cut == cuts_.end()) {
     std::vector<double> layer = it->second.first;
     if (recompute)
@@ -175,12 +179,12 @@ double Search::bound(const Config& c) {
     std::vector<double> rank(static_cast<size_t>(p.pp), 0.0);  // per pipeline rank, over its chunks
     const std::vector<int64_t> cuts = schedule::balanced_cuts(layer, stages);  // add() checked stages <= layers
     for (int64_t v = 0; v < stages; ++v)
-      for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) rank[v % p.pp] += layer[i];
-    cut = cuts_.emplace(std::tuple{shape, p.pp, p.chunks, recompute}, *std::max_element(rank.begin(), rank.end())).first;
+      for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) rank[placement.rank_of(v)] += layer[i];
+    cut = cuts_.emplace(std::tuple{shape, p.pp, chunks, recompute}, *std::max_element(rank.begin(), rank.end())).first;
   }
   // The fill and drain in rank times: (pp - 1) / chunks, about a third of that when W fills
   // the bubbles (zb-h1).
-  double fill = static_cast<double>(p.pp - 1) / static_cast<double>(p.chunks);
+  double fill = static_cast<double>(p.pp - 1) / static_cast<double>(chunks);
   if (p.schedule == "zb-h1") fill /= 3;
   return cut->second * (static_cast<double>(c.microbatch_count() / p.dp) + fill);
 }
@@ -201,7 +205,7 @@ void Search::add(Config c, MemoryMode memory, PlanResult& result, std::vector<Ca
     if (result.refused++ == 0) result.first_refusal = e.what();
     return;
   }
-  if (c.parallel.pp * c.parallel.chunks > chain_layers_) {  // a stage without a layer (make_plan refuses it)
+  if (c.parallel.pp * c.parallel.stage_chunks() > chain_layers_) {  // a stage without a layer (make_plan refuses it)
     ++result.refused;
     return;
   }

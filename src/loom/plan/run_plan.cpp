@@ -68,15 +68,16 @@ std::vector<LayerPlan> describe_chain(const models::ModelKind& kind, const Confi
 // memory.recompute and memory.swap as written, per layer. "stage-aware" (Merak): pipeline rank k
 // recomputes the first round(r_k x its layers) of each of its slices, earlier ranks more (they
 // stash more). memory.swap = "all" swaps every layer that does not recompute.
-std::vector<nn::MemoryPolicy> manual_policies(const Config& config, const std::vector<int64_t>& cuts) {
+std::vector<nn::MemoryPolicy> manual_policies(const Config& config, const schedule::Schedule& schedule,
+                                              const std::vector<int64_t>& cuts) {
   const auto& p = config.parallel;
   const Recompute mode = config.memory.recompute;
   const nn::MemoryPolicy rest = config.memory.swap == Swap::All ? nn::MemoryPolicy::Swap : nn::MemoryPolicy::Keep;
   std::vector<nn::MemoryPolicy> policy(static_cast<size_t>(cuts.back()), rest);
-  for (int64_t v = 0; v < p.pp * p.chunks; ++v) {
+  for (int64_t v = 0; v < schedule.virtual_stages(); ++v) {
     double ratio = mode == Recompute::Full ? 1.0 : 0.0;
     if (mode == Recompute::StageAware)
-      ratio = schedule::stage_recompute_ratio(config.memory.recompute_ratio, v % p.pp, p.pp);
+      ratio = schedule::stage_recompute_ratio(config.memory.recompute_ratio, schedule.rank_of(v), p.pp);
     const int64_t begin = cuts[v], end = cuts[v + 1];
     const auto recomputed = static_cast<int64_t>(std::lround(ratio * static_cast<double>(end - begin)));
     for (int64_t i = begin; i < begin + recomputed; ++i) policy[i] = nn::MemoryPolicy::Recompute;
@@ -222,10 +223,11 @@ std::map<std::string, double> comm_volume(const RunPlan& plan, int64_t pp_rank, 
   if (p.pp > 1) {  // per micro-batch, each slice sends its output forward and its input gradient back
     const int64_t shards = p.tp_sequence ? p.tp : 1;
     const int64_t boundary = c.train.micro_batch * plan.local_tokens / shards * c.model.d_model * bytes;
-    int64_t sends = 0;
-    for (int64_t chunk = 0; chunk < p.chunks; ++chunk) {
-      const int64_t v = chunk * p.pp + pp_rank, last = p.pp * p.chunks - 1;
-      sends += (v < last) + (v > 0);
+    int64_t sends = 0;  // to other ranks: the V's turn is a hand-off within the rank
+    const schedule::Schedule& s = plan.schedule;
+    for (int64_t chunk = 0; chunk < s.chunks; ++chunk) {
+      const int64_t v = s.virtual_stage(pp_rank, chunk), last = s.virtual_stages() - 1;
+      sends += (v < last && s.rank_of(v + 1) != pp_rank) + (v > 0 && s.rank_of(v - 1) != pp_rank);
     }
     comm["pp"] = static_cast<double>(sends * plan.schedule.microbatches * boundary);
   }
@@ -249,7 +251,7 @@ MemoryDecision policies_on(const RunPlan& plan, const MemoryModel& model, std::v
     PolicyChoice choice = choose_policies(model, cuts);
     return {std::move(cuts), std::move(choice.policy), std::move(choice.prediction), choice.fits};
   }
-  std::vector<nn::MemoryPolicy> policy = manual_policies(plan.config, cuts);
+  std::vector<nn::MemoryPolicy> policy = manual_policies(plan.config, plan.schedule, cuts);
   Prediction prediction = predict(model, cuts, policy);
   return {std::move(cuts), std::move(policy), std::move(prediction), true};
 }
@@ -265,14 +267,15 @@ bool fits_budget(const MemoryModel& model, const MemoryDecision& d) {
 MemoryDecision decide_memory(const RunPlan& plan, const MemoryModel& model) {
   const auto& p = plan.config.parallel;
   const auto n = static_cast<int64_t>(plan.chain.size());
-  if (!p.pp_cuts.empty()) return policies_on(plan, model, schedule::explicit_cuts(p.pp_cuts, n, p.pp * p.chunks));
+  const int64_t stages = plan.schedule.virtual_stages();
+  if (!p.pp_cuts.empty()) return policies_on(plan, model, schedule::explicit_cuts(p.pp_cuts, n, stages));
   if (p.partition == Partition::Memory) return policies_on(plan, model, memory_cuts(model));
   if (p.partition == Partition::Compute) {
     if (plan.profiled || plan.cluster) return policies_on(plan, model, compute_cuts(model));
     std::vector<double> flops;  // without a profile or a cluster: the FLOPs, exactly as they are
     for (const LayerPlan& layer : plan.chain)
       flops.push_back(layer.cost.forward_flops + layer.cost.backward_input_flops + layer.cost.backward_weight_flops);
-    return policies_on(plan, model, schedule::balanced_cuts(flops, p.pp * p.chunks));
+    return policies_on(plan, model, schedule::balanced_cuts(flops, stages));
   }
   std::vector<MemoryDecision> tried;
   for (auto cuts : {auto_cuts(model), compute_cuts(model), memory_cuts(model)})
@@ -348,7 +351,7 @@ RunPlan make_plan(const Config& config, int world_size, const CostModel& costs, 
   plan.local_tokens = config.model.seq_len / p.sp;
   plan.chain = describe_chain(*plan.kind, config, plan.local_tokens);
   // Stages against the chain first: a huge parallel.pp must be refused, not simulated.
-  schedule::check_stage_count(static_cast<int64_t>(plan.chain.size()), p.pp * p.chunks);
+  schedule::check_stage_count(static_cast<int64_t>(plan.chain.size()), p.pp * p.stage_chunks());
   plan.profiled = costs.profiled();
   plan.profile_threads = costs.profile_threads();
   plan.copy_bytes_per_s = costs.time(config, plan.chain);
@@ -374,8 +377,8 @@ RunPlan make_plan(const Config& config, int world_size, const CostModel& costs, 
   plan.prediction = decision.prediction;
   for (int64_t rank = 0; rank < p.pp; ++rank) {
     StagePlan stage;
-    for (int64_t c = 0; c < p.chunks; ++c) {
-      const int64_t v = c * p.pp + rank;
+    for (int64_t c = 0; c < plan.schedule.chunks; ++c) {
+      const int64_t v = plan.schedule.virtual_stage(rank, c);
       stage.virtual_stages.push_back(v);
       for (int64_t i = plan.cuts[v]; i < plan.cuts[v + 1]; ++i) stage.layers.push_back(i);
     }

@@ -4,7 +4,10 @@
 
 #include <algorithm>
 #include <charconv>
+#include <deque>
 #include <fstream>
+#include <limits>
+#include <optional>
 #include <sstream>
 
 #include "loom/core/error.h"
@@ -12,6 +15,8 @@
 
 namespace loom::schedule {
 namespace {
+
+constexpr std::string_view kVPlacementLine = "# placement: v";  // NOTE [V-shaped pipelines]
 
 constexpr std::pair<Op, std::string_view> kOpNames[] = {
     {Op::BW, "BW"},        {Op::F, "F"},          {Op::B, "B"},         {Op::W, "W"},        {Op::R, "R"},
@@ -39,10 +44,20 @@ void check_counts(ScheduleKind kind, int64_t stages, int64_t microbatches, int64
   LOOM_CHECK_INPUT(stages >= 1 && microbatches >= 1 && chunks >= 1,
                    "schedule {}: stages ({}), micro-batches ({}) and chunks ({}) must be >= 1", name_of(kind), stages,
                    microbatches, chunks);
-  LOOM_CHECK_INPUT(kind == ScheduleKind::Interleaved || chunks == 1,
+  LOOM_CHECK_INPUT(!v_shaped(kind) || chunks == 1,
+                   "schedule {} places two chunks per rank in a V by itself; parallel.chunks = {} cannot be given "
+                   "with it; hint: leave parallel.chunks out",
+                   name_of(kind), chunks);
+  LOOM_CHECK_INPUT(kind == ScheduleKind::Interleaved || v_shaped(kind) || chunks == 1,
                    "schedule {} runs one chunk per rank, not {}; hint: parallel.schedule = \"interleaved\" for "
                    "virtual chunks",
                    name_of(kind), chunks);
+  LOOM_CHECK_INPUT(!v_shaped(kind) || stages >= 2, "schedule {} needs pipeline stages (pp >= 2), not {}",
+                   name_of(kind), stages);
+  LOOM_CHECK_INPUT(!v_shaped(kind) || microbatches >= 2 * stages,
+                   "schedule {} needs at least 2 x pp = {} micro-batches per data-parallel rank to fill its V, not "
+                   "{}; hint: raise train.global_batch or lower train.micro_batch",
+                   name_of(kind), 2 * stages, microbatches);
 }
 
 // 1F1B's order on one rank: `warmup` forwards, then one forward and one backward at a time.
@@ -150,6 +165,54 @@ Schedule zb_h1(int64_t p, int64_t m) {
   return s;
 }
 
+// ZB-V (NOTE [V-shaped pipelines]): list scheduling at unit costs over the V's virtual stages.
+Schedule zb_v(int64_t p, int64_t m) {
+  Schedule s{.kind = std::string(name_of(ScheduleKind::ZbV)), .stages = p, .microbatches = m, .chunks = 2,
+             .placement = Placement::V};
+  s.ranks.resize(p);
+  const int64_t stages = 2 * p;
+  constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+  // Per virtual stage: the tick each micro-batch's F and B end, and the next of each to run.
+  std::vector<std::vector<int64_t>> f_end(stages, std::vector<int64_t>(m, kNever)), b_end = f_end;
+  std::vector<int64_t> next_f(stages, 0), next_b(stages, 0), live(p, 0);
+  std::vector<std::deque<Action>> pending_w(p);
+  int64_t done = 0;
+  for (int64_t t = 0; done < 6 * p * m; ++t) {
+    LOOM_CHECK(t < 20 * p * m + 10 * p, "zb-v generation did not finish");
+    for (int64_t r = 0; r < p; ++r) {
+      // The candidates of each kind, the earlier micro-batch first, then the later virtual stage.
+      std::optional<std::pair<int64_t, int64_t>> b, f;  // (micro-batch, -v)
+      for (int64_t chunk = 0; chunk < 2; ++chunk) {
+        const int64_t v = s.virtual_stage(r, chunk), i = next_b[v], j = next_f[v];
+        const std::pair<int64_t, int64_t> none{m, 0};
+        if (i < m && f_end[v][i] <= t && (v + 1 == stages || b_end[v + 1][i] <= t)) b = std::min(b.value_or(none), {i, -v});
+        if (j < m && live[r] < 2 * p && (v == 0 || f_end[v - 1][j] <= t)) f = std::min(f.value_or(none), {j, -v});
+      }
+      Action a;
+      if (b) {
+        const int64_t v = -b->second;
+        a = {Op::B, b->first, s.chunk_of(v)};
+        b_end[v][next_b[v]++] = t + 1;
+        pending_w[r].push_back({Op::W, a.mb, a.chunk});
+      } else if (f) {
+        const int64_t v = -f->second;
+        a = {Op::F, f->first, s.chunk_of(v)};
+        f_end[v][next_f[v]++] = t + 1;
+        ++live[r];
+      } else if (!pending_w[r].empty()) {
+        a = pending_w[r].front();
+        pending_w[r].pop_front();
+        --live[r];
+      } else {
+        continue;
+      }
+      s.ranks[r].push_back(a);
+      ++done;
+    }
+  }
+  return s;
+}
+
 }  // namespace
 
 std::string Action::text(bool with_chunk) const {
@@ -184,12 +247,13 @@ Schedule make_schedule(Option<ScheduleKind> kind, int64_t stages, int64_t microb
     case ScheduleKind::Scp: return one_f_one_b_schedule(stages, microbatches, true);
     case ScheduleKind::Interleaved: return interleaved(stages, microbatches, chunks);
     case ScheduleKind::ZbH1: return zb_h1(stages, microbatches);
+    case ScheduleKind::ZbV: return zb_v(stages, microbatches);
   }
   throw Error(fmt::format("schedule kind {} has no generator", static_cast<int>(kind.value)));
 }
 
 std::string to_csv(const Schedule& s) {
-  std::string out = "step";
+  std::string out = s.placement == Placement::V ? std::string(kVPlacementLine) + "\nstep" : "step";
   for (int64_t r = 0; r < s.stages; ++r) out += fmt::format(",rank{}", r);
   out += '\n';
   size_t rows = 0;
@@ -213,6 +277,10 @@ Schedule from_csv(const std::string& text, const std::string& where) {
   while (std::getline(in, line)) {
     ++row;
     if (trim(line).empty()) continue;
+    if (trim(line).starts_with('#')) {  // a comment, or the V placement's line before the header
+      if (trim(line) == kVPlacementLine && s.ranks.empty()) s.placement = Placement::V;
+      continue;
+    }
     std::vector<std::string> cells;
     std::stringstream cols(line);
     for (std::string cell; std::getline(cols, cell, ',');) cells.push_back(trim(cell));
@@ -250,6 +318,12 @@ Schedule from_csv(const std::string& text, const std::string& where) {
   s.stages = static_cast<int64_t>(s.ranks.size());
   s.microbatches = max_mb + 1;
   s.chunks = max_chunk + 1;
+  // A V holds chunks 0 and 1 of every rank: a chunk 2 has no virtual stage, and a rank without
+  // chunk 1's actions leaves its stage to no one.
+  LOOM_CHECK_INPUT(s.placement != Placement::V || s.chunks == 2,
+                   "{}: a V-placed schedule ('{}') holds chunks 0 and 1 on each rank, but its actions name chunks 0 "
+                   "to {}; hint: rank r runs chunk 0 (virtual stage r) and chunk 1 (virtual stage 2 stages - 1 - r)",
+                   where, kVPlacementLine, max_chunk);
   return s;
 }
 

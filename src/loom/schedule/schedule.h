@@ -3,12 +3,13 @@
 // what it computes: F (forward), B (input gradient), W (weight gradient), BW (both at once) and R
 // (recompute the forward from the saved input, ahead of B) for a (micro-batch, chunk). Chunk c of
 // rank r is virtual stage v = c * stages + r of the model's chain (interleaved schedules give a
-// rank several chunks). Generators write these lists; the simulator replays any list with unit or
+// rank several chunks), or under a V placement (NOTE [V-shaped pipelines]) r for chunk 0 and
+// 2 stages - 1 - r for chunk 1. Generators write these lists; the simulator replays any list with unit or
 // given costs to prove it complete and deadlock-free and to measure it; the executor runs the
 // same lists with real layers, inserting the point-to-point messages that `lower` makes explicit.
 //
 // Text form: `F3`, `B3`, `W3`, `BW3`, `R3` for micro-batch 3; with several chunks the chunk is a
-// prefix, `1F3`. Lowered messages: `sendF3` (F3's output to the next stage), `recvF3` (its input
+// prefix, `1F3`. A CSV of a V-placed schedule starts with the line `# placement: v`. Lowered messages: `sendF3` (F3's output to the next stage), `recvF3` (its input
 // from the previous one), `sendB3`, `recvB3` for gradients.
 #include <cstdint>
 #include <string>
@@ -33,13 +34,35 @@ struct Action {
 // Parses the text form; throws InputError naming `where` on anything else.
 Action parse_action(std::string_view text, const std::string& where);
 
+// NOTE [V-shaped pipelines]: rank r holds two chunks, virtual stages r and 2p - 1 - r, so a
+// micro-batch's forward runs down the ranks and back up (0, 1, .., p - 1, p - 1, .., 0), the
+// loss is on rank 0 beside the first layers, and the turn (p - 1 to p) is a hand-off within rank
+// p - 1 instead of a message. The schedules that use it (zb-v) split B from W.
+//   zb-v: at unit costs (F = B = W = 1 per chunk, no communication) a rank runs, in order of
+//   preference, a B whose gradient has arrived, an F whose input has arrived while fewer than 2p
+//   of its (micro-batch, chunk) pairs hold activations (F run, W not), or its oldest pending W;
+//   ties go to the earlier micro-batch, then to the later virtual stage. For m >= 2p it runs in
+//   6m + p - 1 (the bound: rank p - 1 waits p - 1 for its first input, then works 6m), a bubble
+//   of (p - 1) / (6m + p - 1) per rank, and each rank's stash peaks at 2p chunks: 1F1B's peak
+//   (p micro-batches of a whole stage on its first rank) on every rank. (Tested for p in {2, 3,
+//   4, 8} and m in {2p, 4p, 8p}: tests/unit/test_schedule.cpp.)
+enum class Placement : uint8_t { Loop, V };
+
 struct Schedule {
   std::string kind;  // the generator's name, or "csv"
   int64_t stages = 1, microbatches = 1, chunks = 1;
+  Placement placement = Placement::Loop;  // V: chunks = 2
   std::vector<std::vector<Action>> ranks;  // per pipeline rank, in execution order
 
   int64_t virtual_stages() const { return stages * chunks; }
-  int64_t virtual_stage(int64_t rank, int64_t chunk) const { return chunk * stages + rank; }
+  int64_t virtual_stage(int64_t rank, int64_t chunk) const {
+    return placement == Placement::V && chunk == 1 ? 2 * stages - 1 - rank : chunk * stages + rank;
+  }
+  // The rank and chunk that hold virtual stage v.
+  int64_t rank_of(int64_t v) const {
+    return placement == Placement::V && v >= stages ? 2 * stages - 1 - v : v % stages;
+  }
+  int64_t chunk_of(int64_t v) const { return v / stages; }
 };
 
 // The schedule kinds of parallel.schedule: loom::ScheduleKind and its name table
@@ -51,7 +74,8 @@ inline constexpr const auto& kScheduleKinds = OptionNames<ScheduleKind>::names;
 // stages per rank (micro-batches in groups of `stages`). zb-h1: backward split into B and W, the W
 // deferred into what would be bubbles, at 1F1B's memory. scp (Merak's shifted critical path): 1F1B
 // where every stage but the last recomputes, each recomputation issued before the wait for its
-// gradient. Throws InputError on counts a kind cannot use.
+// gradient. zb-v: two chunks per rank in a V, B and W apart (NOTE [V-shaped pipelines]); `chunks`
+// is 1 as written (the V's two are implied). Throws InputError on counts a kind cannot use.
 Schedule make_schedule(Option<ScheduleKind> kind, int64_t stages, int64_t microbatches, int64_t chunks = 1);
 
 // One row per position in the lists, one column per rank ("step,rank0,rank1,..."); cells past a

@@ -91,7 +91,7 @@ plan::RunPlan Trainer::check(const Config& config, int world_size, int local_ran
 void Trainer::allocate() {
   const auto& p = config_.parallel;
   std::vector<pipeline::StageChunk> chunks =
-      pipeline::take_stages(model_, plan_.cuts, p.pp, mesh_->pp_rank(), p.chunks, policies());
+      pipeline::take_stages(model_, plan_.cuts, plan_.schedule, mesh_->pp_rank(), policies());
   const optim::AdamWOptions adamw{.beta1 = config_.train.beta1, .beta2 = config_.train.beta2,
                                   .weight_decay = config_.train.weight_decay};
   // Each embedding table on its path (NOTE [Table paths]) before anything is allocated: a table on
