@@ -13,7 +13,7 @@ steps of every run are warm-up and not timed). The ratio is loom's tokens/s over
 an earlier commit) on NAME, alternating in every round: the ratio is this build's tokens/s over the other's.
 `allreduce` runs the communicator's all-reduce against a raw MPI_Allreduce loop on 2 ranks.
 `gpt-long` (or `long-sequences`) sweeps gpt-long's peak memory per rank over sequence lengths, sp and sp_mode.
-`pipelines` runs gpt-small at pp = 2 and 4 under every schedule and reports the measured bubble beside
+`pipelines` runs gpt-small at pp = 2 and 4 (BENCH_PP) under every schedule (BENCH_SCHEDULES) and reports the measured bubble beside
 the simulator's prediction for the same action times. `tp-overlap` and `tp-sequence` compare loom with itself on gpt-small at tp=2: tp_overlap 1 against 2,
 and tp_sequence off against on, alternating the two in every round; the peer is the option off.
 `dlrm-sparse` and `gpt-bigvocab` compare the sparse tables' hybrid exchange with dense all-reduce
@@ -94,6 +94,7 @@ SCHEDULES = {
     "interleaved": ["parallel.schedule=interleaved", "parallel.chunks=2"],
     "zb-h1": ["parallel.schedule=zb-h1"],
     "scp": ["parallel.schedule=scp", "memory.recompute=stage-aware", "memory.recompute_ratio=0.5"],
+    "zb-v": ["parallel.schedule=zb-v"],
 }
 
 
@@ -286,8 +287,11 @@ def pipelines(steps, threads, peak):
     prediction for the same (measured) action times, per-stage peak memory; loom only."""
     path, cfg = effective_config("gpt-small")
     tokens_per_step = cfg["train"]["global_batch"] * cfg["model"]["seq_len"]
-    for pp in (2, 4):
+    wanted = os.environ.get("BENCH_SCHEDULES", ",".join(SCHEDULES)).split(",")
+    for pp in (int(x) for x in os.environ.get("BENCH_PP", "2,4").split(",")):
         for name, options in SCHEDULES.items():
+            if name not in wanted:
+                continue
             run = run_loom(path, steps, threads, peak, {"pp": pp}, options)
             timed = run[WARMUP:]
             step_ms = statistics.median(r["step_ms"] for r in timed)
