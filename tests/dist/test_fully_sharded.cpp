@@ -136,5 +136,30 @@ TEST_P(FullyShardedComm, EachMicroBatchIsReduceScatteredAndParametersGathered) {
 INSTANTIATE_TEST_SUITE_P(Zero, FullyShardedComm, ::testing::Values(2, 3),
                          [](const auto& info) { return fmt::format("Zero{}", info.param); });
 
+// ZeRO-3 in pipeline stages: whatever the schedule (joint or split backward, a loop or a V of
+// chunks), the working set a rank holds stays within the plan's count for its stage.
+class ShardedStages : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ShardedStages, TheWorkingSetStaysWithinThePlan) {
+  const int n = world().size();
+  if (n != 4) GTEST_SKIP() << "dp = 2 x pp = 2";
+  Config c = small_gpt(97, 4, 24, 16, 1);
+  c.parallel.dp = 2, c.parallel.pp = 2, c.parallel.zero = 3;
+  c.parallel.schedule = GetParam();
+  c.train.steps = 2;
+  train::Trainer trainer(c, world());
+  const auto records = trainer.run({.peak_flops = 1e9});
+  double planned = 0;
+  for (const plan::StagePlan& s : trainer.plan().stages) planned = std::max(planned, s.memory.gathered);
+  EXPECT_GT(records.back().working_bytes, 0);
+  EXPECT_LE(static_cast<double>(records.back().working_bytes), planned);
+}
+
+INSTANTIATE_TEST_SUITE_P(Schedules, ShardedStages, ::testing::Values("1f1b", "zb-h1", "zb-v"), [](const auto& info) {
+  std::string name = info.param;
+  std::erase(name, '-');
+  return name;
+});
+
 }  // namespace
 }  // namespace loom::test

@@ -47,6 +47,10 @@ std::vector<ValidCase> cases() {
        gpt([](Config& c) { c.parallel.pp = 2, c.parallel.schedule = "interleaved", c.parallel.chunks = 2; })},
       {"pp2_zb_recompute", 2,
        gpt([](Config& c) { c.parallel.pp = 2, c.parallel.schedule = "zb-h1", c.memory.recompute = Recompute::Full; })},
+      // A V (NOTE [V-shaped pipelines]): the forward-only pass hands the turn over within a rank.
+      {"pp2_zbv", 2, gpt([](Config& c) { c.parallel.pp = 2, c.parallel.schedule = "zb-v", c.train.micro_batch = 1; })},
+      // ZeRO-3's forward-only pass reads the head in row slices (NOTE [Sliced reads]).
+      {"dp2_zero3", 2, gpt([](Config& c) { c.parallel.dp = 2, c.parallel.zero = 3; })},
       {"sp2_allgather", 2, gpt([](Config& c) { c.parallel.sp = 2; })},
       {"sp2_ring", 2, gpt([](Config& c) { c.parallel.sp = 2, c.parallel.sp_mode = SpMode::Ring; })},
       {"sp2_ulysses", 2, gpt([](Config& c) { c.parallel.sp = 2, c.parallel.sp_mode = SpMode::Ulysses; })},
@@ -62,6 +66,10 @@ std::vector<ValidCase> cases() {
       {"dp2_pp2", 4, gpt([](Config& c) { c.parallel.dp = 2, c.parallel.pp = 2, c.train.global_batch = 8; })},
       {"tp2_pp2", 4, gpt([](Config& c) { c.parallel.tp = 2, c.parallel.pp = 2; })},
       {"pp4", 4, gpt([](Config& c) { c.parallel.pp = 4; })},
+      {"pp4_zbv", 4,
+       gpt([](Config& c) {
+         c.parallel.pp = 4, c.parallel.schedule = "zb-v", c.train.global_batch = 8, c.train.micro_batch = 1;
+       })},
       {"pp2_interleaved_dp2", 4,
        gpt([](Config& c) {
          c.parallel.pp = 2, c.parallel.dp = 2, c.parallel.schedule = "interleaved", c.parallel.chunks = 2;

@@ -55,11 +55,12 @@ at::Tensor LmHeadLoss::logits(const at::Tensor& x) {
 at::Tensor LmHeadLoss::input_gradient(const at::Tensor& dlogits) {
   nn::Param& w = matrix();
   if (w.slices == nullptr) return at::mm(dlogits, nn::compute_value(w));
+  // Summed in float32 or wider: the slices' products are rounded once each, the sum once at the end.
   const nn::RowSlices cut(rows_);
-  at::Tensor dx = at::zeros({dlogits.size(0), d_model_}, dlogits.options());
+  at::Tensor dx = at::zeros({dlogits.size(0), d_model_}, dlogits.options().dtype(nn::wide_type(dlogits.scalar_type())));
   for (int64_t k = 0; k < cut.count(); ++k)
-    dx.addmm_(dlogits.narrow(1, cut.begin(k), cut.length(k)), w.slices->value(w, k));
-  return dx;
+    nn::add_product(dx, dlogits.narrow(1, cut.begin(k), cut.length(k)), w.slices->value(w, k));
+  return nn::to_type(dx, dlogits.scalar_type());
 }
 
 at::Tensor LmHeadLoss::decode(const at::Tensor& x, int64_t, nn::DecodeCache&) {

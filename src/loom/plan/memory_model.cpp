@@ -300,7 +300,7 @@ double fixed_of(const MemoryModel& m, const std::vector<int64_t>& cuts, int64_t 
 
 int64_t rank_of_layer(const MemoryModel& m, const std::vector<int64_t>& cuts, int64_t layer) {
   const auto v = std::upper_bound(cuts.begin(), cuts.end(), layer) - cuts.begin() - 1;
-  return v % m.schedule.stages;
+  return m.schedule.rank_of(v);  // a V's chunk 1 runs on rank 2p - 1 - v (NOTE [V-shaped pipelines])
 }
 
 }  // namespace

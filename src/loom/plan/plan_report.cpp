@@ -143,12 +143,11 @@ PolicyCounts policy_counts(const RunPlan& plan, const StagePlan& stage) {
 }
 
 std::string RunPlan::describe() const {
-  const auto& p = config.parallel;
   std::string text = fmt::format(
       "# plan: {} ranks = dp {} x pp {} x sp {} x tp {}; {} chain layers; schedule {} ({} micro-batches per "
       "dp rank{})\n",
       world_size, mesh.dp(), mesh.pp(), mesh.sp(), mesh.tp(), chain.size(), schedule.kind, schedule.microbatches,
-      p.chunks > 1 ? fmt::format(", {} chunks per rank", p.chunks) : "");
+      schedule.chunks > 1 ? fmt::format(", {} chunks per rank", schedule.chunks) : "");
   text += memory_words(*this);
   for (size_t s = 0; s < stages.size(); ++s) {
     const StagePlan& stage = stages[s];

@@ -12,7 +12,6 @@
 #include "loom/models/registry.h"
 #include "loom/schedule/schedule.h"
 #include "loom/schedule/stage_cuts.h"
-#include "loom/schedule/schedule.h"
 
 namespace loom::plan {
 namespace {
@@ -53,7 +52,7 @@ void apply_memory(Config& c, MemoryMode mode) {
   c.memory.recompute = mode == MemoryMode::RecomputeAll ? Recompute::Full : Recompute::None;
   c.memory.recompute_ratio = 0;
   c.memory.swap = Swap::None;
-  c.parallel.partition = mode == MemoryMode::Auto && c.parallel.chunks == 1 ? Partition::Auto : Partition::Compute;
+  c.parallel.partition = mode == MemoryMode::Auto && c.parallel.stage_chunks() == 1 ? Partition::Auto : Partition::Compute;
   c.parallel.pp_cuts.clear();
 }
 
@@ -147,13 +146,14 @@ class Search {
   int64_t chain_layers_ = 0;
   using Shape = std::tuple<int64_t, int64_t, int, int64_t, bool>;
   std::map<Shape, std::pair<std::vector<double>, std::vector<double>>> chain_times_;
-  std::map<std::tuple<Shape, int64_t, int64_t, bool>, double> cuts_;  // the busiest rank's time per micro-batch
+  // The busiest rank's time per micro-batch, by shape, pp, chunks, placement (a V?) and recompute.
+  std::map<std::tuple<Shape, int64_t, int64_t, bool, bool>, double> cuts_;
 };
 
 // A step's estimate: each layer's time per micro-batch (all passes, a recomputed forward again),
 // the stages cut to balance it (as make_plan cuts on a cluster), the busiest rank's time for every
 // micro-batch and the schedule's fill. Chains are timed once per shape (tp, sp, its mode,
-// micro-batch, tp_sequence); cuts once per shape, pp, chunks and recompute.
+// micro-batch, tp_sequence); cuts once per shape, pp, chunks, placement and recompute.
 double Search::bound(const Config& c) {
   const auto& p = c.parallel;
   const auto shape = std::tuple{p.tp, p.sp, static_cast<int>(p.sp_mode.value), c.train.micro_batch, p.tp_sequence};
@@ -171,7 +171,8 @@ double Search::bound(const Config& c) {
   // Where each virtual stage runs (NOTE [V-shaped pipelines]).
   const schedule::Schedule placement{.stages = p.pp, .chunks = chunks,
                                      .placement = v_shaped(p.schedule) ? schedule::Placement::V : schedule::Placement::Loop};
-  auto cut = cuts_.find({shape, p.pp, chunks, recompute});
+  const bool v = placement.placement == schedule::Placement::V;
+  auto cut = cuts_.find({shape, p.pp, chunks, v, recompute});
   if (cut == cuts_.end()) {
     std::vector<double> layer = it->second.first;
     if (recompute)
@@ -180,7 +181,7 @@ double Search::bound(const Config& c) {
     const std::vector<int64_t> cuts = schedule::balanced_cuts(layer, stages);  // add() checked stages <= layers
     for (int64_t v = 0; v < stages; ++v)
       for (int64_t i = cuts[v]; i < cuts[v + 1]; ++i) rank[placement.rank_of(v)] += layer[i];
-    cut = cuts_.emplace(std::tuple{shape, p.pp, chunks, recompute}, *std::max_element(rank.begin(), rank.end())).first;
+    cut = cuts_.emplace(std::tuple{shape, p.pp, chunks, v, recompute}, *std::max_element(rank.begin(), rank.end())).first;
   }
   // The fill and drain in rank times: (pp - 1) / chunks, about a third of that when W fills
   // the bubbles (zb-h1; zb-v's (pp - 1) / 6 per NOTE [V-shaped pipelines]).

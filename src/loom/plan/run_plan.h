@@ -80,7 +80,7 @@ struct MemoryEstimate {
 };
 
 struct StagePlan {
-  std::vector<int64_t> virtual_stages;  // chunk c of this pipeline rank is virtual stage c x pp + rank
+  std::vector<int64_t> virtual_stages;  // chunk c's: the schedule's virtual_stage(rank, c) (a V's too)
   std::vector<int64_t> layers;          // its chain indices, in chunk order
   MemoryEstimate memory;
   // Bytes a rank of this stage hands to collectives and sends per step, by mesh axis: the

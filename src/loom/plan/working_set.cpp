@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "loom/nn/param.h"
+#include "loom/schedule/schedule.h"
 
 namespace loom::plan {
 namespace {
@@ -56,31 +57,42 @@ double working_bytes(const RunPlan& plan, size_t i, double master, double copy) 
     if (p.unit > 0) order.push_back(p.unit);
   }
   if (order.empty()) return 0;
-  // What is still being reduced when piece q starts: the kInFlight before it (the first layer's
-  // last ones, of the micro-batch before, for the chain's last layer).
+  // What is still being reduced when piece q starts: the kInFlight before it in backward's order.
+  // With one chunk on one rank that is exact (the chain's last layer follows the first layer's
+  // last piece, of the micro-batch before). With several chunks or stages, an action may start
+  // after any chunk's last reduction, or beside a W action's: bounded by the largest piece.
+  const bool one_chunk = plan.schedule.virtual_stages() == 1;
+  const double largest = *std::max_element(order.begin(), order.end());
   auto in_flight = [&](size_t q) {
     double bytes = 0;
     for (size_t back = 1; back <= kInFlight; ++back) bytes += order[(q + order.size() * kInFlight - back) % order.size()];
-    return bytes;
+    return one_chunk ? bytes : std::max(bytes, kInFlight * largest);
   };
   const Pieces own = pieces(plan, i);
   const bool gathers = c.parallel.zero == 3;
   const double neighbour = gathers ? std::max(i > 0 ? pieces(plan, i - 1).unit : 0.0, pieces(plan, i + 1).unit) : 0.0;
   const double values = gathers ? own.unit + 2 * own.slice : 0.0;  // its unit and two slices whole
   const double gathered = master + copy;
-  // Forward: its values and the next layer's gathered ahead, the backward's last reduction
-  // perhaps still in flight. Input gradient: its values, the piece before it in flight.
-  double bytes = std::max((values + neighbour) * gathered + order.back() * master,
-                          values * gathered + in_flight(at) * master);
+  // A B action apart from its W (zb-h1, zb-v) gathers the next layer ahead as a forward does.
+  bool split = false;
+  for (const auto& list : plan.schedule.ranks)
+    for (const schedule::Action& a : list) split = split || a.op == schedule::Op::B;
+  // Forward: its values and the next layer's gathered ahead, a reduction perhaps still in flight.
+  // Input gradient: its values (and under a split B the next layer's), the piece before in flight.
+  double bytes = std::max((values + neighbour) * gathered + (one_chunk ? order.back() : largest) * master,
+                          (values + (split ? neighbour : 0.0)) * gathered + in_flight(at) * master);
   // Weight gradient (its values freed), writing its pieces one by one: in a backward, the
   // next layer gathered ahead once the reductions before it completed (NOTE [Sharded
   // parameters]: prefetch), its own pieces before still in flight; in a W action (no gathers)
-  // or a chunk's first layer, the reductions before it still in flight.
+  // or a chunk's first layer, the reductions before it still in flight. A narrower wire
+  // (parallel.grad_dtype) copies the piece being reduced beside its buffer for a moment.
+  const double wire = c.parallel.grad_dtype == GradDType::BFloat16 && master > 2 ? 2.0 : 0.0;
   const size_t count = static_cast<size_t>(own.slices) + (own.unit > 0 ? 1 : 0);
   for (size_t q = at; q < at + count; ++q) {
     const double written = order[q] + (q + 1 < at + count ? own.unit : 0.0);  // the unit's buffer exists throughout
     const double own_before = q > at ? order[q - 1] : 0.0;
-    bytes = std::max({bytes, neighbour * gathered + (written + own_before) * master, (written + in_flight(q)) * master});
+    bytes = std::max({bytes, neighbour * gathered + (written + own_before) * master + order[q] * wire,
+                      (written + in_flight(q)) * master + order[q] * wire});
   }
   return bytes;
 }

@@ -39,6 +39,8 @@ ShardedParams::ShardedParams(models::Model& model, dist::Communicator& shard, di
   wire_ = options.wire.value_or(master.dtype().toScalarType());
   take_values(master);
   make_parts();
+  for (const auto& slices : layer_slices_)
+    for (const auto& [param, units] : slices) param->slices = this;
 }
 
 // Each layer's dense parameters not in an earlier unit become its unit (a tied table belongs to
@@ -52,7 +54,8 @@ void ShardedParams::form_units(models::Model& model) {
     for (nn::Param* p : layer->reads()) {
       if (p->sparse != nullptr) continue;  // its rows live on their owners (NOTE [Sparse exchange])
       if (expert_sharded(*p)) continue;   // whole on their ranks (NOTE [Experts beside ZeRO])
-      if (p->slices != nullptr) throw Error(fmt::format("[zero] {} is read in slices by one layer only", p->name));
+      for (const auto& slices : layer_slices_)
+        LOOM_CHECK(!slices.contains(p), "[zero] {} is read in slices by one layer only", p->name);
       if (const auto it = unit_of.find(p); it != unit_of.end()) {
         add_unique(reads, it->second);
         continue;
@@ -92,8 +95,7 @@ std::vector<size_t> ShardedParams::form_slices(nn::Param& p) {
     units.push_back(units_.size());
     units_.push_back(std::move(unit));
   }
-  p.slices = this;
-  return units;
+  return units;  // the parameter points here once the whole construction succeeded
 }
 
 // The units padded to the group and their owned ranges laid out; each unit's values made (or
@@ -248,8 +250,8 @@ void ShardedParams::before_weight_gradient(size_t layer) {
 // gradient, which had this layer's input gradient to run behind) completes first: the gradient
 // being written and the values gathered ahead are then all this rank holds beyond its state.
 void ShardedParams::prefetch(size_t layer) {
+  if (options_.zero != 3) return;  // nothing to gather: the reduction runs on behind the weight gradient
   complete_reductions(0);
-  if (options_.zero != 3) return;
   for (size_t u : layer_units_[layer]) start_gather(u);
 }
 

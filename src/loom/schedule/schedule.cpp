@@ -278,7 +278,9 @@ Schedule from_csv(const std::string& text, const std::string& where) {
     ++row;
     if (trim(line).empty()) continue;
     if (trim(line).starts_with('#')) {  // a comment, or the V placement's line before the header
-      if (trim(line) == kVPlacementLine && s.ranks.empty()) s.placement = Placement::V;
+      LOOM_CHECK_INPUT(trim(line) != kVPlacementLine || s.ranks.empty(),
+                       "{} line {}: '{}' must come before the header line", where, row, kVPlacementLine);
+      if (trim(line) == kVPlacementLine) s.placement = Placement::V;
       continue;
     }
     std::vector<std::string> cells;
