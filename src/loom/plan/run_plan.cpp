@@ -109,16 +109,22 @@ double input_bytes(const RunPlan& plan) {
                              activation_bytes(c.model));
 }
 
-// What `layers` hold whatever their memory policy: weights, table rows, the async checkpoint's copy.
-MemoryEstimate fixed_memory(const RunPlan& plan, const std::vector<int64_t>& layers) {
+// ZeRO-2/3's working set of every chain layer (plan/working_set.h), computed once per plan.
+std::vector<double> working_set(const RunPlan& plan) {
+  const ModelConfig& m = plan.config.model;
+  return working_bytes(plan, static_cast<double>(master_bytes(m)), static_cast<double>(compute_copy_bytes(m)));
+}
+
+// What `layers` hold whatever their memory policy: weights, table rows, the async checkpoint's
+// copy, and the largest of their working sets (`working`: per chain layer, empty for none).
+MemoryEstimate fixed_memory(const RunPlan& plan, const std::vector<int64_t>& layers, const std::vector<double>& working_set) {
   const Config& c = plan.config;
   double dense = 0, sparse = 0, experts = 0, working = 0;  // dense, experts: parameter elements
   for (int64_t i : layers) {
     for (const ParamInfo& p : plan.chain[i].params)
       if (p.table) sparse += sparse_bytes(plan, p);
       else (p.expert ? experts : dense) += static_cast<double>(p.numel);
-    working = std::max(working, working_bytes(plan, static_cast<size_t>(i), static_cast<double>(master_bytes(c.model)),
-                                              static_cast<double>(compute_copy_bytes(c.model))));
+    if (!working_set.empty()) working = std::max(working, working_set[static_cast<size_t>(i)]);
   }
   // Value and gradient (and a product copy under mixed precision) and the two AdamW moments:
   // ZeRO-1 keeps 1/dp of the moments; ZeRO-2 1/n of the gradients too (n: the shard group), ZeRO-3
@@ -160,9 +166,10 @@ MemoryModel memory_model(const RunPlan& plan) {
                 .p2p_s = plan.p2p_s,
                 .boundary_bytes = input_bytes(plan)};
   const double input = input_bytes(plan);
+  const std::vector<double> working = working_set(plan);
   for (size_t i = 0; i < plan.chain.size(); ++i) {
     const LayerPlan& l = plan.chain[i];
-    const MemoryEstimate fixed = fixed_memory(plan, {static_cast<int64_t>(i)});
+    const MemoryEstimate fixed = fixed_memory(plan, {static_cast<int64_t>(i)}, working);
     m.layers.push_back({.forward_s = l.forward_s,
                         .backward_input_s = l.backward_input_s,
                         .backward_weight_s = l.backward_weight_s,
@@ -375,6 +382,7 @@ RunPlan make_plan(const Config& config, int world_size, const CostModel& costs, 
   for (size_t i = 0; i < plan.chain.size(); ++i) plan.chain[i].policy = decision.policy[i];
   plan.predicted_step_s = decision.prediction.step_s;
   plan.prediction = decision.prediction;
+  const std::vector<double> working = working_set(plan);
   for (int64_t rank = 0; rank < p.pp; ++rank) {
     StagePlan stage;
     for (int64_t c = 0; c < plan.schedule.chunks; ++c) {
@@ -383,7 +391,7 @@ RunPlan make_plan(const Config& config, int world_size, const CostModel& costs, 
       for (int64_t i = plan.cuts[v]; i < plan.cuts[v + 1]; ++i) stage.layers.push_back(i);
     }
     const StagePrediction& predicted = decision.prediction.stages[static_cast<size_t>(rank)];
-    stage.memory = fixed_memory(plan, stage.layers);
+    stage.memory = fixed_memory(plan, stage.layers, working);
     stage.memory.activations = predicted.activation_bytes;
     stage.memory.boundary = predicted.boundary_bytes;
     stage.memory.transient = predicted.transient_bytes;

@@ -39,8 +39,8 @@ ShardedParams::ShardedParams(models::Model& model, dist::Communicator& shard, di
   wire_ = options.wire.value_or(master.dtype().toScalarType());
   take_values(master);
   make_parts();
-  for (const auto& slices : layer_slices_)
-    for (const auto& [param, units] : slices) param->slices = this;
+  for (const auto& sliced : layer_sliced_)
+    for (nn::Param* p : sliced) p->slices = this;  // once the whole construction succeeded
 }
 
 // Each layer's dense parameters not in an earlier unit become its unit (a tied table belongs to
@@ -54,8 +54,7 @@ void ShardedParams::form_units(models::Model& model) {
     for (nn::Param* p : layer->reads()) {
       if (p->sparse != nullptr) continue;  // its rows live on their owners (NOTE [Sparse exchange])
       if (expert_sharded(*p)) continue;   // whole on their ranks (NOTE [Experts beside ZeRO])
-      for (const auto& slices : layer_slices_)
-        LOOM_CHECK(!slices.contains(p), "[zero] {} is read in slices by one layer only", p->name);
+      LOOM_CHECK(!slice_units_.contains(p), "[zero] {} is read in slices by one layer only", p->name);
       if (const auto it = unit_of.find(p); it != unit_of.end()) {
         add_unique(reads, it->second);
         continue;
@@ -75,18 +74,18 @@ void ShardedParams::form_units(models::Model& model) {
       add_unique(reads, units_.size());
       units_.push_back(std::move(unit));
     }
-    layer_slices_.emplace_back();
-    for (nn::Param* p : sliced) layer_slices_.back()[p] = form_slices(*p);
+    for (nn::Param* p : sliced) form_slices(*p);
+    layer_sliced_.push_back(std::move(sliced));
     layer_units_.push_back(std::move(reads));
   }
 }
 
 // A unit per row slice of `p` (NOTE [Sliced reads]); its layer reads them through this.
-std::vector<size_t> ShardedParams::form_slices(nn::Param& p) {
+void ShardedParams::form_slices(nn::Param& p) {
   std::vector<int64_t> shape = p.part_shape();
   const int64_t row = p.numel() / shape[0];
   const nn::RowSlices cut(shape[0]);
-  std::vector<size_t> units;
+  std::vector<size_t>& units = slice_units_[&p];
   for (int64_t k = 0; k < cut.count(); ++k) {
     shape[0] = cut.length(k);
     Unit unit{.label = fmt::format("{}[{}]", p.name.substr(0, p.name.rfind('.')), k)};
@@ -95,7 +94,6 @@ std::vector<size_t> ShardedParams::form_slices(nn::Param& p) {
     units.push_back(units_.size());
     units_.push_back(std::move(unit));
   }
-  return units;  // the parameter points here once the whole construction succeeded
 }
 
 // The units padded to the group and their owned ranges laid out; each unit's values made (or
@@ -151,8 +149,8 @@ void ShardedParams::make_parts() {
 }
 
 ShardedParams::~ShardedParams() {  // unfinished work is abandoned only while an error unwinds
-  for (const auto& slices : layer_slices_)
-    for (const auto& [param, units] : slices) param->slices = nullptr;
+  for (const auto& sliced : layer_sliced_)
+    for (nn::Param* p : sliced) p->slices = nullptr;
 }
 
 at::Tensor ShardedParams::owned_value(const Unit& u) const {
@@ -204,7 +202,7 @@ void ShardedParams::release(size_t unit) {
 
 void ShardedParams::release_layer(size_t layer) {
   std::vector<size_t> units = layer_units_[layer];
-  for (const auto& [param, slices] : layer_slices_[layer]) units.insert(units.end(), slices.begin(), slices.end());
+  for (const nn::Param* p : layer_sliced_[layer]) units.insert(units.end(), slice_units_.at(p).begin(), slice_units_.at(p).end());
   for (size_t u : units)
     if (units_[u].whole.defined()) release(u);
 }
@@ -356,7 +354,7 @@ at::Tensor ShardedParams::full_value(const nn::Param& p) {
 // NOTE [Sliced reads]: slice k whole, k + 1 gathering behind it, the parameter's other slices freed.
 at::Tensor ShardedParams::value(nn::Param& p, int64_t slice) {
   progress();
-  const std::vector<size_t>& units = slice_units(p);
+  const std::vector<size_t>& units = slice_units_.at(&p);
   const auto k = static_cast<size_t>(slice);
   for (size_t i = 0; i < units.size(); ++i)
     if (i != k && i != k + 1 && units_[units[i]].whole.defined()) release(units[i]);
@@ -368,7 +366,7 @@ at::Tensor ShardedParams::value(nn::Param& p, int64_t slice) {
 }
 
 at::Tensor ShardedParams::grad(nn::Param& p, int64_t slice) {
-  Unit& u = units_[slice_units(p).at(static_cast<size_t>(slice))];
+  Unit& u = units_[slice_units_.at(&p).at(static_cast<size_t>(slice))];
   LOOM_CHECK(!u.grad.defined(), "[zero] {} slice {}: its gradient was asked for twice", p.name, slice);
   u.grad = at::zeros({u.padded}, grads_.options());
   grad_bytes_ += u.padded * static_cast<int64_t>(u.grad.element_size());
@@ -376,12 +374,6 @@ at::Tensor ShardedParams::grad(nn::Param& p, int64_t slice) {
   return u.grad.narrow(0, 0, u.slots.front().numel).view(u.slots.front().shape);
 }
 
-void ShardedParams::grad_done(nn::Param& p, int64_t slice) { reduce(slice_units(p).at(static_cast<size_t>(slice))); }
-
-const std::vector<size_t>& ShardedParams::slice_units(const nn::Param& p) const {
-  for (const auto& slices : layer_slices_)
-    if (const auto it = slices.find(const_cast<nn::Param*>(&p)); it != slices.end()) return it->second;
-  throw Error(fmt::format("[zero] {} is not read in slices", p.name));
-}
+void ShardedParams::grad_done(nn::Param& p, int64_t slice) { reduce(slice_units_.at(&p).at(static_cast<size_t>(slice))); }
 
 }  // namespace loom::replicas

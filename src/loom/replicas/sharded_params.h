@@ -132,8 +132,7 @@ class ShardedParams final : public nn::ParamResidency, public nn::SliceSource {
     at::Tensor grad;                // a micro-batch's gradient being written
   };
   void form_units(models::Model& model);
-  std::vector<size_t> form_slices(nn::Param& p);  // its units, by slice
-  const std::vector<size_t>& slice_units(const nn::Param& p) const;
+  void form_slices(nn::Param& p);
   void release_layer(size_t layer);  // ZeRO-3: the layer's gathered values (and slices) freed
   void take_values(const at::TensorOptions& master);
   void make_parts();
@@ -155,8 +154,9 @@ class ShardedParams final : public nn::ParamResidency, public nn::SliceSource {
   at::ScalarType wire_;
   std::vector<Unit> units_;
   std::vector<std::vector<size_t>> layer_units_;  // per layer of the model: the units it reads
-  // Per layer of the model: its sliced parameters' units, by slice (NOTE [Sliced reads]).
-  std::vector<std::map<nn::Param*, std::vector<size_t>>> layer_slices_;
+  // NOTE [Sliced reads]: each sliced parameter's units, by slice; per layer, its sliced parameters.
+  std::map<const nn::Param*, std::vector<size_t>> slice_units_;
+  std::vector<std::vector<nn::Param*>> layer_sliced_;
   at::Tensor values_;  // zero = 3: every owned range, one after another
   at::Tensor grads_;   // the owned ranges' gradient sums
   std::deque<Reduction> reducing_;
