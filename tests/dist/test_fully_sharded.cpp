@@ -155,7 +155,7 @@ TEST_P(ShardedStages, TheWorkingSetStaysWithinThePlan) {
   EXPECT_LE(static_cast<double>(records.back().working_bytes), planned);
 }
 
-INSTANTIATE_TEST_SUITE_P(Schedules, ShardedStages, ::testing::Values("1f1b", "zb-h1", "zb-v"), [](const auto& info) {
+INSTANTIATE_TEST_SUITE_P(Schedules, ShardedStages, ::testing::Values("1f1b", "zb-h1", "zb-v", "dualpipe-v"), [](const auto& info) {
   std::string name = info.param;
   std::erase(name, '-');
   return name;

@@ -90,7 +90,8 @@ INSTANTIATE_TEST_SUITE_P(
         MemoryCase{"gpipe"}, MemoryCase{"1f1b"}, MemoryCase{"interleaved", 1, 1, 2}, MemoryCase{"zb-h1"},
         MemoryCase{"scp", 1, 1, 1, "all", "manual", "compute", "stage-aware"},
         MemoryCase{"1f1b", 2, 1}, MemoryCase{"zb-h1", 1, 2}, MemoryCase{"zb-v"}, MemoryCase{"zb-v", 2, 1},
-        MemoryCase{"zb-v", 1, 1, 1, "none", "auto", "compute", "none", true},
+        MemoryCase{"zb-v", 1, 1, 1, "none", "auto", "compute", "none", true}, MemoryCase{"dualpipe-v"},
+        MemoryCase{"dualpipe-v", 1, 1, 1, "none", "auto", "compute", "none", true},
         // The cost model's choice under a budget that binds, on each partition.
         MemoryCase{"1f1b", 1, 1, 1, "none", "auto", "compute", "none", true},
         MemoryCase{"gpipe", 1, 1, 1, "none", "auto", "auto", "none", true},

@@ -1,5 +1,5 @@
 // Pipeline parallelism against the serial model (float64, relative 1e-9): every schedule (the
-// V-shaped zb-v too) at pp = world, pp with dp, pp with tp (and tp_sequence), dp x tp x pp = 2 x 2 x 2, with and
+// V-shaped zb-v and dualpipe-v too) at pp = world, pp with dp, pp with tp (and tp_sequence), dp x tp x pp = 2 x 2 x 2, with and
 // without recomputation; and the messages a stage sends per step against the analytic count.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -71,7 +71,11 @@ INSTANTIATE_TEST_SUITE_P(
                       // NOTE [V-shaped pipelines]: two chunks per rank in a V, the turn handed over
                       // within the rank; with dp, tp (tp_sequence), recomputation and ZeRO-3.
                       PpCase{"zb-v"}, PpCase{"zb-v", 2, 1}, PpCase{"zb-v", 1, 2, 1, "full", 0, true},
-                      PpCase{"zb-v", 1, 1, 1, "stage-aware"}, PpCase{"zb-v", 2, 1, 1, "none", 3}),
+                      PpCase{"zb-v", 1, 1, 1, "stage-aware"}, PpCase{"zb-v", 2, 1, 1, "none", 3},
+                      // NOTE [Overlapped pairs]: the V with F&B pairs, each pair's receives posted
+                      // before its forward.
+                      PpCase{"dualpipe-v"}, PpCase{"dualpipe-v", 2, 1}, PpCase{"dualpipe-v", 1, 2, 1, "full", 0, true},
+                      PpCase{"dualpipe-v", 1, 1, 1, "stage-aware"}, PpCase{"dualpipe-v", 2, 1, 1, "none", 3}),
     [](const auto& info) {
       const PpCase& p = info.param;
       std::string name = fmt::format("{}_dp{}_tp{}_chunks{}_{}{}{}_overlap{}", p.schedule, p.dp, p.tp, p.chunks,
@@ -108,7 +112,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, PipelineLlama,
                                            PpCase{"1f1b", 1, 1, 1, "full"}, PpCase{"zb-h1", 1, 2, 1, "none", false, true},
                                            PpCase{"interleaved", 2, 1, 2}, PpCase{"1f1b", 2, 1, 1, "none", 3},
                                            PpCase{"zb-h1", 1, 1, 1, "full", 3}, PpCase{"zb-v"},
-                                           PpCase{"zb-v", 1, 1, 1, "full"}, PpCase{"zb-v", 1, 2}),
+                                           PpCase{"zb-v", 1, 1, 1, "full"}, PpCase{"zb-v", 1, 2}, PpCase{"dualpipe-v"},
+                                           PpCase{"dualpipe-v", 1, 2, 1, "full"}),
                          [](const auto& info) {
                            const PpCase& p = info.param;
                            std::string name = fmt::format("{}_dp{}_tp{}_chunks{}_{}{}{}", p.schedule, p.dp, p.tp,

@@ -63,7 +63,8 @@ INSTANTIATE_TEST_SUITE_P(Layouts, SequenceParallelGpt,
                                            SpCase{1, 1, 1, 3, false, 1, "ring"},
                                            // A V of two ranks (NOTE [V-shaped pipelines]) over sp.
                                            SpCase{1, 1, 2, 0, false, 1, "ring", "zb-v"},
-                                           SpCase{1, 1, 2, 0, false, 1, "allgather", "zb-v"}),
+                                           SpCase{1, 1, 2, 0, false, 1, "allgather", "zb-v"},
+                                           SpCase{1, 1, 2, 0, false, 1, "ring", "dualpipe-v"}),
                          [](const auto& info) {
                            const SpCase& s = info.param;
                            std::string name = fmt::format("{}_dp{}_tp{}_pp{}{}{}_overlap{}{}", s.mode, s.dp, s.tp, s.pp,

@@ -49,6 +49,8 @@ std::vector<ValidCase> cases() {
        gpt([](Config& c) { c.parallel.pp = 2, c.parallel.schedule = "zb-h1", c.memory.recompute = Recompute::Full; })},
       // A V (NOTE [V-shaped pipelines]): the forward-only pass hands the turn over within a rank.
       {"pp2_zbv", 2, gpt([](Config& c) { c.parallel.pp = 2, c.parallel.schedule = "zb-v", c.train.micro_batch = 1; })},
+      {"pp2_dualpipev", 2,
+       gpt([](Config& c) { c.parallel.pp = 2, c.parallel.schedule = "dualpipe-v", c.train.micro_batch = 1; })},
       // ZeRO-3's forward-only pass reads the head in row slices (NOTE [Sliced reads]).
       {"dp2_zero3", 2, gpt([](Config& c) { c.parallel.dp = 2, c.parallel.zero = 3; })},
       {"sp2_allgather", 2, gpt([](Config& c) { c.parallel.sp = 2; })},

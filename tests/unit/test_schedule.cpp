@@ -20,7 +20,7 @@ std::vector<Shape> shapes(std::string_view kind) {
   std::vector<Shape> out;
   for (int64_t p = 1; p <= 6; ++p)
     for (int64_t m = 1; m <= 12; ++m) {
-      if (kind == "zb-v") {  // a V: two stages or more, enough micro-batches to fill it
+      if (v_shaped(kind)) {  // a V: two stages or more, enough micro-batches to fill it
         if (p >= 2 && m >= 2 * p) out.push_back({p, m, 1});
       } else if (kind != "interleaved") {
         out.push_back({p, m, 1});
@@ -140,38 +140,6 @@ TEST(Schedules, KnownBubbleFractionsWithEqualCosts) {
                   static_cast<double>(p - 1) / static_cast<double>(3 * m + p - 1), 1e-12);
     }
   }
-}
-
-// NOTE [V-shaped pipelines]: ZB-V at F = B = W = 1 per chunk and no communication runs in
-// 6m + p - 1 (rank p - 1's first input arrives at p - 1; from then on it never waits), a bubble
-// of (p - 1) / (6m + p - 1), and every rank stashes 2p chunks at its peak: 1F1B's first rank's p
-// micro-batches of a whole stage.
-TEST(Schedules, ZbVMeetsItsClosedForms) {
-  for (int64_t p : {2, 3, 4, 8}) {
-    for (int64_t m : {2 * p, 4 * p, 8 * p}) {
-      SCOPED_TRACE(::testing::Message() << "p=" << p << " m=" << m);
-      const Schedule s = make_schedule("zb-v", p, m);
-      ASSERT_EQ(s.chunks, 2);
-      ASSERT_EQ(s.placement, Placement::V);
-      const Simulation sim = simulate(s);
-      EXPECT_DOUBLE_EQ(sim.makespan, static_cast<double>(6 * m + p - 1));
-      EXPECT_NEAR(sim.bubble_fraction, static_cast<double>(p - 1) / static_cast<double>(6 * m + p - 1), 1e-12);
-      EXPECT_EQ(sim.peak_stashed, std::vector<int64_t>(static_cast<size_t>(p), 2 * p));
-      EXPECT_EQ(simulate(make_schedule("1f1b", p, m)).peak_stashed.front(), p) << "the stash ZB-V matches, in halves";
-    }
-  }
-}
-
-// The V's placement: rank r holds virtual stages r and 2p - 1 - r, and each is found back.
-TEST(Schedules, VPlacementMapsStagesToRanksAndBack) {
-  const Schedule s{.stages = 4, .chunks = 2, .placement = Placement::V};
-  EXPECT_EQ(s.virtual_stage(0, 0), 0);
-  EXPECT_EQ(s.virtual_stage(0, 1), 7);
-  EXPECT_EQ(s.virtual_stage(3, 0), 3);
-  EXPECT_EQ(s.virtual_stage(3, 1), 4);
-  for (int64_t v = 0; v < 8; ++v) EXPECT_EQ(s.virtual_stage(s.rank_of(v), s.chunk_of(v)), v);
-  const Schedule loop{.stages = 4, .chunks = 2};
-  for (int64_t v = 0; v < 8; ++v) EXPECT_EQ(loop.virtual_stage(loop.rank_of(v), loop.chunk_of(v)), v);
 }
 
 TEST(Schedules, StashedMicroBatchesPerRank) {

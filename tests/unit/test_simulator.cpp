@@ -366,9 +366,9 @@ TEST(Planner, SearchesExpertGroups) {
   EXPECT_EQ(plan_layouts(gpt(4, 1), ideal_cluster(1e10), 4, options).best.size(), 1u);
 }
 
-// NOTE [V-shaped pipelines]: at pp = 2 with enough micro-batches the planner lists zb-v, each
-// candidate simulated as make_plan would run it; with too few micro-batches for a V it is refused,
-// not listed.
+// NOTE [V-shaped pipelines]: at pp = 2 with enough micro-batches the planner lists zb-v and
+// dualpipe-v, each candidate simulated as make_plan would run it; with too few micro-batches for a
+// V they are refused, not listed.
 TEST(Planner, SearchesTheVShapedSchedule) {
   SearchOptions options{.top = 200};
   for (const char* key : {"dp", "tp", "pp", "sp", "sp_mode", "micro_batch", "chunks", "zero", "shard_group",
@@ -378,7 +378,7 @@ TEST(Planner, SearchesTheVShapedSchedule) {
     std::set<std::string> kinds;
     for (const StepPrediction& p : plan_layouts(c, ideal_cluster(1e10), 2, options).best) {
       kinds.insert(p.plan.config.parallel.schedule);
-      if (p.plan.config.parallel.schedule == "zb-v") {
+      if (v_shaped(p.plan.config.parallel.schedule)) {
         EXPECT_EQ(p.plan.schedule.placement, schedule::Placement::V);
         EXPECT_DOUBLE_EQ(simulate_step(p.plan.config, ideal_cluster(1e10), 2).step_s, p.step_s);
       }
@@ -386,10 +386,13 @@ TEST(Planner, SearchesTheVShapedSchedule) {
     return kinds;
   };
   Config c = gpt(1, 2);  // 8 micro-batches of 2
-  EXPECT_TRUE(schedules(c).contains("zb-v"));
+  const std::set<std::string> enough = schedules(c);
+  EXPECT_TRUE(enough.contains("zb-v"));
+  EXPECT_TRUE(enough.contains("dualpipe-v"));
   c.train.global_batch = 4;  // 2 micro-batches: fewer than 2 x pp
   const std::set<std::string> few = schedules(c);
   EXPECT_FALSE(few.contains("zb-v"));
+  EXPECT_FALSE(few.contains("dualpipe-v"));
   EXPECT_TRUE(few.contains("1f1b"));
 }
 

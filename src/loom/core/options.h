@@ -94,15 +94,16 @@ struct OptionNames<TokenWidth> {
 };
 
 // The generators of parallel.schedule (schedule/schedule.h); "csv:PATH" names a file instead.
-// zb-v places two chunks per rank in a V (NOTE [V-shaped pipelines]).
-enum class ScheduleKind : uint8_t { GPipe, OneFOneB, Interleaved, ZbH1, Scp, ZbV };
+// zb-v and dualpipe-v place two chunks per rank in a V (NOTE [V-shaped pipelines]).
+enum class ScheduleKind : uint8_t { GPipe, OneFOneB, Interleaved, ZbH1, Scp, ZbV, DualPipeV };
 template <>
 struct OptionNames<ScheduleKind> {
-  static constexpr std::array<std::string_view, 6> names{"gpipe", "1f1b", "interleaved", "zb-h1", "scp", "zb-v"};
+  static constexpr std::array<std::string_view, 7> names{"gpipe", "1f1b", "interleaved", "zb-h1",
+                                                         "scp",   "zb-v", "dualpipe-v"};
 };
 // Whether a kind places its chunks in a V (two per rank: rank r holds virtual stages r and
 // 2p - 1 - r).
-constexpr bool v_shaped(ScheduleKind kind) { return kind == ScheduleKind::ZbV; }
+constexpr bool v_shaped(ScheduleKind kind) { return kind == ScheduleKind::ZbV || kind == ScheduleKind::DualPipeV; }
 // The same for parallel.schedule as written (a kind's name, or "csv:PATH": its file says).
 constexpr bool v_shaped(std::string_view schedule) {
   for (size_t k = 0; k < OptionNames<ScheduleKind>::names.size(); ++k)

@@ -4,10 +4,10 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
-#include <deque>
 #include <utility>
 
 #include "loom/core/error.h"
+#include "loom/pipeline/layer_pass.h"
 #include "loom/pipeline/send_progress.h"
 
 namespace loom::pipeline {
@@ -15,18 +15,6 @@ namespace loom::pipeline {
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-// Runs one of a layer's passes; a tensor library error inside it (shapes that do not fit, most
-// often in a layer of one's own) names the layer and the pass.
-template <class Fn>
-void named(const std::string& layer, const char* pass, Fn&& fn) {
-  try {
-    fn();
-  } catch (const c10::Error& e) {
-    const std::string what = e.what_without_backtrace();
-    throw Error(fmt::format("layer \"{}\", {}: {}", layer, pass, what.substr(0, what.find('\n'))));
-  }
-}
 
 // The input gradient a layer's backward_input returned, against the input its forward took: the
 // same shape for a floating-point input (a layer of one's own that gets it wrong would otherwise
@@ -59,14 +47,6 @@ struct LayerMemory {
   BeforeBackward before_backward;
 };
 
-// The model index of the layer a pass in direction `step` (+1 forward, -1 backward) reaches after
-// layer `l` of the chunk, if any: the one whose parameters may be gathered ahead.
-std::optional<size_t> next_layer(const StageChunk& chunk, size_t l, int step) {
-  const int64_t at = static_cast<int64_t>(l) + step;
-  if (at < 0 || at >= static_cast<int64_t>(chunk.layers.size())) return std::nullopt;
-  return chunk.model_index[static_cast<size_t>(at)];
-}
-
 LayerMemory memory_of(const StageChunk& chunk, size_t layer) {
   switch (chunk.policy[layer]) {
     case nn::MemoryPolicy::Keep: return {AfterForward::KeepSaved, BeforeBackward::Nothing};
@@ -86,6 +66,7 @@ CostColumn cost_column(schedule::Op op) {
 }  // namespace
 
 struct PipelineExecutor::Flight {
+  dist::WorkPtr arriving;  // its receive, posted ahead of an overlapped pair (NOTE [Overlapped pairs])
   nn::MicroBatch mb;
   std::vector<nn::Saved> saved;
   std::vector<c10::DimVector> input_shapes;  // each layer's input, for its gradient's check (no allocation)
@@ -142,6 +123,15 @@ PipelineExecutor::PipelineExecutor(const schedule::Schedule& schedule, dist::Com
       }
   for (const schedule::Action& a : schedule.ranks[pp.rank()])
     if (a.op == schedule::Op::W || a.op == schedule::Op::BW) last_backward_[a.chunk] = a.mb;
+  // A receive whose action is not the next compute one is posted ahead, waited for at its action.
+  posted_ahead_.assign(actions_.size(), false);
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    const schedule::Action& a = actions_[i];
+    if (a.op != schedule::Op::RecvF && a.op != schedule::Op::RecvB) continue;
+    size_t j = i + 1;
+    while (j < actions_.size() && actions_[j].is_message()) ++j;
+    posted_ahead_[i] = j == actions_.size() || actions_[j].mb != a.mb || actions_[j].chunk != a.chunk;
+  }
   LOOM_CHECK(schedule.virtual_stages() == 1 || schedule::message_tags(schedule) <= schedule::kMaxTags,
              "[pp] {} micro-batches x {} virtual stages exceed the message tags", schedule.microbatches,
              schedule.virtual_stages());
@@ -180,74 +170,17 @@ void PipelineExecutor::traced(const std::string& layer, const char* pass, const 
   else named(layer, pass, fn);
 }
 
-// NOTE [Forward-only pass]: every rank takes the (micro-batch, virtual stage) pairs in the same
-// order (micro-batch, then virtual stage), receiving each activation from the previous virtual
-// stage and sending its own on, so no rank waits on a message that its sender has not yet reached:
-// an F-only GPipe, with each micro-batch's forward moving down the pipeline while the first stage
-// starts the next. At most one send per chunk is left in flight (the oldest is waited for), so the
-// activations held for sending stay bounded whatever the micro-batch count; that wait cannot
-// deadlock, since its receiver's pair comes earlier in the common order than the waiting rank's
-// own. Messages carry the
-// training tags of micro-batch 0: one (sender, receiver, tag) stream is delivered in order, and no
-// training message is in flight between steps.
-double PipelineExecutor::run_forward(int64_t microbatches, const std::function<nn::MicroBatch(int64_t)>& microbatch,
-                                     nn::ParamResidency* params) {
-  const int64_t last = schedule_.virtual_stages() - 1;
-  std::vector<const StageChunk*> order;
-  for (const StageChunk& chunk : chunks_) order.push_back(&chunk);
-  std::sort(order.begin(), order.end(), [](auto* a, auto* b) { return a->virtual_stage < b->virtual_stage; });
-  std::deque<dist::WorkPtr> sends;
-  at::Tensor handed;  // the V's turn: chunk 0's output, chunk 1's input on the same rank
-  double loss = 0;
-  for (int64_t mb = 0; mb < microbatches; ++mb) {
-    const nn::MicroBatch batch = microbatch(mb);
-    for (const StageChunk* chunk : order) {
-      const int64_t v = chunk->virtual_stage;
-      at::Tensor x = batch.tokens;
-      if (v > 0 && peer_of(v - 1) == pp_.rank()) {
-        x = std::exchange(handed, at::Tensor());
-      } else if (v > 0) {
-        x = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_).device(device_));
-        pp_.recv(x, peer_of(v - 1), tag_of(0, v - 1, false));
-      }
-      for (size_t l = 0; l < chunk->layers.size(); ++l) {
-        nn::Layer* layer = chunk->layers[l];
-        if (params) params->need(chunk->model_index[l], next_layer(*chunk, l, +1));
-        nn::Saved saved;  // dropped at once: there is no backward
-        named(layer->name(), "forward", [&] { x = layer->forward(x, batch, saved); });
-      }
-      if (params) params->action_done();
-      if (v == last) {
-        loss += x.item<double>();
-        continue;
-      }
-      x = x.contiguous();
-      check_boundary(x, "activation");
-      if (peer_of(v + 1) == pp_.rank()) {
-        handed = x;
-        continue;
-      }
-      if (static_cast<int64_t>(sends.size()) >= schedule_.chunks) {
-        sends.front()->wait();
-        sends.pop_front();
-      }
-      sends.push_back(pp_.send_async(x, peer_of(v + 1), tag_of(0, v, false)));
-    }
-  }
-  for (auto& work : sends) work->wait();
-  return loss;
-}
-
 // One action, timed: compute actions count as busy time and towards their chunk's measured costs.
 void PipelineExecutor::run_action(Step& step, const schedule::Action& a, const ExecutorHooks& hooks) {
   using schedule::Op;
-  const size_t start = step.times.mark();
   Flight& f = step.flights[{a.mb, a.chunk}];
+  if (f.arriving && !a.is_message()) arrive(step, a, f);
+  const size_t start = step.times.mark();
   const auto index = static_cast<size_t>(&a - actions_.data());
   if (swapper_) prefetch(step, index);
   switch (a.op) {
     case Op::RecvF:
-    case Op::RecvB: receive(step, a, f); break;
+    case Op::RecvB: receive(step, a, f, posted_ahead_[index]); break;
     case Op::SendF:
     case Op::SendB: send(step, a, f); break;
     case Op::F: forward(step, a, f, hooks); break;
@@ -269,7 +202,8 @@ void PipelineExecutor::run_action(Step& step, const schedule::Action& a, const E
 
 // RecvF: the activation from the previous virtual stage; RecvB: the gradient from the next. From
 // this rank itself (the V's turn) it is handed over, not sent: its send came earlier in the list.
-void PipelineExecutor::receive(Step& step, const schedule::Action& a, Flight& f) {
+// Posted `ahead`, it is waited for at its action.
+void PipelineExecutor::receive(Step& step, const schedule::Action& a, Flight& f, bool ahead) {
   const bool gradient = a.op == schedule::Op::RecvB;
   const int64_t from = chunks_[a.chunk].virtual_stage + (gradient ? 1 : -1);
   at::Tensor& into = gradient ? f.dy : f.input;
@@ -282,7 +216,18 @@ void PipelineExecutor::receive(Step& step, const schedule::Action& a, Flight& f)
     return;
   }
   into = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_).device(device_));
-  pp_.recv(into, peer_of(from), tag);
+  dist::WorkPtr work = pp_.recv_async(into, peer_of(from), tag);
+  if (ahead) f.arriving = std::move(work);
+  else work->wait();
+}
+
+// The wait for a receive posted ahead, timed as the message it is.
+void PipelineExecutor::arrive(Step& step, const schedule::Action& a, Flight& f) {
+  const size_t start = step.times.mark();
+  std::exchange(f.arriving, nullptr)->wait();
+  const bool gradient = a.op != schedule::Op::F;
+  step.times.message(schedule::Action{gradient ? schedule::Op::RecvB : schedule::Op::RecvF, a.mb, a.chunk}.text(schedule_.chunks > 1),
+                     start, step.times.mark());
 }
 
 // SendF: the activation to the next virtual stage; SendB: the gradient to the previous.

@@ -90,7 +90,8 @@ class PipelineExecutor {
 
   // The phases of run_step: each action by kind, then the step's end and its measures.
   void run_action(Step& step, const schedule::Action& a, const ExecutorHooks& hooks);
-  void receive(Step& step, const schedule::Action& a, Flight& f);
+  void receive(Step& step, const schedule::Action& a, Flight& f, bool ahead);
+  void arrive(Step& step, const schedule::Action& a, Flight& f);
   void send(Step& step, const schedule::Action& a, Flight& f);
   void forward(Step& step, const schedule::Action& a, Flight& f, const ExecutorHooks& hooks);
   void recompute_ahead(const schedule::Action& a, Flight& f, const ExecutorHooks& hooks);
@@ -115,6 +116,7 @@ class PipelineExecutor {
   at::ScalarType dtype_;
   at::Device device_;  // where the boundary tensors live: the stage's device
   std::vector<int64_t> next_backward_;  // per action: the next compute action if it is a B or BW, else -1
+  std::vector<bool> posted_ahead_;      // per action: a receive posted before an action that is not its own
   std::unique_ptr<memory::SwapTier> tier_;     // when a layer swaps
   std::unique_ptr<memory::Swapper> swapper_;
   memory::SwapTicket last_out_;  // the latest copy out queued: a forward starts once it has ended

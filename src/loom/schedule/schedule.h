@@ -9,8 +9,9 @@
 // same lists with real layers, inserting the point-to-point messages that `lower` makes explicit.
 //
 // Text form: `F3`, `B3`, `W3`, `BW3`, `R3` for micro-batch 3; with several chunks the chunk is a
-// prefix, `1F3`. A CSV of a V-placed schedule starts with the line `# placement: v`. Lowered messages: `sendF3` (F3's output to the next stage), `recvF3` (its input
-// from the previous one), `sendB3`, `recvB3` for gradients.
+// prefix, `1F3`; an overlapped pair (NOTE [Overlapped pairs]) is one cell, `0F3&1BW1`. A CSV of a
+// V-placed schedule starts with the line `# placement: v`. Lowered messages: `sendF3` (F3's output
+// to the next stage), `recvF3` (its input from the previous one), `sendB3`, `recvB3` for gradients.
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -26,18 +27,26 @@ struct Action {
   Op op = Op::F;
   int64_t mb = 0;
   int64_t chunk = 0;
+  bool paired = false;  // an F overlapped with the next action, a B or BW (NOTE [Overlapped pairs])
   bool operator==(const Action&) const = default;
   bool is_message() const { return op >= Op::SendF; }
   std::string text(bool with_chunk) const;
 };
 
+// NOTE [Overlapped pairs]: an F marked `paired` and the B or BW after it on its rank run as one
+// unit, a forward of one (micro-batch, chunk) beside a backward of another, so that each one's
+// messages travel while the other computes. The simulator starts the pair when both its inputs
+// are in and has both outputs leave when it ends (DualPipe's semantics), priced at Costs::overlap
+// x (F + the backward): 1 on a CPU rank, which computes the two one after the other. The executor
+// posts both receives before either computes, runs F, posts its send, then waits for the
+// backward's input (which travelled during F) and runs it: never later than the simulator's pair.
 // Parses the text form; throws InputError naming `where` on anything else.
 Action parse_action(std::string_view text, const std::string& where);
 
 // NOTE [V-shaped pipelines]: rank r holds two chunks, virtual stages r and 2p - 1 - r, so a
 // micro-batch's forward runs down the ranks and back up (0, 1, .., p - 1, p - 1, .., 0), the
 // loss is on rank 0 beside the first layers, and the turn (p - 1 to p) is a hand-off within rank
-// p - 1 instead of a message. The schedules that use it (zb-v) split B from W.
+// p - 1 instead of a message. The schedules that use it (zb-v, dualpipe-v) split B from W.
 //   zb-v: at unit costs (F = B = W = 1 per chunk, no communication) a rank runs, in order of
 //   preference, a B whose gradient has arrived, an F whose input has arrived while fewer than 2p
 //   of its (micro-batch, chunk) pairs hold activations (F run, W not), or its oldest pending W;
@@ -46,6 +55,14 @@ Action parse_action(std::string_view text, const std::string& where);
 //   of (p - 1) / (6m + p - 1) per rank, and each rank's stash peaks at 2p chunks: 1F1B's peak
 //   (p micro-batches of a whole stage on its first rank) on every rank. (Tested for p in {2, 3,
 //   4, 8} and m in {2p, 4p, 8p}: tests/unit/test_schedule.cpp.)
+//   dualpipe-v (DualPipeV, the V-shaped half of DeepSeek's DualPipe, 2025): eight phases per rank
+//   r (warm-up forwards of chunk 0; forwards of both chunks; B W F of chunk 1; the steady state of
+//   overlapped pairs F0&BW1, F1&BW0; then the drain of whole and split backwards, the Ws last),
+//   NOTE [Overlapped pairs]. Each rank stashes at most 2p + 1 chunks (its list's order). With F =
+//   B >= W per chunk, no communication and a pair taking F&B (between B + W and F + B + W), the
+//   most idle rank waits (p - 1)(F&B + (B + W) - 3W): DualPipe's published bubble (PP/2 - 1)(F&B
+//   + B - 3W), where its PP is the V's 2p stages and its B the whole backward B + W. (Tested for p
+//   in {2, 3, 4, 8} and m in {2p, 4p, 8p}: tests/unit/test_schedule.cpp.)
 enum class Placement : uint8_t { Loop, V };
 
 struct Schedule {
@@ -74,12 +91,13 @@ inline constexpr const auto& kScheduleKinds = OptionNames<ScheduleKind>::names;
 // stages per rank (micro-batches in groups of `stages`). zb-h1: backward split into B and W, the W
 // deferred into what would be bubbles, at 1F1B's memory. scp (Merak's shifted critical path): 1F1B
 // where every stage but the last recomputes, each recomputation issued before the wait for its
-// gradient. zb-v: two chunks per rank in a V, B and W apart (NOTE [V-shaped pipelines]); `chunks`
-// is 1 as written (the V's two are implied). Throws InputError on counts a kind cannot use.
+// gradient. zb-v: two chunks per rank in a V, B and W apart; dualpipe-v: the V with overlapped
+// F&B pairs (NOTE [V-shaped pipelines]); `chunks` is 1 as written for both (the V's two are
+// implied). Throws InputError on counts a kind cannot use.
 Schedule make_schedule(Option<ScheduleKind> kind, int64_t stages, int64_t microbatches, int64_t chunks = 1);
 
-// One row per position in the lists, one column per rank ("step,rank0,rank1,..."); cells past a
-// rank's list are empty. Reading skips empty cells, so a timed grid reads back too.
+// One row per position in the lists, one column per rank ("step,rank0,rank1,..."), an overlapped
+// pair in one cell; cells past a rank's list are empty. Reading skips empty cells, so a timed grid reads back too.
 std::string to_csv(const Schedule& schedule);
 Schedule from_csv(const std::string& text, const std::string& where);
 // from_csv of a file; InputError if it cannot be read.
@@ -90,7 +108,8 @@ Schedule schedule_for(const std::string& spec, int64_t stages, int64_t microbatc
 
 // The lists with the point-to-point messages the executor performs: recvF before an F (not on the
 // first virtual stage), sendF after it (not on the last), recvB before a B or BW (not on the
-// last), sendB after it (not on the first).
+// last), sendB after it (not on the first). An overlapped pair's receives both come before its F,
+// the backward's first.
 std::vector<std::vector<Action>> lower(const Schedule& schedule);
 
 // The executor tags a message by (micro-batch, virtual stage, direction): the tags a schedule

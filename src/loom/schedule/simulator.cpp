@@ -51,6 +51,19 @@ std::string describe(const Schedule& s, const Action& a, int64_t rank) {
   return fmt::format("{} on rank {}", a.text(s.chunks > 1), rank);
 }
 
+// NOTE [Overlapped pairs]: rank r's action i, marked paired, is an F followed by a backward of
+// another (micro-batch, chunk).
+void check_pair(const Schedule& s, int64_t r, int64_t i) {
+  const auto& list = s.ranks[r];
+  const Action& f = list[i];
+  const bool next = i + 1 < static_cast<int64_t>(list.size());
+  const Action* b = next ? &list[i + 1] : nullptr;
+  LOOM_CHECK_INPUT(f.op == Op::F && b && (b->op == Op::B || b->op == Op::BW) && (b->mb != f.mb || b->chunk != f.chunk),
+                   "schedule {}: {} is overlapped with {}; an overlapped pair is a forward and then the backward (B or "
+                   "BW) of another micro-batch or chunk, e.g. 0F3&1BW1",
+                   s.kind, describe(s, f, r), b ? b->text(s.chunks > 1) : "nothing");
+}
+
 // Where each compute action sits, refusing messages, out-of-range actions and duplicates.
 SlotIndex index_actions(const Schedule& s) {
   LOOM_CHECK_INPUT(static_cast<int64_t>(s.ranks.size()) == s.stages, "schedule {}: {} rank lists for {} stages",
@@ -68,6 +81,7 @@ SlotIndex index_actions(const Schedule& s) {
       const Key key{a.op, a.mb, s.virtual_stage(r, a.chunk)};
       LOOM_CHECK_INPUT(where.emplace(key, Slot{r, i}), "schedule {}: {} appears twice", s.kind,
                        describe(s, a, r));
+      if (a.paired) check_pair(s, r, i);
     }
   }
   return where;
@@ -139,7 +153,11 @@ class Replay {
   bool finished(int64_t r) const { return next_[r] == static_cast<int64_t>(s_.ranks[r].size()); }
   std::optional<Timed> ready(int64_t r) const;
   std::vector<Slot> deps(int64_t r, const Action& a) const;
-  double duration(int64_t r, const Action& a) const;
+  // What rank r's action i waits for: its dependencies, and its partner's when it opens a pair.
+  std::vector<Slot> waits(int64_t r, int64_t i) const;
+  // The action whose end is d's output: d, or its partner when d opens a pair (NOTE [Overlapped pairs]).
+  Slot output_of(Slot d) const { return s_.ranks[d.rank][d.index].paired ? Slot{d.rank, d.index + 1} : d; }
+  double duration(int64_t r, int64_t i) const;  // rank r's action i
 
   const Schedule& s_;
   const Costs& costs_;
@@ -177,32 +195,48 @@ std::vector<Slot> Replay::deps(int64_t r, const Action& a) const {
   return d;
 }
 
-double Replay::duration(int64_t r, const Action& a) const {
+std::vector<Slot> Replay::waits(int64_t r, int64_t i) const {
+  const auto& list = s_.ranks[r];
+  std::vector<Slot> d = deps(r, list[i]);
+  if (list[i].paired) {
+    const std::vector<Slot> partner = deps(r, list[i + 1]);
+    d.insert(d.end(), partner.begin(), partner.end());
+  }
+  return d;
+}
+
+double Replay::duration(int64_t r, int64_t i) const {
+  const auto& list = s_.ranks[r];
+  const Action& a = list[i];
   const int64_t v = s_.virtual_stage(r, a.chunk);
   const StageCosts c = costs_.at(v);
   const double recompute = where_.find({Op::R, a.mb, v}) != nullptr ? 0.0 : c.r;  // not recomputed ahead: B pays it
+  double alone = 0.0;
   switch (a.op) {
-    case Op::F: return c.f;
-    case Op::R: return c.r;
-    case Op::B: return c.b + recompute;
-    case Op::W: return c.w;
-    case Op::BW: return c.b + c.w + recompute;
-    default: return 0.0;
+    case Op::F: alone = c.f; break;
+    case Op::R: alone = c.r; break;
+    case Op::B: alone = c.b + recompute; break;
+    case Op::W: alone = c.w; break;
+    case Op::BW: alone = c.b + c.w + recompute; break;
+    default: break;
   }
+  const bool in_pair = a.paired || (i > 0 && list[i - 1].paired);
+  return in_pair ? costs_.overlap * alone : alone;
 }
 
 // Rank r's next action, timed, if it can start now: after the rank's previous action and the end of
-// each dependency (plus p2p from another rank); none while a dependency has not run.
+// each dependency (plus p2p from another rank; a pair's when it opens one); none while a
+// dependency has not run.
 std::optional<Timed> Replay::ready(int64_t r) const {
-  const Action& a = s_.ranks[r][next_[r]];
   Timed t;
   if (next_[r] > 0) t.start = times_[r][next_[r] - 1].end, t.cause = {r, next_[r] - 1};
-  for (const Slot& d : deps(r, a)) {
+  for (const Slot& dep : waits(r, next_[r])) {
+    const Slot d = output_of(dep);
     if (d.index >= next_[d.rank]) return std::nullopt;
     const double at = times_[d.rank][d.index].end + (d.rank != r ? costs_.p2p : 0.0);
     if (at >= t.start) t.start = at, t.cause = d;
   }
-  t.end = t.start + duration(r, a);
+  t.end = t.start + duration(r, next_[r]);
   return t;
 }
 
@@ -229,11 +263,11 @@ void Replay::check_finished(const Simulation& sim) const {
   for (int64_t q = 0; q < s_.stages; ++q) {
     if (finished(q)) continue;
     const Action& a = s_.ranks[q][next_[q]];
-    std::string waits;
-    for (const Slot& d : deps(q, a))
-      if (d.index >= next_[d.rank])
-        waits += (waits.empty() ? "" : ", ") + describe(s_, s_.ranks[d.rank][d.index], d.rank);
-    stuck += fmt::format("\n  >> rank {} step {}: {} waits for {}", q, next_[q], a.text(s_.chunks > 1), waits);
+    std::string on;
+    for (const Slot& d : waits(q, next_[q]))
+      if (output_of(d).index >= next_[d.rank])
+        on += (on.empty() ? "" : ", ") + describe(s_, s_.ranks[d.rank][d.index], d.rank);
+    stuck += fmt::format("\n  >> rank {} step {}: {} waits for {}", q, next_[q], a.text(s_.chunks > 1), on);
   }
   if (!stuck.empty())
     throw InputError(fmt::format("schedule {} deadlocks: no rank can go on after time {}{}\n{}", s_.kind, sim.makespan,
@@ -300,7 +334,7 @@ std::string format_grid(const Schedule& s, const Simulation& sim) {
   const int64_t p = s.stages;
   size_t width = 4;
   for (const auto& list : sim.ranks)
-    for (const TimedAction& t : list) width = std::max(width, t.action.text(s.chunks > 1).size() + 1);
+    for (const TimedAction& t : list) width = std::max(width, t.action.text(s.chunks > 1).size() + (t.action.paired ? 2 : 1));
   const auto rows = static_cast<int64_t>(std::ceil(std::min(sim.makespan, 1e9) - 1e-9));
   constexpr int64_t kMaxRows = 2000;
   if (rows > kMaxRows)
@@ -315,7 +349,8 @@ std::string format_grid(const Schedule& s, const Simulation& sim) {
       for (const TimedAction& t : sim.ranks[r]) {
         if (t.end - t.start <= 0 || t.start >= static_cast<double>(row + 1) - 1e-9 || t.end <= static_cast<double>(row) + 1e-9)
           continue;
-        cell = t.start >= static_cast<double>(row) - 1e-9 ? t.action.text(s.chunks > 1) : "|";
+        // An overlapped pair's F is marked `&` (NOTE [Overlapped pairs]).
+        cell = t.start >= static_cast<double>(row) - 1e-9 ? t.action.text(s.chunks > 1) + (t.action.paired ? "&" : "") : "|";
       }
       out += fmt::format("{:<{}}", cell, width);
     }

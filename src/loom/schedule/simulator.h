@@ -5,7 +5,8 @@
 //   F(mb, v)  after F(mb, v-1)                 R(mb, v)  after F(mb, v)
 //   B(mb, v)  after F(mb, v), R(mb, v) if any, and B or BW(mb, v+1)
 //   W(mb, v)  after B(mb, v)                   BW        as B
-// (plus `p2p` for a message between ranks). A rank whose next action can never start is a
+// (plus `p2p` for a message between ranks); an overlapped pair starts once both its actions could,
+// and its outputs leave when it ends (NOTE [Overlapped pairs]). A rank whose next action can never start is a
 // deadlock. Reports the bubble fraction, the critical path and each rank's peak number of stashed
 // micro-batches (from the start of F to the end of W or BW).
 #include <vector>
@@ -23,6 +24,9 @@ struct StageCosts {
 struct Costs {
   std::vector<StageCosts> stages;  // per virtual stage; empty = unit costs everywhere
   double p2p = 0;                  // added to a dependency that crosses ranks
+  // An overlapped pair takes overlap x (its F + its backward) (NOTE [Overlapped pairs]): 1 where
+  // the two run one after the other, as on a CPU rank.
+  double overlap = 1;
   StageCosts at(int64_t virtual_stage) const;
 };
 
@@ -45,7 +49,7 @@ struct Simulation {
 Simulation simulate(const Schedule& schedule, const Costs& costs = {});
 
 // The timeline as a grid: one row per time unit, one column per rank; an action spans as many rows
-// as it lasts (the first row names it, the others show "|"; "." is idle).
+// as it lasts (the first row names it, the others show "|"; "." is idle; a pair's F ends in "&").
 std::string format_grid(const Schedule& schedule, const Simulation& sim);
 
 }  // namespace loom::schedule
