@@ -95,6 +95,7 @@ SCHEDULES = {
     "zb-h1": ["parallel.schedule=zb-h1"],
     "scp": ["parallel.schedule=scp", "memory.recompute=stage-aware", "memory.recompute_ratio=0.5"],
     "zb-v": ["parallel.schedule=zb-v"],
+    "dualpipe-v": ["parallel.schedule=dualpipe-v"],
 }
 
 

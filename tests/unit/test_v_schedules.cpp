@@ -64,11 +64,11 @@ std::vector<double> idle_per_rank(const Simulation& sim) {
   return out;
 }
 
-// NOTE [V-shaped pipelines], dualpipe-v. Not overlapped (a CPU rank) at F = B = W = 1 each rank
-// idles 2 (p - 1): 6m busy in 6m + 2 (p - 1). With F = B >= W and a pair taking F&B anywhere from
-// B + W (the forward hidden whole) to F + B + W (not at all), the most idle rank waits DualPipe's
-// (PP/2 - 1)(F&B + B' - 3W), PP = 2p stages, B' = B + W its whole backward. Every rank stashes
-// 2p + 1 chunks at its peak (DualPipe's PP + 1).
+// NOTE [V-shaped pipelines], dualpipe-v. Its pairs run as loom's executor runs them (overlap 1), at
+// F = B = W = 1: zb-v's 6m + p - 1, each rank idle p - 1. Computed together, with F = B >= W and
+// a pair taking F&B from B + W (the forward hidden whole) up to F + B + W (not at all), the most
+// idle rank waits DualPipe's (PP/2 - 1)(F&B + B' - 3W), PP = 2p stages, B' = B + W its whole
+// backward. Every rank stashes 2p + 1 chunks at its peak (DualPipe's PP + 1).
 TEST(Schedules, DualPipeVMeetsItsPublishedBubble) {
   for (int64_t p : {2, 3, 4, 8}) {
     for (int64_t m : {2 * p, 4 * p, 8 * p}) {
@@ -77,12 +77,12 @@ TEST(Schedules, DualPipeVMeetsItsPublishedBubble) {
       ASSERT_EQ(s.chunks, 2);
       ASSERT_EQ(s.placement, Placement::V);
       const Simulation unit = simulate(s);
-      EXPECT_DOUBLE_EQ(unit.makespan, static_cast<double>(6 * m + 2 * (p - 1)));
-      for (double idle : idle_per_rank(unit)) EXPECT_NEAR(idle, 2.0 * static_cast<double>(p - 1), 1e-9);
+      EXPECT_DOUBLE_EQ(unit.makespan, static_cast<double>(6 * m + p - 1));
+      for (double idle : idle_per_rank(unit)) EXPECT_NEAR(idle, static_cast<double>(p - 1), 1e-9);
       EXPECT_EQ(unit.peak_stashed, std::vector<int64_t>(static_cast<size_t>(p), 2 * p + 1));
       for (const StageCosts chunk : {StageCosts{2, 2, 1, 0}, StageCosts{1, 1, 0.5, 0}, StageCosts{3, 3, 3, 0}}) {
         const double whole = chunk.f + chunk.b + chunk.w;
-        for (double fb : {chunk.b + chunk.w, (chunk.b + chunk.w + whole) / 2, whole}) {
+        for (double fb : {chunk.b + chunk.w, (chunk.b + chunk.w + whole) / 2, 0.99 * whole}) {
           Costs costs{.stages = std::vector<StageCosts>(static_cast<size_t>(2 * p), chunk), .overlap = fb / whole};
           const std::vector<double> idle = idle_per_rank(simulate(s, costs));
           const double published = static_cast<double>(p - 1) * (fb + (chunk.b + chunk.w) - 3 * chunk.w);
@@ -114,19 +114,22 @@ TEST(Schedules, DualPipeVOverlapsAForwardWithTheOtherChunksBackward) {
   }
 }
 
-// A pair starts once both its actions could, and its outputs leave when it ends: rank 1's F1 has
-// its input at 2 but waits for BW0's at 5; rank 2's F1 gets F1's output at the pair's end.
-TEST(Schedules, APairStartsWhenBothInputsAreInAndHandsOnWhenItEnds) {
+// Rank 1's F1 has its input at 2, its partner BW0 at 5. As loom's executor runs a pair (overlap 1)
+// F1 runs at 2 and BW0 at 5. Computed together (overlap < 1) the pair starts once both could, at
+// 5, and its outputs leave when it ends: rank 2's F1 waits for the pair, not for F1 alone.
+TEST(Schedules, APairComputedTogetherStartsWhenBothInputsAreInAndHandsOnWhenItEnds) {
   const std::string csv = "step,rank0,rank1,rank2\n0,F0,F0,F0\n1,F1,F1&BW0,BW0\n2,BW0,BW1,F1\n3,BW1,,BW1\n";
-  for (double overlap : {1.0, 0.5}) {
-    const Simulation sim = simulate(from_csv(csv, "pair.csv"), Costs{.overlap = overlap});
-    const TimedAction& f1 = sim.ranks[1][1];
-    ASSERT_EQ(f1.action, (Action{Op::F, 1, 0, true}));
-    EXPECT_DOUBLE_EQ(f1.start, 5);
-    const double pair_end = 5 + 3 * overlap;  // (F + BW) x overlap
-    EXPECT_DOUBLE_EQ(sim.ranks[1][2].end, pair_end);
-    EXPECT_DOUBLE_EQ(sim.ranks[2][2].start, pair_end) << "rank 2's F1 waits for the pair, not for F1 alone";
-  }
+  const Simulation apart = simulate(from_csv(csv, "pair.csv"));
+  ASSERT_EQ(apart.ranks[1][1].action, (Action{Op::F, 1, 0, true}));
+  EXPECT_DOUBLE_EQ(apart.ranks[1][1].start, 2);
+  EXPECT_DOUBLE_EQ(apart.ranks[1][2].start, 5);
+  const Simulation together = simulate(from_csv(csv, "pair.csv"), Costs{.overlap = 0.5});
+  EXPECT_DOUBLE_EQ(together.ranks[1][1].start, 5);
+  const double pair_end = 5 + 3 * 0.5;  // (F + BW) x overlap
+  EXPECT_DOUBLE_EQ(together.ranks[1][2].end, pair_end);
+  EXPECT_DOUBLE_EQ(together.ranks[2][2].start, pair_end);
+  EXPECT_NE(error_of([&] { simulate(from_csv(csv, "pair.csv"), Costs{.overlap = 0}); }).find("overlap in (0, 1], not 0"),
+            std::string::npos);
 }
 
 // One cell holds a pair, `0F3&1BW1`; the CSV reads back to the same lists.
@@ -145,9 +148,11 @@ TEST(Schedules, APairThatIsNotAForwardAndAnotherBackwardIsRefused) {
   auto refused = [](const std::string& cells) {
     return error_of([&] { simulate(from_csv("step,rank0\n0," + cells + "\n", "x.csv")); });
   };
-  const std::string hint = "an overlapped pair is a forward and then the backward (B or BW) of another micro-batch";
+  const std::string hint = "an overlapped pair is a forward and then the backward (B or BW) of another micro-batch,";
   EXPECT_NE(refused("F0&F1\n1,BW0\n2,BW1").find("F0 on rank 0 is overlapped with F1; " + hint), std::string::npos);
   EXPECT_NE(refused("F0&BW0").find("F0 on rank 0 is overlapped with BW0; " + hint), std::string::npos);
+  EXPECT_NE(refused("0F0&1BW0").find("0F0 on rank 0 is overlapped with 1BW0; " + hint), std::string::npos)
+      << "the other chunk's backward of the same micro-batch waits for this forward";
   EXPECT_NE(refused("F0\n1,BW0&F1\n2,BW1").find("BW0 on rank 0 is overlapped with F1; " + hint), std::string::npos);
   EXPECT_NE(refused("F0&").find("'' is not an action"), std::string::npos);
   EXPECT_NE(refused("F0&BW1&W1").find("'BW1&W1' is not an action"), std::string::npos);
@@ -174,6 +179,7 @@ TEST(Schedules, LoweringPostsBothOfAPairsReceivesBeforeItsForward) {
       if (receives_f) EXPECT_EQ(list[k - 1], (Action{Op::RecvF, f.mb, f.chunk}));
       if (receives_b) EXPECT_EQ(list[k - 1 - (receives_f ? 1 : 0)], (Action{Op::RecvB, b.mb, b.chunk}));
       EXPECT_LT(k, at(Op::BW, b));
+      EXPECT_EQ(std::count(list.begin(), list.end(), Action{Op::RecvB, b.mb, b.chunk}), receives_b ? 1 : 0);
       ++checked;
     }
   }

@@ -12,7 +12,7 @@ void ActionTimes::message(const std::string& text, size_t begin, size_t end) {
 
 SettledTimes ActionTimes::settle(const TraceHook& trace) {
   const std::vector<StepClock::Clock::time_point> at = clock_.settle();
-  std::vector<std::array<double, kCostColumns>> seconds(chunks_, {0, 0, 0, 0}), counts(seconds);
+  std::vector<std::array<double, kCostColumns>> seconds(chunks_, {0, 0, 0, 0, 0}), counts(seconds);
   SettledTimes out;
   for (const Span& s : spans_list_) {
     if (s.column >= 0) {
@@ -29,8 +29,11 @@ SettledTimes ActionTimes::settle(const TraceHook& trace) {
       const auto i = static_cast<size_t>(k);
       return counts[c][i] > 0 ? seconds[c][i] / counts[c][i] : 0.0;
     };
-    out.measured.push_back({.f = mean(CostColumn::F), .b = mean(CostColumn::B), .w = mean(CostColumn::W),
-                            .r = mean(CostColumn::R)});
+    // A whole backward counts as b only where the chunk never splits one: the simulator prices a
+    // BW at b + w.
+    const bool split = counts[c][static_cast<size_t>(CostColumn::B)] > 0;
+    out.measured.push_back({.f = mean(CostColumn::F), .b = mean(split ? CostColumn::B : CostColumn::BW),
+                            .w = mean(CostColumn::W), .r = mean(CostColumn::R)});
   }
   return out;
 }

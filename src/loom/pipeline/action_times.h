@@ -18,13 +18,14 @@ namespace loom::pipeline {
 using TraceHook = std::function<void(const std::string&, const char*, std::chrono::steady_clock::time_point,
                                      std::chrono::steady_clock::time_point)>;
 
-// The columns of a chunk's measured costs: F, B (or BW), W, R.
-enum class CostColumn : uint8_t { F, B, W, R };
-inline constexpr size_t kCostColumns = 4;
+// The columns of a chunk's measured costs: F, B, W, R and BW (a whole backward).
+enum class CostColumn : uint8_t { F, B, W, R, BW };
+inline constexpr size_t kCostColumns = 5;
 
 struct SettledTimes {
   double busy_s = 0;  // time in compute actions
-  // Per chunk, the mean seconds of its actions: f, b (a BW's whole time, w = 0 then), w, r.
+  // Per chunk, the mean seconds of its actions: f, b, w, r; a chunk whose backward is never split
+  // has b its BW's whole time and w = 0 (one that mixes both, as dualpipe-v does, its B's and W's).
   std::vector<schedule::StageCosts> measured;
 };
 
@@ -37,6 +38,7 @@ class ActionTimes {
   }
 
   size_t mark() { return clock_.mark(); }
+  bool spans() const { return spans_; }  // whether span texts are kept
   // One layer's pass between marks; kept for the trace only.
   template <class Fn>
   void pass(const std::string& name, const char* category, Fn&& fn) {

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <optional>
 #include <utility>
 
 #include "loom/core/error.h"
@@ -59,14 +60,22 @@ LayerMemory memory_of(const StageChunk& chunk, size_t layer) {
 
 // The column of a chunk's measured costs an action counts in.
 CostColumn cost_column(schedule::Op op) {
-  return op == schedule::Op::F ? CostColumn::F : op == schedule::Op::W ? CostColumn::W
-                                               : op == schedule::Op::R ? CostColumn::R : CostColumn::B;
+  switch (op) {
+    case schedule::Op::F: return CostColumn::F;
+    case schedule::Op::W: return CostColumn::W;
+    case schedule::Op::R: return CostColumn::R;
+    case schedule::Op::BW: return CostColumn::BW;
+    default: return CostColumn::B;
+  }
 }
 
 }  // namespace
 
 struct PipelineExecutor::Flight {
-  dist::WorkPtr arriving;  // its receive, posted ahead of an overlapped pair (NOTE [Overlapped pairs])
+  // Its receive posted ahead, for an overlapped pair's backward (NOTE [Overlapped pairs]): the
+  // message in flight, or the tag of one handed over within the rank.
+  dist::WorkPtr arriving;
+  std::optional<int> arriving_handed;
   nn::MicroBatch mb;
   std::vector<nn::Saved> saved;
   std::vector<c10::DimVector> input_shapes;  // each layer's input, for its gradient's check (no allocation)
@@ -174,7 +183,7 @@ void PipelineExecutor::traced(const std::string& layer, const char* pass, const 
 void PipelineExecutor::run_action(Step& step, const schedule::Action& a, const ExecutorHooks& hooks) {
   using schedule::Op;
   Flight& f = step.flights[{a.mb, a.chunk}];
-  if (f.arriving && !a.is_message()) arrive(step, a, f);
+  if ((f.arriving || f.arriving_handed) && !a.is_message()) arrive(step, a, f);
   const size_t start = step.times.mark();
   const auto index = static_cast<size_t>(&a - actions_.data());
   if (swapper_) prefetch(step, index);
@@ -208,6 +217,10 @@ void PipelineExecutor::receive(Step& step, const schedule::Action& a, Flight& f,
   const int64_t from = chunks_[a.chunk].virtual_stage + (gradient ? 1 : -1);
   at::Tensor& into = gradient ? f.dy : f.input;
   const int tag = tag_of(a.mb, from, gradient);
+  if (peer_of(from) == pp_.rank() && ahead) {
+    f.arriving_handed = tag;  // taken at the wait: its sender may come later in the list
+    return;
+  }
   if (peer_of(from) == pp_.rank()) {
     const auto it = step.handed.find(tag);
     LOOM_CHECK(it != step.handed.end(), "[pp] {} of virtual stage {} was not handed over", a.text(true), from);
@@ -224,10 +237,15 @@ void PipelineExecutor::receive(Step& step, const schedule::Action& a, Flight& f,
 // The wait for a receive posted ahead, timed as the message it is.
 void PipelineExecutor::arrive(Step& step, const schedule::Action& a, Flight& f) {
   const size_t start = step.times.mark();
-  std::exchange(f.arriving, nullptr)->wait();
-  const bool gradient = a.op != schedule::Op::F;
-  step.times.message(schedule::Action{gradient ? schedule::Op::RecvB : schedule::Op::RecvF, a.mb, a.chunk}.text(schedule_.chunks > 1),
-                     start, step.times.mark());
+  const schedule::Action receive{a.op == schedule::Op::F ? schedule::Op::RecvF : schedule::Op::RecvB, a.mb, a.chunk};
+  if (const std::optional<int> tag = std::exchange(f.arriving_handed, std::nullopt)) {
+    const auto it = step.handed.find(*tag);
+    LOOM_CHECK(it != step.handed.end(), "[pp] {} was not handed over", receive.text(true));
+    (receive.op == schedule::Op::RecvF ? f.input : f.dy) = std::move(it->second);
+    step.handed.erase(it);
+  }
+  if (f.arriving) std::exchange(f.arriving, nullptr)->wait();
+  step.times.message(step.times.spans() ? receive.text(schedule_.chunks > 1) : std::string(), start, step.times.mark());
 }
 
 // SendF: the activation to the next virtual stage; SendB: the gradient to the previous.

@@ -3,7 +3,8 @@
 // list of this rank, F/R/B/W/BW on its chunks of the chain and point-to-point messages between
 // neighbouring stages over the pp communicator. Sends are non-blocking, driven by a helper thread
 // while the stage computes (NOTE [Message progress]) and waited for when the step ends; a receive
-// waits, which is what the simulator's dependencies model, so a
+// waits (an overlapped pair's backward's, posted ahead, at that backward: NOTE [Overlapped pairs]),
+// which is what the simulator's dependencies model, so a
 // schedule the simulator accepts cannot deadlock here (sends keep moving while a stage
 // computes). One rank alone (pp = 1) runs the same code without messages.
 #include <chrono>

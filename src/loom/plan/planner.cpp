@@ -184,11 +184,9 @@ double Search::bound(const Config& c) {
     cut = cuts_.emplace(std::tuple{shape, p.pp, chunks, v, recompute}, *std::max_element(rank.begin(), rank.end())).first;
   }
   // The fill and drain in rank times: (pp - 1) / chunks, about a third of that when W fills
-  // the bubbles (zb-h1; zb-v's (pp - 1) / 6 per NOTE [V-shaped pipelines]); dualpipe-v's idle
-  // 2 (pp - 1) chunk actions of the 6 in a rank's micro-batch, at unit costs without overlap.
+  // the bubbles (zb-h1; zb-v's and dualpipe-v's (pp - 1) / 6 per NOTE [V-shaped pipelines]).
   double fill = static_cast<double>(p.pp - 1) / static_cast<double>(chunks);
-  if (p.schedule == "zb-h1" || p.schedule == "zb-v") fill /= 3;
-  if (p.schedule == "dualpipe-v") fill = static_cast<double>(p.pp - 1) / 3;
+  if (p.schedule == "zb-h1" || v_shaped(p.schedule)) fill /= 3;
   return cut->second * (static_cast<double>(c.microbatch_count() / p.dp) + fill);
 }
 

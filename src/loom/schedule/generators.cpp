@@ -192,7 +192,7 @@ Schedule zb_v(int64_t p, int64_t m) {
 // oldest first.
 class DualPipeVRank {
  public:
-  DualPipeVRank(std::vector<Action>& out) : out_(out) {}
+  explicit DualPipeVRank(std::vector<Action>& out) : out_(out) {}
   void f(int64_t chunk) { out_.push_back({Op::F, next_f_[chunk]++, chunk}); }
   void b(int64_t chunk, bool split) {
     const int64_t mb = next_b_[chunk]++;
@@ -200,6 +200,7 @@ class DualPipeVRank {
     if (split) weights_.push_back({Op::W, mb, chunk});
   }
   void w() {
+    LOOM_CHECK(!weights_.empty(), "dualpipe-v: a W with no B apart before it");
     out_.push_back(weights_.front());
     weights_.pop_front();
   }

@@ -33,20 +33,23 @@ struct Action {
   std::string text(bool with_chunk) const;
 };
 
-// NOTE [Overlapped pairs]: an F marked `paired` and the B or BW after it on its rank run as one
-// unit, a forward of one (micro-batch, chunk) beside a backward of another, so that each one's
-// messages travel while the other computes. The simulator starts the pair when both its inputs
-// are in and has both outputs leave when it ends (DualPipe's semantics), priced at Costs::overlap
-// x (F + the backward): 1 on a CPU rank, which computes the two one after the other. The executor
-// posts both receives before either computes, runs F, posts its send, then waits for the
-// backward's input (which travelled during F) and runs it: never later than the simulator's pair.
+// NOTE [Overlapped pairs]: an F marked `paired` and the B or BW after it on its rank, of another
+// micro-batch, form a pair: a forward beside a backward, so that each one's messages travel while
+// the other computes. loom's executor posts both receives before either computes, runs the F,
+// posts its send, then waits for the backward's input (which travelled during the F) and runs the
+// backward: one after the other, which the simulator replays at Costs::overlap = 1 (each action
+// as if unpaired). A device that computes the two together (overlap < 1: the pair takes overlap x
+// (F + backward)) needs both inputs first and hands both outputs on at its end, DualPipe's
+// semantics, which the simulator replays below 1.
+
 // Parses the text form; throws InputError naming `where` on anything else.
 Action parse_action(std::string_view text, const std::string& where);
 
 // NOTE [V-shaped pipelines]: rank r holds two chunks, virtual stages r and 2p - 1 - r, so a
 // micro-batch's forward runs down the ranks and back up (0, 1, .., p - 1, p - 1, .., 0), the
 // loss is on rank 0 beside the first layers, and the turn (p - 1 to p) is a hand-off within rank
-// p - 1 instead of a message. The schedules that use it (zb-v, dualpipe-v) split B from W.
+// p - 1 instead of a message. Its schedules split B from W: zb-v throughout, dualpipe-v to warm
+// up and drain.
 //   zb-v: at unit costs (F = B = W = 1 per chunk, no communication) a rank runs, in order of
 //   preference, a B whose gradient has arrived, an F whose input has arrived while fewer than 2p
 //   of its (micro-batch, chunk) pairs hold activations (F run, W not), or its oldest pending W;
@@ -54,15 +57,17 @@ Action parse_action(std::string_view text, const std::string& where);
 //   6m + p - 1 (the bound: rank p - 1 waits p - 1 for its first input, then works 6m), a bubble
 //   of (p - 1) / (6m + p - 1) per rank, and each rank's stash peaks at 2p chunks: 1F1B's peak
 //   (p micro-batches of a whole stage on its first rank) on every rank. (Tested for p in {2, 3,
-//   4, 8} and m in {2p, 4p, 8p}: tests/unit/test_schedule.cpp.)
+//   4, 8} and m in {2p, 4p, 8p}: tests/unit/test_v_schedules.cpp.)
 //   dualpipe-v (DualPipeV, the V-shaped half of DeepSeek's DualPipe, 2025): eight phases per rank
 //   r (warm-up forwards of chunk 0; forwards of both chunks; B W F of chunk 1; the steady state of
 //   overlapped pairs F0&BW1, F1&BW0; then the drain of whole and split backwards, the Ws last),
-//   NOTE [Overlapped pairs]. Each rank stashes at most 2p + 1 chunks (its list's order). With F =
-//   B >= W per chunk, no communication and a pair taking F&B (between B + W and F + B + W), the
-//   most idle rank waits (p - 1)(F&B + (B + W) - 3W): DualPipe's published bubble (PP/2 - 1)(F&B
-//   + B - 3W), where its PP is the V's 2p stages and its B the whole backward B + W. (Tested for p
-//   in {2, 3, 4, 8} and m in {2p, 4p, 8p}: tests/unit/test_schedule.cpp.)
+//   NOTE [Overlapped pairs]. Each rank stashes at most 2p + 1 chunks. Run as loom's executor runs
+//   a pair (overlap 1), at unit costs and no communication it meets zb-v's bound 6m + p - 1, each
+//   rank idle p - 1. Computed together (overlap < 1), with F = B >= W per chunk and a pair taking
+//   F&B from B + W up to F + B + W, the most idle rank waits (p - 1)(F&B + (B + W) - 3W):
+//   DualPipe's published bubble (PP/2 - 1)(F&B + B - 3W), its PP the V's 2p stages and its B the
+//   whole backward B + W. (Tested for p in {2, 3, 4, 8} and m in {2p, 4p, 8p}:
+//   tests/unit/test_v_schedules.cpp.)
 enum class Placement : uint8_t { Loop, V };
 
 struct Schedule {

@@ -52,15 +52,15 @@ std::string describe(const Schedule& s, const Action& a, int64_t rank) {
 }
 
 // NOTE [Overlapped pairs]: rank r's action i, marked paired, is an F followed by a backward of
-// another (micro-batch, chunk).
+// another micro-batch (one of the same micro-batch waits, through the chain, for this F).
 void check_pair(const Schedule& s, int64_t r, int64_t i) {
   const auto& list = s.ranks[r];
   const Action& f = list[i];
   const bool next = i + 1 < static_cast<int64_t>(list.size());
   const Action* b = next ? &list[i + 1] : nullptr;
-  LOOM_CHECK_INPUT(f.op == Op::F && b && (b->op == Op::B || b->op == Op::BW) && (b->mb != f.mb || b->chunk != f.chunk),
+  LOOM_CHECK_INPUT(f.op == Op::F && b && (b->op == Op::B || b->op == Op::BW) && b->mb != f.mb,
                    "schedule {}: {} is overlapped with {}; an overlapped pair is a forward and then the backward (B or "
-                   "BW) of another micro-batch or chunk, e.g. 0F3&1BW1",
+                   "BW) of another micro-batch, e.g. 0F3&1BW1",
                    s.kind, describe(s, f, r), b ? b->text(s.chunks > 1) : "nothing");
 }
 
@@ -153,10 +153,13 @@ class Replay {
   bool finished(int64_t r) const { return next_[r] == static_cast<int64_t>(s_.ranks[r].size()); }
   std::optional<Timed> ready(int64_t r) const;
   std::vector<Slot> deps(int64_t r, const Action& a) const;
-  // What rank r's action i waits for: its dependencies, and its partner's when it opens a pair.
+  // NOTE [Overlapped pairs]: a pair computed together (overlap < 1) waits for both inputs and
+  // hands both outputs on at its end; at overlap 1 its actions run one after the other.
+  bool together(const Action& a) const { return a.paired && costs_.overlap < 1; }
+  // What rank r's action i waits for: its dependencies, and its partner's when they run together.
   std::vector<Slot> waits(int64_t r, int64_t i) const;
-  // The action whose end is d's output: d, or its partner when d opens a pair (NOTE [Overlapped pairs]).
-  Slot output_of(Slot d) const { return s_.ranks[d.rank][d.index].paired ? Slot{d.rank, d.index + 1} : d; }
+  // The action whose end is d's output: d, or its partner when they run together.
+  Slot output_of(Slot d) const { return together(s_.ranks[d.rank][d.index]) ? Slot{d.rank, d.index + 1} : d; }
   double duration(int64_t r, int64_t i) const;  // rank r's action i
 
   const Schedule& s_;
@@ -198,7 +201,7 @@ std::vector<Slot> Replay::deps(int64_t r, const Action& a) const {
 std::vector<Slot> Replay::waits(int64_t r, int64_t i) const {
   const auto& list = s_.ranks[r];
   std::vector<Slot> d = deps(r, list[i]);
-  if (list[i].paired) {
+  if (together(list[i])) {
     const std::vector<Slot> partner = deps(r, list[i + 1]);
     d.insert(d.end(), partner.begin(), partner.end());
   }
@@ -264,8 +267,8 @@ void Replay::check_finished(const Simulation& sim) const {
     if (finished(q)) continue;
     const Action& a = s_.ranks[q][next_[q]];
     std::string on;
-    for (const Slot& d : waits(q, next_[q]))
-      if (output_of(d).index >= next_[d.rank])
+    for (const Slot& dep : waits(q, next_[q]))
+      if (const Slot d = output_of(dep); d.index >= next_[d.rank])
         on += (on.empty() ? "" : ", ") + describe(s_, s_.ranks[d.rank][d.index], d.rank);
     stuck += fmt::format("\n  >> rank {} step {}: {} waits for {}", q, next_[q], a.text(s_.chunks > 1), on);
   }
@@ -321,6 +324,9 @@ StageCosts Costs::at(int64_t virtual_stage) const {
 }
 
 Simulation simulate(const Schedule& s, const Costs& costs) {
+  LOOM_CHECK_INPUT(costs.overlap > 0 && costs.overlap <= 1,
+                   "an overlapped pair's time is overlap x (its F + its backward), overlap in (0, 1], not {}",
+                   costs.overlap);
   Replay replay(s, costs);  // refuses an incomplete or out-of-order schedule
   replay.run();
   Simulation sim = replay.timeline();

@@ -5,8 +5,8 @@
 //   F(mb, v)  after F(mb, v-1)                 R(mb, v)  after F(mb, v)
 //   B(mb, v)  after F(mb, v), R(mb, v) if any, and B or BW(mb, v+1)
 //   W(mb, v)  after B(mb, v)                   BW        as B
-// (plus `p2p` for a message between ranks); an overlapped pair starts once both its actions could,
-// and its outputs leave when it ends (NOTE [Overlapped pairs]). A rank whose next action can never start is a
+// (plus `p2p` for a message between ranks); an overlapped pair computed together starts once both
+// its actions could, and its outputs leave when it ends (NOTE [Overlapped pairs]). A rank whose next action can never start is a
 // deadlock. Reports the bubble fraction, the critical path and each rank's peak number of stashed
 // micro-batches (from the start of F to the end of W or BW).
 #include <vector>
@@ -25,7 +25,7 @@ struct Costs {
   std::vector<StageCosts> stages;  // per virtual stage; empty = unit costs everywhere
   double p2p = 0;                  // added to a dependency that crosses ranks
   // An overlapped pair takes overlap x (its F + its backward) (NOTE [Overlapped pairs]): 1 where
-  // the two run one after the other, as on a CPU rank.
+  // the two run one after the other, as loom's executor runs them; below 1, computed together.
   double overlap = 1;
   StageCosts at(int64_t virtual_stage) const;
 };
