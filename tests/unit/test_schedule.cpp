@@ -173,6 +173,13 @@ TEST(Schedules, ShiftedCriticalPathIsShorterThanOneFOneBWithTheSameRecomputation
   }
 }
 
+// A whole backward takes its own measured time where one is given (it is not always B + W).
+TEST(Schedules, ABackwardInOneTakesItsOwnTimeWhereGiven) {
+  const Schedule s = make_schedule("1f1b", 1, 2);
+  EXPECT_DOUBLE_EQ(simulate(s, Costs{.stages = {StageCosts{1, 2, 1, 0}}}).makespan, 2 * (1 + 2 + 1));
+  EXPECT_DOUBLE_EQ(simulate(s, Costs{.stages = {StageCosts{1, 2, 1, 0, 5}}}).makespan, 2 * (1 + 5));
+}
+
 TEST(Schedules, LoweringInsertsTheMessagesAroundEachAction) {
   const Schedule s = make_schedule("1f1b", 2, 2);
   auto text = [](const std::vector<Action>& list) {

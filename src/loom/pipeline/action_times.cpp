@@ -29,11 +29,12 @@ SettledTimes ActionTimes::settle(const TraceHook& trace) {
       const auto i = static_cast<size_t>(k);
       return counts[c][i] > 0 ? seconds[c][i] / counts[c][i] : 0.0;
     };
-    // A whole backward counts as b only where the chunk never splits one: the simulator prices a
-    // BW at b + w.
+    // A chunk that never splits its backward has b its BW's time (w = 0); one that mixes both, as
+    // dualpipe-v does, its B's and W's, and bw its BW's.
     const bool split = counts[c][static_cast<size_t>(CostColumn::B)] > 0;
     out.measured.push_back({.f = mean(CostColumn::F), .b = mean(split ? CostColumn::B : CostColumn::BW),
-                            .w = mean(CostColumn::W), .r = mean(CostColumn::R)});
+                            .w = mean(CostColumn::W), .r = mean(CostColumn::R),
+                            .bw = split ? mean(CostColumn::BW) : 0.0});
   }
   return out;
 }

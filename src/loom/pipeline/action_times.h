@@ -25,7 +25,8 @@ inline constexpr size_t kCostColumns = 5;
 struct SettledTimes {
   double busy_s = 0;  // time in compute actions
   // Per chunk, the mean seconds of its actions: f, b, w, r; a chunk whose backward is never split
-  // has b its BW's whole time and w = 0 (one that mixes both, as dualpipe-v does, its B's and W's).
+  // has b its BW's whole time and w = 0 (one that mixes both, as dualpipe-v does, its B's and W's,
+  // and bw its BW's).
   std::vector<schedule::StageCosts> measured;
 };
 

@@ -220,7 +220,7 @@ double Replay::duration(int64_t r, int64_t i) const {
     case Op::R: alone = c.r; break;
     case Op::B: alone = c.b + recompute; break;
     case Op::W: alone = c.w; break;
-    case Op::BW: alone = c.b + c.w + recompute; break;
+    case Op::BW: alone = (c.bw > 0 ? c.bw : c.b + c.w) + recompute; break;
     default: break;
   }
   const bool in_pair = a.paired || (i > 0 && list[i - 1].paired);

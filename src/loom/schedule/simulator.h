@@ -16,9 +16,10 @@
 namespace loom::schedule {
 
 // Durations on one virtual stage. `r` > 0 means the stage recomputes its forward before the
-// backward: an explicit R action takes r; a B or BW with no R before it pays r itself.
+// backward: an explicit R action takes r; a B or BW with no R before it pays r itself. A BW takes
+// `bw` where given (> 0; measured, a whole backward is not always B + W), else b + w.
 struct StageCosts {
-  double f = 1, b = 1, w = 1, r = 0;
+  double f = 1, b = 1, w = 1, r = 0, bw = 0;
 };
 
 struct Costs {

@@ -5,20 +5,20 @@
 namespace loom::train {
 namespace {
 
-// The simulator's bubble for this step's measured action times: every stage's mean F, B, W and R
-// (one all-reduce over pp of a [virtual stages, 4] table), replayed through the same schedule.
+// The simulator's bubble for this step's measured action times: every stage's mean F, B, W, R and
+// BW (one all-reduce over pp of a [virtual stages, 5] table), replayed through the same schedule.
 double predicted_bubble(const pipeline::StepResult& result, dist::Mesh& mesh, const schedule::Schedule& schedule) {
-  at::Tensor table = at::zeros({schedule.virtual_stages(), 4}, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor table = at::zeros({schedule.virtual_stages(), 5}, at::TensorOptions().dtype(at::kDouble));
   for (size_t c = 0; c < result.measured.size(); ++c) {
     const schedule::StageCosts& m = result.measured[c];
     const int64_t v = schedule.virtual_stage(mesh.pp_rank(), static_cast<int64_t>(c));
-    table[v].copy_(at::tensor({m.f, m.b, m.w, m.r}, table.options()));
+    table[v].copy_(at::tensor({m.f, m.b, m.w, m.r, m.bw}, table.options()));
   }
   mesh.pp().all_reduce(table, dist::ReduceOp::Sum);
   schedule::Costs costs;
   const auto rows = table.accessor<double, 2>();
   for (int64_t v = 0; v < schedule.virtual_stages(); ++v)
-    costs.stages.push_back({rows[v][0], rows[v][1], rows[v][2], rows[v][3]});
+    costs.stages.push_back({rows[v][0], rows[v][1], rows[v][2], rows[v][3], rows[v][4]});
   return schedule::simulate(schedule, costs).bubble_fraction;
 }
 

@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# NOTE [Test cluster]: several hosts on this one machine, for runs that cross a network. Each host
+# is a network namespace with its own address on a bridge and its own hostname (a UTS namespace
+# entered by the launcher agent), so Open MPI starts one daemon per host and its ranks talk over
+# TCP between hosts and through shared memory within one, as on real machines. The file system is
+# the machine's: every host sees the same checkpoint directory, as a shared one on real hosts.
+#
+#   scripts/netns-cluster.sh up N [--slots S] [--rate RATE]   N hosts of S slots (default 2)
+#   scripts/netns-cluster.sh down                             removes what `up` made
+#   scripts/netns-cluster.sh mpirun ARGS...                   mpirun over the cluster's hosts
+#
+# --rate shapes each host's outgoing link (tc tbf, e.g. 1gbit). `up` writes the hostfile, the
+# launcher agent and mpirun's options into the state folder (LOOM_CLUSTER_DIR, default
+# /tmp/loom-cluster-$LOOM_CLUSTER). LOOM_CLUSTER (default "loom") names the namespaces
+# ($LOOM_CLUSTER-h1 ...) and the bridge, LOOM_CLUSTER_SUBNET (default 10.77.0) their addresses:
+# two clusters side by side need two of each. Needs root (or CAP_NET_ADMIN) and iproute2; exits
+# 77 with the reason where namespaces cannot be made.
+set -euo pipefail
+
+cluster=${LOOM_CLUSTER:-loom}
+dir=${LOOM_CLUSTER_DIR:-/tmp/loom-cluster-$cluster}
+bridge="${cluster:0:10}br0"
+subnet=${LOOM_CLUSTER_SUBNET:-10.77.0}  # the hosts: $subnet.1 .. $subnet.N; the bridge (mpirun's side) .254
+
+die() { echo "loom: error: $*" >&2; exit 2; }
+
+down() {
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${cluster}-h[0-9]+$" || true); do
+    ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
+    ip netns del "$ns"
+  done
+  ip link del "$bridge" 2>/dev/null || true
+  rm -rf "$dir"
+}
+
+# The launcher agent Open MPI calls as `agent HOST COMMAND...`: HOST is an address of the hostfile;
+# the command runs inside that host's namespace under its own hostname.
+write_agent() {
+  cat > "$dir/agent" <<EOF
+#!/bin/sh
+host="\$1"; shift
+n="\${host##*.}"
+exec ip netns exec "${cluster}-h\$n" unshare --uts /bin/sh -c "hostname ${cluster}-h\$n && \$*"
+EOF
+  chmod +x "$dir/agent"
+}
+
+up() {
+  local hosts=$1 slots=2 rate=""
+  shift
+  while [ $# -gt 0 ]; do
+    case "$1" in
+      --slots) slots=$2; shift 2;;
+      --rate) rate=$2; shift 2;;
+      *) die "netns-cluster.sh up: unknown option '$1'; hint: up N [--slots S] [--rate RATE]";;
+    esac
+  done
+  [[ "$hosts" =~ ^[0-9]+$ && "$hosts" -ge 1 && "$hosts" -le 200 ]] || die "netns-cluster.sh up: N = '$hosts' hosts; hint: 1 to 200"
+  [[ "$slots" =~ ^[0-9]+$ && "$slots" -ge 1 ]] || die "netns-cluster.sh up: --slots '$slots' must be a positive count"
+  command -v ip >/dev/null || die "netns-cluster.sh: ip (iproute2) is not installed; hint: apt-get install iproute2"
+  down
+  if ! ip netns add "${cluster}-probe" 2>/dev/null; then
+    echo "skipped: network namespaces cannot be made here (ip netns add needs root or CAP_NET_ADMIN)" >&2
+    exit 77
+  fi
+  ip netns del "${cluster}-probe"
+  trap 'down' ERR
+  mkdir -p "$dir"
+  ip link add "$bridge" type bridge
+  ip addr add "$subnet.254/24" dev "$bridge"
+  ip link set "$bridge" up
+  : > "$dir/hostfile"
+  for i in $(seq 1 "$hosts"); do
+    local ns="${cluster}-h$i" veth="${cluster:0:8}v$i"
+    ip netns add "$ns"
+    ip link add "$veth" type veth peer name eth0 netns "$ns"
+    ip link set "$veth" master "$bridge" up
+    ip -n "$ns" addr add "$subnet.$i/24" dev eth0
+    ip -n "$ns" link set eth0 up
+    ip -n "$ns" link set lo up
+    if [ -n "$rate" ]; then
+      ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 100ms ||
+        die "netns-cluster.sh: tc could not shape $ns's link to $rate"
+    fi
+    echo "$subnet.$i slots=$slots" >> "$dir/hostfile"
+  done
+  write_agent
+  # TCP between hosts on the cluster's addresses only; shared memory within a host.
+  cat > "$dir/mpirun-options" <<EOF
+--hostfile $dir/hostfile --mca plm_rsh_agent $dir/agent --mca oob_tcp_if_include $subnet.0/24 --mca btl_tcp_if_include $subnet.0/24 --mca btl self,vader,tcp
+EOF
+  trap - ERR
+  echo "loom: a cluster of $hosts hosts x $slots slots ($subnet.1 .. $subnet.$hosts); hostfile $dir/hostfile"
+}
+
+run_mpirun() {
+  [ -f "$dir/mpirun-options" ] || die "netns-cluster.sh mpirun: no cluster is up ($dir); hint: scripts/netns-cluster.sh up N"
+  # shellcheck disable=SC2046
+  exec mpirun --allow-run-as-root $(cat "$dir/mpirun-options") "$@"
+}
+
+case "${1:-}" in
+  up) shift; [ $# -ge 1 ] || die "netns-cluster.sh up: how many hosts? hint: up N [--slots S] [--rate RATE]"; up "$@";;
+  down) down;;
+  mpirun) shift; run_mpirun "$@";;
+  *) die "netns-cluster.sh: '${1:-}' is not one of: up, down, mpirun; hint: scripts/netns-cluster.sh up 2";;
+esac
