@@ -87,7 +87,7 @@ up() {
   write_agent
   # TCP between hosts on the cluster's addresses only; shared memory within a host.
   cat > "$dir/mpirun-options" <<EOF
---hostfile $dir/hostfile --mca plm_rsh_agent $dir/agent --mca oob_tcp_if_include $subnet.0/24 --mca btl_tcp_if_include $subnet.0/24 --mca btl self,vader,tcp
+--hostfile $dir/hostfile --mca plm_rsh_agent $dir/agent --mca oob_tcp_if_include $subnet.0/24 --mca btl_tcp_if_include $subnet.0/24 --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none --bind-to none
 EOF
   trap - ERR
   echo "loom: a cluster of $hosts hosts x $slots slots ($subnet.1 .. $subnet.$hosts); hostfile $dir/hostfile"

@@ -2,15 +2,20 @@
 # NOTE [Test cluster]: the layout-equivalence suites across hosts. A cluster of 2 hosts x 2 ranks,
 # then 4 hosts x 1 rank (scripts/netns-cluster.sh), each running loom_dist_tests at 4 ranks:
 # dp and ZeRO, tp (within a host at 2 x 2), pp (across hosts), sp, the sparse exchange and the
-# validation pass, each against the serial run in float64 at 1e-9 as on one machine.
+# validation pass, each against the serial run in float64 at 1e-9 as on one machine. And NOTE
+# [Hosts in the mesh]: `loom train` at dp 2 x tp 2 warns that its tp groups span hosts on 4 x 1,
+# and does not on 2 x 2.
 # Exits 77 (ctest: skipped) with the reason where namespaces cannot be made.
+#   usage: layouts.sh LOOM_DIST_TESTS LOOM
 set -euo pipefail
 tests_bin=$1
+loom=$2
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cluster="$root/scripts/netns-cluster.sh"
 export LOOM_CLUSTER=${LOOM_CLUSTER:-loomt}
 export LOOM_CLUSTER_DIR=${LOOM_CLUSTER_DIR:-/tmp/loom-cluster-$LOOM_CLUSTER}
-trap '"$cluster" down' EXIT
+work=$(mktemp -d)
+trap '"$cluster" down; rm -rf "$work"' EXIT
 filters="*DataParallel*:*FullySharded*:*TensorParallel*:*PipelineGpt*:*SequenceParallelGpt*:*SparseParallel*:*Validation*"
 for shape in "2 2" "4 1"; do
   read -r hosts slots <<< "$shape"
@@ -24,4 +29,12 @@ for shape in "2 2" "4 1"; do
   [ "$placed" = "$expected" ] || { echo "loom: error: ranks per host '$placed', expected '$expected'" >&2; exit 1; }
   "$cluster" mpirun -np 4 -x LOOM_TEST_WORLD_SIZE=4 -x OMP_NUM_THREADS=1 "$tests_bin" --gtest_filter="$filters" \
     --gtest_brief=1
+  (cd "$work" && "$cluster" mpirun -np 4 -x OMP_NUM_THREADS=1 "$loom" train -c "$root/configs/gpt-tiny.toml" --quiet \
+    --set parallel.dp=2 --set parallel.tp=2 --set train.steps=1 --set train.eval_every=0 2> "$work/stderr")
+  if [ "$slots" -eq 1 ]; then
+    grep -q "loom: warning: the tp (2) groups span hosts (rank 0's host runs 1 ranks)" "$work/stderr" ||
+      { echo "no tp span warning on $hosts x $slots:"; cat "$work/stderr"; exit 1; }
+  elif grep -q "span hosts" "$work/stderr"; then
+    echo "a span warning on $hosts x $slots:"; cat "$work/stderr"; exit 1
+  fi
 done

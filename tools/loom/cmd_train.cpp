@@ -15,6 +15,7 @@
 #include "loom/train/profile_run.h"
 #include "loom/cuda/placement.h"
 #include "loom/dist/input_agreement.h"
+#include "loom/dist/topology.h"
 #include "loom/train/auto_layout.h"
 #include "loom/train/trainer.h"
 
@@ -107,8 +108,10 @@ Action add_train(CLI::App& app) {
     }
     train::Trainer trainer(std::move(loaded), runtime.world(), *resume, models::ModelKinds::builtin(),
                            runtime.device_backend());
+    const std::string spans = dist::host_span_warning(trainer.mesh());  // NOTE [Hosts in the mesh]
     if (runtime.world().rank() == 0) {  // after every check: a refused run prints only its error
       std::cout << chosen.report << std::flush;
+      if (!spans.empty()) std::cerr << "loom: warning: " << spans << '\n';
       for (const std::string& warning : chosen.warnings) std::cerr << "loom: warning: " << warning << '\n';
       const std::string threads = plan::profile_threads_warning(trainer.config().memory.profile,
                                                                 trainer.plan().profile_threads,

@@ -50,6 +50,9 @@ class Communicator {
   virtual int local_ranks() const { return 1; }
   // This rank's index among them (0 .. local_ranks() - 1): which GPU it takes (NOTE [Devices]).
   virtual int local_rank() const { return 0; }
+  // Which machine this rank runs on, by the lowest world rank there: equal for the ranks of one
+  // machine, different across machines (dist/topology.h).
+  virtual int host() const { return 0; }
 
   virtual WorkPtr all_reduce_async(at::Tensor& tensor, ReduceOp op) = 0;
   virtual WorkPtr reduce_scatter_async(const at::Tensor& input, at::Tensor& output, ReduceOp op) = 0;

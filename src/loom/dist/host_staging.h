@@ -28,6 +28,7 @@ class HostStagingCommunicator final : public Communicator {
   bool concurrent_progress() const override { return inner_->concurrent_progress(); }
   int local_ranks() const override { return inner_->local_ranks(); }
   int local_rank() const override { return inner_->local_rank(); }
+  int host() const override { return inner_->host(); }
   WorkPtr all_reduce_async(at::Tensor& t, ReduceOp op) override;
   WorkPtr reduce_scatter_async(const at::Tensor& in, at::Tensor& out, ReduceOp op) override;
   WorkPtr all_gather_async(const at::Tensor& in, at::Tensor& out) override;

@@ -51,10 +51,11 @@ void bf16_max(void* in, void* inout, int* len, MPI_Datatype*) {
 
 }  // namespace
 
-MpiShared::MpiShared(double timeout_s, int rank, int node_ranks, int node_rank, bool multiple)
+MpiShared::MpiShared(double timeout_s, int rank, int node_ranks, int node_rank, int node, bool multiple)
     : thread_multiple(multiple),
       local_ranks(node_ranks),
       local_rank(node_rank),
+      host(node),
       watchdog(std::make_unique<detail::Watchdog>(timeout_s, rank, multiple)) {
   MPI_Type_contiguous(2, MPI_BYTE, &bf16);
   MPI_Type_commit(&bf16);
@@ -296,6 +297,7 @@ class MpiCommunicator final : public Communicator {
   bool concurrent_progress() const override { return shared_->thread_multiple; }
   int local_ranks() const override { return shared_->local_ranks; }
   int local_rank() const override { return shared_->local_rank; }
+  int host() const override { return shared_->host; }
   std::unique_ptr<Communicator> split(int color, int key, const std::string& axis) override {
     MPI_Comm comm = MPI_COMM_NULL;
     LOOM_MPI(MPI_Comm_split(comm_, color, key, &comm), "comm split for axis " + axis);

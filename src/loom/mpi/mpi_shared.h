@@ -33,7 +33,7 @@ std::string mpi_error(int code);
 // Owned by the Runtime, created after MPI_Init and released before MPI_Finalize; the world and
 // every communicator split from it hold a pointer, so nothing here is process-wide.
 struct MpiShared {
-  MpiShared(double timeout_s, int rank, int node_ranks, int node_rank, bool multiple);
+  MpiShared(double timeout_s, int rank, int node_ranks, int node_rank, int node, bool multiple);
   ~MpiShared();
   MpiShared(const MpiShared&) = delete;
   MpiShared& operator=(const MpiShared&) = delete;
@@ -55,6 +55,7 @@ struct MpiShared {
   bool thread_multiple;  // whether MPI granted MPI_THREAD_MULTIPLE
   int local_ranks;       // ranks of the job on this machine
   int local_rank;        // this rank's index among them
+  int host;              // the lowest world rank on this machine
   // bfloat16 travels as two bytes with user-defined reductions.
   MPI_Datatype bf16 = MPI_DATATYPE_NULL;
   MPI_Op bf16_sum_op = MPI_OP_NULL, bf16_max_op = MPI_OP_NULL;

@@ -38,15 +38,17 @@ Runtime::Runtime(double timeout_s) : interrupts_(std::make_unique<InterruptHandl
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   // Ranks sharing this machine, whatever the launcher (mpirun, srun with PMI/PMIx).
-  int local_ranks = 1, local_rank = 0;
+  int local_ranks = 1, local_rank = 0, host = rank;
   MPI_Comm node = MPI_COMM_NULL;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
     MPI_Comm_size(node, &local_ranks);
     MPI_Comm_rank(node, &local_rank);
+    MPI_Allreduce(&rank, &host, 1, MPI_INT, MPI_MIN, node);
     interrupts_->watch_local_peers(rank, local_peers(node, rank));
     MPI_Comm_free(&node);
   }
-  shared_ = std::make_unique<MpiShared>(timeout_s, rank, local_ranks, local_rank, provided >= MPI_THREAD_MULTIPLE);
+  shared_ = std::make_unique<MpiShared>(timeout_s, rank, local_ranks, local_rank, host,
+                                        provided >= MPI_THREAD_MULTIPLE);
   world_ = mpi_world(timeout_s, shared_.get());
 }
 

@@ -1,0 +1,17 @@
+#pragma once
+// NOTE [Hosts in the mesh]: tp and sp exchange every layer's activations, so their groups belong
+// within one machine, where the exchange goes through shared memory; dp and pp exchange once per
+// step or per micro-batch and may cross the network. The mesh puts tp innermost (NOTE [Mesh
+// axes]), so with each host's ranks consecutive and a multiple of tp x sp per host no such group
+// crosses a machine. Which host a rank is on comes from the communicator (Communicator::host).
+#include <string>
+
+#include "loom/dist/mesh.h"
+
+namespace loom::dist {
+
+// One warning line when a tp or sp group of the mesh spans hosts, "" when none does; the same on
+// every rank. A collective over the world: every rank calls it.
+std::string host_span_warning(Mesh& mesh);
+
+}  // namespace loom::dist
