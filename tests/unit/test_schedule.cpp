@@ -7,6 +7,7 @@
 #include <map>
 
 #include "loom/core/error.h"
+#include "input_error.h"
 #include "loom/schedule/simulator.h"
 
 namespace loom::schedule {
@@ -192,19 +193,10 @@ TEST(Schedules, LoweringInsertsTheMessagesAroundEachAction) {
   EXPECT_EQ(text(lowered[1]), "recvF0 F0 BW0 sendB0 recvF1 F1 BW1 sendB1 ");
 }
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
-
 TEST(Schedules, ADeadlockIsRefusedWithTheGridAndTheStuckSteps) {
   // Rank 0 runs micro-batch 0 to its end before starting 1; rank 1 wants micro-batch 1 first.
   const std::string csv = "step,rank0,rank1\n0,F0,F1\n1,BW0,BW1\n2,F1,F0\n3,BW1,BW0\n";
-  const std::string message = error_of([&] { simulate(from_csv(csv, "bad.csv")); });
+  const std::string message = loom::testing::input_error([&] { simulate(from_csv(csv, "bad.csv")); });
   EXPECT_NE(message.find("schedule csv deadlocks"), std::string::npos) << message;
   EXPECT_NE(message.find(">> rank 0 step 1: BW0 waits for BW0 on rank 1"), std::string::npos) << message;
   EXPECT_NE(message.find(">> rank 1 step 0: F1 waits for F1 on rank 0"), std::string::npos) << message;
@@ -212,16 +204,16 @@ TEST(Schedules, ADeadlockIsRefusedWithTheGridAndTheStuckSteps) {
 }
 
 TEST(Schedules, IncompleteOrMalformedSchedulesAreRefused) {
-  EXPECT_NE(error_of([] { simulate(from_csv("step,rank0\n0,F0\n", "x")); }).find("needs one BW or one B and one W"),
+  EXPECT_NE(loom::testing::input_error([] { simulate(from_csv("step,rank0\n0,F0\n", "x")); }).find("needs one BW or one B and one W"),
             std::string::npos);
-  EXPECT_NE(error_of([] { simulate(from_csv("step,rank0\n0,F0\n1,BW0\n2,BW0\n", "x")); }).find("appears twice"),
+  EXPECT_NE(loom::testing::input_error([] { simulate(from_csv("step,rank0\n0,F0\n1,BW0\n2,BW0\n", "x")); }).find("appears twice"),
             std::string::npos);
-  EXPECT_NE(error_of([] { simulate(from_csv("step,rank0\n0,BW0\n1,F0\n", "x")); }).find("out of order"),
+  EXPECT_NE(loom::testing::input_error([] { simulate(from_csv("step,rank0\n0,BW0\n1,F0\n", "x")); }).find("out of order"),
             std::string::npos);
-  EXPECT_NE(error_of([] { from_csv("step,rank0\n0,Q0\n", "x"); }).find("'Q0' is not an action"), std::string::npos);
-  EXPECT_NE(error_of([] { make_schedule("interleaved", 4, 6, 2); }).find("multiple of the stages"), std::string::npos);
-  EXPECT_NE(error_of([] { make_schedule("1f1b", 4, 8, 2); }).find("one chunk per rank"), std::string::npos);
-  EXPECT_NE(error_of([] { make_schedule("pipedream", 4, 8); }).find("\"pipedream\" is not one of: gpipe, 1f1b"),
+  EXPECT_NE(loom::testing::input_error([] { from_csv("step,rank0\n0,Q0\n", "x"); }).find("'Q0' is not an action"), std::string::npos);
+  EXPECT_NE(loom::testing::input_error([] { make_schedule("interleaved", 4, 6, 2); }).find("multiple of the stages"), std::string::npos);
+  EXPECT_NE(loom::testing::input_error([] { make_schedule("1f1b", 4, 8, 2); }).find("one chunk per rank"), std::string::npos);
+  EXPECT_NE(loom::testing::input_error([] { make_schedule("pipedream", 4, 8); }).find("\"pipedream\" is not one of: gpipe, 1f1b"),
             std::string::npos);
 }
 

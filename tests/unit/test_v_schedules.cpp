@@ -4,22 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <functional>
 
 #include "loom/core/error.h"
+#include "input_error.h"
 #include "loom/schedule/simulator.h"
 
 namespace loom::schedule {
 namespace {
-
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
 
 // NOTE [V-shaped pipelines]: ZB-V at F = B = W = 1 per chunk and no communication runs in
 // 6m + p - 1 (rank p - 1's first input arrives at p - 1; from then on it never waits), a bubble
@@ -128,7 +119,7 @@ TEST(Schedules, APairComputedTogetherStartsWhenBothInputsAreInAndHandsOnWhenItEn
   const double pair_end = 5 + 3 * 0.5;  // (F + BW) x overlap
   EXPECT_DOUBLE_EQ(together.ranks[1][2].end, pair_end);
   EXPECT_DOUBLE_EQ(together.ranks[2][2].start, pair_end);
-  EXPECT_NE(error_of([&] { simulate(from_csv(csv, "pair.csv"), Costs{.overlap = 0}); }).find("overlap in (0, 1], not 0"),
+  EXPECT_NE(loom::testing::input_error([&] { simulate(from_csv(csv, "pair.csv"), Costs{.overlap = 0}); }).find("overlap in (0, 1], not 0"),
             std::string::npos);
 }
 
@@ -146,7 +137,7 @@ TEST(Schedules, AnOverlappedPairIsOneCsvCell) {
 
 TEST(Schedules, APairThatIsNotAForwardAndAnotherBackwardIsRefused) {
   auto refused = [](const std::string& cells) {
-    return error_of([&] { simulate(from_csv("step,rank0\n0," + cells + "\n", "x.csv")); });
+    return loom::testing::input_error([&] { simulate(from_csv("step,rank0\n0," + cells + "\n", "x.csv")); });
   };
   const std::string hint = "an overlapped pair is a forward and then the backward (B or BW) of another micro-batch,";
   EXPECT_NE(refused("F0&F1\n1,BW0\n2,BW1").find("F0 on rank 0 is overlapped with F1; " + hint), std::string::npos);

@@ -47,7 +47,7 @@ struct StepRecord {
   // ZeRO-2/3: the most bytes of gathered values and unreduced gradients a rank held at once in the
   // step (the working set beside the state), largest over ranks; 0 for the other stages.
   int64_t working_bytes = 0;
-  double bubble_fraction = 0;                   // pp > 1: 1 - compute time / pipeline time, mean over ranks
+  double bubble_fraction = 0;                   // pp > 1: 1 - compute time / the pipeline's longest time, mean over ranks
   double predicted_bubble_fraction = 0;         // pp > 1: the simulator's, for the measured action times
   std::vector<int64_t> peak_bytes_by_stage;     // pp > 1: each pipeline stage's peak (this dp/tp slice)
   std::map<std::string, int64_t> comm_bytes;    // this rank's bytes by mesh axis

@@ -34,8 +34,12 @@ void measure_step(StepRecord& r, const pipeline::StepResult& result, dist::Mesh&
   r.model_state_bytes = peak[3].item<int64_t>();
   r.working_bytes = peak[4].item<int64_t>();
   if (mesh.pp().size() == 1) return;
-  // Idle time in the pipeline's part of the step, averaged over the ranks.
-  at::Tensor bubble = at::full({1}, 1.0 - result.busy_s / result.wall_s, at::TensorOptions().dtype(at::kDouble));
+  // Idle time in the pipeline's part of the step, averaged over the ranks. The part ends with its
+  // last rank's last action, as the simulator's makespan does: a rank done earlier idles until
+  // then (its next step waits for the others' messages), which its own wall time leaves out.
+  at::Tensor span = at::full({1}, result.wall_s, at::TensorOptions().dtype(at::kDouble));
+  mesh.pp().all_reduce(span, dist::ReduceOp::Max);
+  at::Tensor bubble = at::full({1}, 1.0 - result.busy_s / span.item<double>(), at::TensorOptions().dtype(at::kDouble));
   mesh.world().all_reduce(bubble, dist::ReduceOp::Sum);
   r.bubble_fraction = bubble.item<double>() / mesh.world().size();
   r.predicted_bubble_fraction = predicted_bubble(result, mesh, schedule);
