@@ -4,7 +4,7 @@ BUILD ?= build
 JOBS ?= 2
 CTEST_ARGS ?=
 
-.PHONY: all deps configure build install test demo bench clean fuzz fuzz-build fuzz-ci test-asan test-tsan
+.PHONY: all deps configure build install test demo demo-cluster bench clean fuzz fuzz-build fuzz-ci test-asan test-tsan
 
 all: build
 
@@ -29,6 +29,10 @@ test: build
 
 demo: build
 	@scripts/demo.sh
+
+# The demo's training on two hosts made of network namespaces (docs/multi-host.md; needs root).
+demo-cluster: build
+	@scripts/demo-cluster.sh
 
 bench: build
 	@bench/run.sh

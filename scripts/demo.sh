@@ -7,10 +7,15 @@
 #   3. a sample generated from the checkpoint (loom generate);
 #   4. the loss curve as a picture (loom plot).
 # Fails if the loss did not fall. Everything goes to out/demo/ (replaced on each run).
+# scripts/demo-cluster.sh runs the same on two hosts: LOOM_DEMO_OUT, LOOM_DEMO_LAUNCH (the command
+# that starts the ranks), LOOM_DEMO_LAYOUT (their --set options) and LOOM_DEMO_WHERE (its words).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-out=out/demo
-loom=build/bin/loom
+out=${LOOM_DEMO_OUT:-out/demo}
+read -r -a launch <<< "${LOOM_DEMO_LAUNCH:-scripts/mpirun.sh 2}"
+read -r -a layout <<< "${LOOM_DEMO_LAYOUT:---set parallel.dp=2}"
+where=${LOOM_DEMO_WHERE:-over 2 ranks (dp = 2)}
+loom=$(pwd)/build/bin/loom
 rm -rf "$out"
 mkdir -p "$out"
 licenses=/usr/share/common-licenses
@@ -23,8 +28,9 @@ done
 echo "== 1/4 loom data prepare: a BPE tokenizer of 1000 pieces on ${#texts[@]} license texts"
 $loom data prepare --text "${texts[@]}" --tokenizer bpe --vocab 1000 --valid-fraction 0.05 --out "$out/licenses.bin"
 
-echo "== 2/4 loom train: gpt-tiny over 2 ranks (dp = 2), validating every 30 steps"
-scripts/mpirun.sh 2 $loom train -c configs/demo.toml --set parallel.dp=2 --set checkpoint.dir="$out/checkpoints" \
+echo "== 2/4 loom train: gpt-tiny $where, validating every 30 steps"
+"${launch[@]}" "$loom" train -c configs/demo.toml "${layout[@]}" --set checkpoint.dir="$out/checkpoints" \
+  --set data.source="tokens:$out/licenses.bin" --set data.valid="tokens:$out/licenses.valid.bin" \
   --metrics "$out/metrics.jsonl" --trace "$out/trace.json" "$@"
 
 echo "== 3/4 loom generate: a sample from the checkpoint"
@@ -35,7 +41,7 @@ prompt="This License"
 } | tee "$out/sample.txt"
 
 echo "== 4/4 loom plot: the loss curve"
-$loom plot "$out/metrics.jsonl" --label "gpt-tiny dp=2" --out "$out/loss.svg"
+$loom plot "$out/metrics.jsonl" --label "gpt-tiny $where" --out "$out/loss.svg"
 
 /usr/bin/python3 - "$out/metrics.jsonl" <<'PY'
 import json, sys
@@ -52,7 +58,7 @@ loom demo: outputs in $out/
   licenses.bin (+ .json, .tokenizer.model)   the token file, its sidecar and the BPE tokenizer
   licenses.valid.bin                         the validation split (whole documents)
   metrics.jsonl                              one JSON object per step (loss, val_loss, tokens/s, ...)
-  trace.json                                 both ranks' events (open in Perfetto)
+  trace.json                                 every rank's events (open in Perfetto)
   checkpoints/                               the last checkpoint (loom ckpt inspect $out/checkpoints)
   sample.txt                                 the generated sample
   loss.svg                                   the loss curve
