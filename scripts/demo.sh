@@ -26,7 +26,7 @@ done
 [ ${#texts[@]} -ge 2 ] || { echo "loom: error: the demo needs the license texts of $licenses (Debian's base-files)" >&2; exit 2; }
 
 echo "== 1/4 loom data prepare: a BPE tokenizer of 1000 pieces on ${#texts[@]} license texts"
-$loom data prepare --text "${texts[@]}" --tokenizer bpe --vocab 1000 --valid-fraction 0.05 --out "$out/licenses.bin"
+"$loom" data prepare --text "${texts[@]}" --tokenizer bpe --vocab 1000 --valid-fraction 0.05 --out "$out/licenses.bin"
 
 echo "== 2/4 loom train: gpt-tiny $where, validating every 30 steps"
 "${launch[@]}" "$loom" train -c configs/demo.toml "${layout[@]}" --set checkpoint.dir="$out/checkpoints" \
@@ -37,11 +37,11 @@ echo "== 3/4 loom generate: a sample from the checkpoint"
 prompt="This License"
 {
   printf '%s' "$prompt"  # loom generate prints the continuation alone
-  $loom generate --checkpoint "$out/checkpoints" --prompt "$prompt" --max-tokens 60 --temperature 0.8 --top-k 40 --seed 7
+  "$loom" generate --checkpoint "$out/checkpoints" --prompt "$prompt" --max-tokens 60 --temperature 0.8 --top-k 40 --seed 7
 } | tee "$out/sample.txt"
 
 echo "== 4/4 loom plot: the loss curve"
-$loom plot "$out/metrics.jsonl" --label "gpt-tiny $where" --out "$out/loss.svg"
+"$loom" plot "$out/metrics.jsonl" --label "gpt-tiny $where" --out "$out/loss.svg"
 
 /usr/bin/python3 - "$out/metrics.jsonl" <<'PY'
 import json, sys

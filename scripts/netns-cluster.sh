@@ -11,26 +11,34 @@
 #
 # --rate shapes each host's outgoing link (tc tbf, e.g. 1gbit). `up` writes the hostfile, the
 # launcher agent and mpirun's options into the state folder (LOOM_CLUSTER_DIR, default
-# /tmp/loom-cluster-$LOOM_CLUSTER). LOOM_CLUSTER (default "loom") names the namespaces
-# ($LOOM_CLUSTER-h1 ...) and the bridge, LOOM_CLUSTER_SUBNET (default 10.77.0) their addresses:
-# two clusters side by side need two of each. Needs root (or CAP_NET_ADMIN) and iproute2; exits
-# 77 with the reason where namespaces cannot be made.
+# /tmp/loom-cluster-$LOOM_CLUSTER). LOOM_CLUSTER (default "loom", 1 to 8 of a-z and 0-9) names
+# the namespaces ($LOOM_CLUSTER-h1 ...), the bridge and the links, LOOM_CLUSTER_SUBNET (default
+# 10.77.0) their addresses: two clusters side by side need two of each (`up` refuses a subnet in
+# use). Needs root (namespaces need CAP_SYS_ADMIN and CAP_NET_ADMIN), iproute2, util-linux's
+# unshare and Open MPI; exits 77 with the reason where any of them is missing.
 set -euo pipefail
 
-cluster=${LOOM_CLUSTER:-loom}
-dir=${LOOM_CLUSTER_DIR:-/tmp/loom-cluster-$cluster}
-bridge="${cluster:0:10}br0"
-subnet=${LOOM_CLUSTER_SUBNET:-10.77.0}  # the hosts: $subnet.1 .. $subnet.N; the bridge (mpirun's side) .254
-
 die() { echo "loom: error: $*" >&2; exit 2; }
+skip() { echo "skipped: $*" >&2; exit 77; }
 
+cluster=${LOOM_CLUSTER:-loom}
+[[ "$cluster" =~ ^[a-z0-9]{1,8}$ ]] || die "LOOM_CLUSTER = '$cluster'; hint: 1 to 8 of a-z and 0-9 (it names network links)"
+dir=${LOOM_CLUSTER_DIR:-/tmp/loom-cluster-$cluster}
+bridge="${cluster}br0"
+subnet=${LOOM_CLUSTER_SUBNET:-10.77.0}  # the hosts: $subnet.1 .. $subnet.N; the bridge (mpirun's side) .254
+[[ "$subnet" =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || die "LOOM_CLUSTER_SUBNET = '$subnet'; hint: three numbers of an address, e.g. 10.77.0"
+veth() { echo "${cluster}v$1"; }  # host $1's link on the bridge's side
+
+# Each host's processes ended and its namespace gone; its link deleted at once (a namespace that
+# still has a dying process keeps its end alive until the kernel is done with it).
 down() {
-  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${cluster}-h[0-9]+$" || true); do
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${cluster}-(h[0-9]+|probe)$" || true); do
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
-    ip netns del "$ns"
+    [[ "$ns" =~ -h([0-9]+)$ ]] && ip link del "$(veth "${BASH_REMATCH[1]}")" 2>/dev/null || true
+    ip netns del "$ns" 2>/dev/null || true
   done
   ip link del "$bridge" 2>/dev/null || true
-  rm -rf "$dir"
+  rm -rf "$dir" 2>/dev/null || true
 }
 
 # The launcher agent Open MPI calls as `agent HOST COMMAND...`: HOST is an address of the hostfile;
@@ -57,24 +65,29 @@ up() {
   done
   [[ "$hosts" =~ ^[0-9]+$ && "$hosts" -ge 1 && "$hosts" -le 200 ]] || die "netns-cluster.sh up: N = '$hosts' hosts; hint: 1 to 200"
   [[ "$slots" =~ ^[0-9]+$ && "$slots" -ge 1 ]] || die "netns-cluster.sh up: --slots '$slots' must be a positive count"
-  command -v ip >/dev/null || die "netns-cluster.sh: ip (iproute2) is not installed; hint: apt-get install iproute2"
+  local tool
+  for tool in ip unshare mpirun; do
+    command -v "$tool" >/dev/null || skip "$tool is not installed (iproute2, util-linux, openmpi-bin)"
+  done
   down
-  if ! ip netns add "${cluster}-probe" 2>/dev/null; then
-    echo "skipped: network namespaces cannot be made here (ip netns add needs root or CAP_NET_ADMIN)" >&2
-    exit 77
-  fi
+  local why
+  why=$(ip netns add "${cluster}-probe" 2>&1) || skip "network namespaces cannot be made here: $why (needs root)"
   ip netns del "${cluster}-probe"
-  trap 'down' ERR
+  if ip -o -4 addr show 2>/dev/null | grep -q " inet $subnet\."; then
+    die "netns-cluster.sh up: the subnet $subnet.0/24 is in use here; hint: another LOOM_CLUSTER_SUBNET, e.g. ${subnet%.*}.$(( ${subnet##*.} + 1 ))"
+  fi
+  trap down EXIT  # a cluster half made is taken down
   mkdir -p "$dir"
   ip link add "$bridge" type bridge
   ip addr add "$subnet.254/24" dev "$bridge"
   ip link set "$bridge" up
   : > "$dir/hostfile"
   for i in $(seq 1 "$hosts"); do
-    local ns="${cluster}-h$i" veth="${cluster:0:8}v$i"
+    local ns="${cluster}-h$i" link
+    link=$(veth "$i")
     ip netns add "$ns"
-    ip link add "$veth" type veth peer name eth0 netns "$ns"
-    ip link set "$veth" master "$bridge" up
+    ip link add "$link" type veth peer name eth0 netns "$ns"
+    ip link set "$link" master "$bridge" up
     ip -n "$ns" addr add "$subnet.$i/24" dev eth0
     ip -n "$ns" link set eth0 up
     ip -n "$ns" link set lo up
@@ -89,7 +102,7 @@ up() {
   cat > "$dir/mpirun-options" <<EOF
 --hostfile $dir/hostfile --mca plm_rsh_agent $dir/agent --mca oob_tcp_if_include $subnet.0/24 --mca btl_tcp_if_include $subnet.0/24 --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none --bind-to none
 EOF
-  trap - ERR
+  trap - EXIT
   echo "loom: a cluster of $hosts hosts x $slots slots ($subnet.1 .. $subnet.$hosts); hostfile $dir/hostfile"
 }
 

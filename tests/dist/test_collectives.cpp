@@ -15,6 +15,7 @@
 #include "loom/dist/mesh.h"
 #include "loom/dist/null_communicator.h"
 #include "loom/dist/recording_communicator.h"
+#include "loom/dist/topology.h"
 #include "world.h"
 
 namespace loom::dist {
@@ -160,6 +161,9 @@ TEST(Mesh, AxesSplitTheWorldWithTpInnermost) {
       EXPECT_EQ(mesh.dp().size(), n / (tp * sp));
       EXPECT_EQ(mesh.dp_sp().size(), n / tp);
       EXPECT_EQ(mesh.rank(), (mesh.dp_rank() * sp + mesh.sp_rank()) * tp + mesh.tp_rank());
+      // NOTE [Hosts in the mesh]: one machine, named by its lowest rank; no group spans two.
+      EXPECT_EQ(mesh.tp().host(), 0);
+      EXPECT_EQ(host_span_warning(mesh), "");
       // Sum of world ranks over each axis group, in closed form.
       at::Tensor t = at::full({1}, static_cast<int64_t>(mesh.rank()), at::kLong);
       mesh.tp().all_reduce(t);

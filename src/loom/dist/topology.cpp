@@ -27,7 +27,7 @@ std::string host_span_warning(Mesh& mesh) {
   if (spans[1].item<int64_t>() != 0) axes.push_back(fmt::format("sp ({})", mesh.shape().sp()));
   if (axes.empty()) return "";
   return fmt::format(
-      "the {} groups span hosts (rank 0's host runs {} ranks): every layer's exchange in them "
+      "the {} groups span hosts (ranks on rank 0's host: {}): every layer's exchange in them "
       "crosses the network; hint: give each host a multiple of tp x sp = {} ranks, numbered consecutively "
       "(mpirun --map-by slot)",
       fmt::join(axes, " and "), mesh.world().local_ranks(), mesh.shape().tp() * mesh.shape().sp());

@@ -10,8 +10,9 @@
 
 namespace loom::dist {
 
-// One warning line when a tp or sp group of the mesh spans hosts, "" when none does; the same on
-// every rank. A collective over the world: every rank calls it.
+// One warning line when a tp or sp group of the mesh spans hosts, "" when none does (whether it
+// is empty is the same on every rank; rank 0 prints it). A collective over the world: every rank
+// calls it.
 std::string host_span_warning(Mesh& mesh);
 
 }  // namespace loom::dist

@@ -38,7 +38,7 @@ Runtime::Runtime(double timeout_s) : interrupts_(std::make_unique<InterruptHandl
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   // Ranks sharing this machine, whatever the launcher (mpirun, srun with PMI/PMIx).
-  int local_ranks = 1, local_rank = 0, host = rank;
+  int local_ranks = 1, local_rank = 0, host = 0;  // without the split: one machine, as local_ranks says
   MPI_Comm node = MPI_COMM_NULL;
   if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
     MPI_Comm_size(node, &local_ranks);

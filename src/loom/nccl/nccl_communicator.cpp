@@ -131,6 +131,7 @@ class NcclCommunicator final : public dist::Communicator {
   bool concurrent_progress() const override { return host_->concurrent_progress(); }
   int local_ranks() const override { return host_->local_ranks(); }
   int local_rank() const override { return host_->local_rank(); }
+  int host() const override { return host_->host(); }
 
   dist::WorkPtr all_reduce_async(at::Tensor& t, dist::ReduceOp op) override {
     if (t.is_cpu()) return host_->all_reduce_async(t, op);
