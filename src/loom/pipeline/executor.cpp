@@ -99,6 +99,14 @@ struct PipelineExecutor::Step {
   const Clock::time_point start = Clock::now();  // before the helper thread starts
   std::map<std::pair<int64_t, int64_t>, Flight> flights;  // (micro-batch, chunk)
   std::map<int, at::Tensor> handed;  // messages to this rank itself, by tag: the V's turn (NOTE [V-shaped pipelines])
+  // The message handed over under `tag`; `what` names it if it was not.
+  at::Tensor take_handed(int tag, const std::string& what) {
+    const auto it = handed.find(tag);
+    LOOM_CHECK(it != handed.end(), "[pp] {} was not handed over", what);
+    at::Tensor t = std::move(it->second);
+    handed.erase(it);
+    return t;
+  }
   SendProgress sends;                                      // NOTE [Message progress]
   ActionTimes times;                                       // NOTE [Step clock]
   StepResult result;
@@ -217,15 +225,9 @@ void PipelineExecutor::receive(Step& step, const schedule::Action& a, Flight& f,
   const int64_t from = chunks_[a.chunk].virtual_stage + (gradient ? 1 : -1);
   at::Tensor& into = gradient ? f.dy : f.input;
   const int tag = tag_of(a.mb, from, gradient);
-  if (peer_of(from) == pp_.rank() && ahead) {
-    f.arriving_handed = tag;  // taken at the wait: its sender may come later in the list
-    return;
-  }
   if (peer_of(from) == pp_.rank()) {
-    const auto it = step.handed.find(tag);
-    LOOM_CHECK(it != step.handed.end(), "[pp] {} of virtual stage {} was not handed over", a.text(true), from);
-    into = std::move(it->second);
-    step.handed.erase(it);
+    if (ahead) f.arriving_handed = tag;  // taken at the wait: its sender may come later in the list
+    else into = step.take_handed(tag, a.text(true));
     return;
   }
   into = at::empty(boundary_shape_, at::TensorOptions().dtype(dtype_).device(device_));
@@ -238,12 +240,8 @@ void PipelineExecutor::receive(Step& step, const schedule::Action& a, Flight& f,
 void PipelineExecutor::arrive(Step& step, const schedule::Action& a, Flight& f) {
   const size_t start = step.times.mark();
   const schedule::Action receive{a.op == schedule::Op::F ? schedule::Op::RecvF : schedule::Op::RecvB, a.mb, a.chunk};
-  if (const std::optional<int> tag = std::exchange(f.arriving_handed, std::nullopt)) {
-    const auto it = step.handed.find(*tag);
-    LOOM_CHECK(it != step.handed.end(), "[pp] {} was not handed over", receive.text(true));
-    (receive.op == schedule::Op::RecvF ? f.input : f.dy) = std::move(it->second);
-    step.handed.erase(it);
-  }
+  if (const std::optional<int> tag = std::exchange(f.arriving_handed, std::nullopt))
+    (receive.op == schedule::Op::RecvF ? f.input : f.dy) = step.take_handed(*tag, receive.text(true));
   if (f.arriving) std::exchange(f.arriving, nullptr)->wait();
   step.times.message(step.times.spans() ? receive.text(schedule_.chunks > 1) : std::string(), start, step.times.mark());
 }
