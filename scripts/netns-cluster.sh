@@ -98,9 +98,12 @@ up() {
     echo "$subnet.$i slots=$slots" >> "$dir/hostfile"
   done
   write_agent
-  # TCP between hosts on the cluster's addresses only; shared memory within a host.
+  # TCP between hosts on the cluster's addresses only; shared memory within a host. Open MPI's
+  # daemons probe their idle links after 10 s, every 5 s, 3 times (its defaults: 300, 20, 9), so
+  # the launcher finds a lost host within 15 to 25 s, after loom's heartbeat (10 s) has named it
+  # (NOTE [Heartbeat], docs/multi-host.md).
   cat > "$dir/mpirun-options" <<EOF
---hostfile $dir/hostfile --mca plm_rsh_agent $dir/agent --mca oob_tcp_if_include $subnet.0/24 --mca btl_tcp_if_include $subnet.0/24 --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none --bind-to none
+--hostfile $dir/hostfile --mca plm_rsh_agent $dir/agent --mca oob_tcp_if_include $subnet.0/24 --mca btl_tcp_if_include $subnet.0/24 --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none --bind-to none --mca oob_tcp_keepalive_time 10 --mca oob_tcp_keepalive_intvl 5 --mca oob_tcp_keepalive_probes 3
 EOF
   trap - EXIT
   echo "loom: a cluster of $hosts hosts x $slots slots ($subnet.1 .. $subnet.$hosts); hostfile $dir/hostfile"

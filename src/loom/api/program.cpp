@@ -14,14 +14,17 @@
 namespace loom {
 namespace {
 
-// LOOM_COMM_TIMEOUT_S, or 300 s. InputError for a value that is not a positive number.
-double comm_timeout_s() {
-  const char* text = std::getenv("LOOM_COMM_TIMEOUT_S");
-  if (text == nullptr) return 300.0;
+// The seconds in environment variable `name`, or `fallback` when it is not set. InputError for a
+// value that is not a number of seconds: positive, or also 0 where `zero_means` says what 0 does.
+double seconds_from_env(const char* name, double fallback, const char* zero_means = nullptr) {
+  const char* text = std::getenv(name);
+  if (text == nullptr) return fallback;
   char* end = nullptr;
   const double seconds = std::strtod(text, &end);
-  LOOM_CHECK_INPUT(end != text && *end == '\0' && seconds > 0 && std::isfinite(seconds),
-                   "LOOM_COMM_TIMEOUT_S = \"{}\" is not a positive number of seconds", text);
+  const bool zero_ok = zero_means != nullptr && seconds == 0;
+  LOOM_CHECK_INPUT(end != text && *end == '\0' && (seconds > 0 || zero_ok) && std::isfinite(seconds),
+                   "{} = \"{}\" is not a {}number of seconds{}", name, text, zero_means ? "" : "positive ",
+                   zero_means ? fmt::format(" (0 {})", zero_means) : "");
   return seconds;
 }
 
@@ -69,8 +72,9 @@ int guarded(dist::Runtime& runtime, const std::function<void(dist::Runtime&)>& b
 int run_program(const std::function<void(dist::Runtime&)>& body) {
   std::unique_ptr<dist::Runtime> runtime;
   try {
-    const double timeout_s = comm_timeout_s();
-    runtime = std::make_unique<dist::Runtime>(timeout_s);
+    const double timeout_s = seconds_from_env("LOOM_COMM_TIMEOUT_S", 300);
+    const double heartbeat_s = seconds_from_env("LOOM_HEARTBEAT_S", 10, "turns the heartbeat off");
+    runtime = std::make_unique<dist::Runtime>(timeout_s, heartbeat_s);
     runtime->set_device_backend(nccl::make_backend(timeout_s));  // loads nothing until a GPU rank asks
   } catch (const InputError& e) {  // a launch loom cannot run under (srun without PMI), a bad time-out
     return startup_failure(e, 2);

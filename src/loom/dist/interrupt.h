@@ -55,9 +55,11 @@ class InterruptHandler {
   // another (or an empty one) waits for a running one to finish, so an object it refers to may be
   // destroyed once the action is cleared.
   void at_peer_loss(std::function<void()> action);
+  // Runs the action now, on the calling thread (the peer watch, NOTE [Heartbeat]); what it throws
+  // is dropped, as the process ends next.
+  void run_peer_loss_action() noexcept;
 
  private:
-  void run_peer_loss_action() noexcept;
   struct sigaction old_int_ {}, old_term_ {};
   struct Watch;
   std::unique_ptr<Watch> watch_;

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "loom/dist/null_communicator.h"
+#include "loom/mpi/heartbeat.h"
 #include "loom/mpi/launcher.h"
 #include "loom/mpi/mpi_shared.h"
 #include "loom/mpi/runtime.h"
@@ -26,7 +27,7 @@ std::vector<LocalPeer> local_peers(MPI_Comm node, int rank) {
 
 }  // namespace
 
-Runtime::Runtime(double timeout_s) : interrupts_(std::make_unique<InterruptHandler>()) {
+Runtime::Runtime(double timeout_s, double heartbeat_s) : interrupts_(std::make_unique<InterruptHandler>()) {
   if (!launched_by_mpi()) {
     check_srun_has_pmi();
     world_ = std::make_unique<NullCommunicator>();
@@ -45,14 +46,23 @@ Runtime::Runtime(double timeout_s) : interrupts_(std::make_unique<InterruptHandl
     MPI_Comm_rank(node, &local_rank);
     MPI_Allreduce(&rank, &host, 1, MPI_INT, MPI_MIN, node);
     interrupts_->watch_local_peers(rank, local_peers(node, rank));
+  }
+  const bool multiple = provided >= MPI_THREAD_MULTIPLE;
+  if (node != MPI_COMM_NULL) {
+    int size = 0;
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    std::vector<int> host_of(size);
+    MPI_Allgather(&host, 1, MPI_INT, host_of.data(), 1, MPI_INT, MPI_COMM_WORLD);
+    if (detail::Heartbeat::wanted(host_of, heartbeat_s, multiple))
+      heartbeat_ = std::make_unique<detail::Heartbeat>(node, std::move(host_of), heartbeat_s, *interrupts_);
     MPI_Comm_free(&node);
   }
-  shared_ = std::make_unique<MpiShared>(timeout_s, rank, local_ranks, local_rank, host,
-                                        provided >= MPI_THREAD_MULTIPLE);
+  shared_ = std::make_unique<MpiShared>(timeout_s, rank, local_ranks, local_rank, host, multiple);
   world_ = mpi_world(timeout_s, shared_.get());
 }
 
 Runtime::~Runtime() {
+  heartbeat_.reset();  // the goodbyes, while every communicator still stands
   world_.reset();
   if (!mpi_) return;
   shared_.reset();  // stops the watchdog, frees the bfloat16 type and reductions

@@ -24,11 +24,16 @@ bool launched_by_mpi();
 // bfloat16 datatype and reductions, the watchdog): defined by the MPI backend, which keeps mpi.h
 // out of this header.
 struct MpiShared;
+namespace detail {
+class Heartbeat;  // NOTE [Heartbeat]
+}
 
 class Runtime {
  public:
-  // `timeout_s`: how long a pending operation may wait before the run is declared stuck.
-  explicit Runtime(double timeout_s = 300);
+  // `timeout_s`: how long a pending operation may wait before the run is declared stuck;
+  // `heartbeat_s`: how long a host may stay silent before it is declared lost (NOTE [Heartbeat];
+  // 0: no heartbeat).
+  explicit Runtime(double timeout_s = 300, double heartbeat_s = 10);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
@@ -52,6 +57,7 @@ class Runtime {
   std::unique_ptr<MpiShared> shared_;
   std::unique_ptr<Communicator> world_;
   std::unique_ptr<InterruptHandler> interrupts_;
+  std::unique_ptr<detail::Heartbeat> heartbeat_;  // null: one host, or none asked for
   std::unique_ptr<DeviceBackend> device_backend_;
 };
 

@@ -12,7 +12,11 @@ namespace loom::dist {
 
 struct MpiShared {};  // nothing: no MPI
 
-Runtime::Runtime(double /*timeout_s*/) : interrupts_(std::make_unique<InterruptHandler>()) {
+namespace detail {
+class Heartbeat {};  // nothing: one process
+}  // namespace detail
+
+Runtime::Runtime(double /*timeout_s*/, double /*heartbeat_s*/) : interrupts_(std::make_unique<InterruptHandler>()) {
   const char* launcher = launcher_variable();
   LOOM_CHECK_INPUT(launcher == nullptr,
                    "[dist] this loom was built without MPI (LOOM_MPI=OFF), so it runs as one process, but an MPI "
