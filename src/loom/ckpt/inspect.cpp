@@ -83,7 +83,7 @@ std::string model_toml(const std::string& config, const std::string& dir) {
 
 }  // namespace
 
-int64_t export_weights(const std::string& dir, const std::string& out) {
+int64_t export_weights(const std::string& dir, const std::string& out, at::ScalarType type) {
   const Manifest m = read_manifest(dir);
   check_files(dir, m);
   std::vector<PathUse> inputs{{(fs::path(dir) / "manifest.json").string(), "the checkpoint's manifest"}};
@@ -95,7 +95,7 @@ int64_t export_weights(const std::string& dir, const std::string& out) {
   for (const StoredTensor& t : m.tensors) {
     if (is_moment(t.name)) continue;
     int64_t bytes = 0;
-    entries.emplace_back(t.name, assemble(dir, t, readers, &bytes).to(at::kFloat).contiguous());
+    entries.emplace_back(t.name, assemble(dir, t, readers, &bytes).to(type).contiguous());
   }
   const std::string temporary = OutputFile::temporary_for(out);
   try {

@@ -1,6 +1,8 @@
 #pragma once
 // `loom ckpt`: a checkpoint read whole, by one process, without a model: its contents, a check of
 // every byte, and its weights as one file of full tensors for other tools.
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -29,9 +31,9 @@ CheckpointSummary verify(const std::string& dir);
 // A few lines: step, versions, the layout it was written in, the files, the tensors (each name,
 // shape, dtype and its number of boxes with `all_tensors`, else the count per kind).
 std::string describe(const CheckpointSummary& summary, bool all_tensors);
-// Writes the model's weights (every tensor but the optimizer's moments) as full float32 tensors
-// under loom's parameter names into one safetensors file `out` (written beside it and renamed
-// into place; never over an input). Returns the tensors written.
-int64_t export_weights(const std::string& dir, const std::string& out);
+// Writes the model's weights (every tensor but the optimizer's moments) as full tensors of `type`
+// (float32 by default) under loom's parameter names into one safetensors file `out` (written beside
+// it and renamed into place; never over an input). Returns the tensors written.
+int64_t export_weights(const std::string& dir, const std::string& out, at::ScalarType type = at::kFloat);
 
 }  // namespace loom::ckpt

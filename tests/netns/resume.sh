@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Checkpoints across hosts (NOTE [Test cluster], NOTE [Resuming]): a run saved on some hosts of the
+# test cluster resumes on fewer, in another layout, and trains the same model as one process.
+#   2 -> 1   4 steps on 2 hosts x 2 ranks (dp 2 x tp 2), then steps 5..8 on 1 host x 2 (dp 2)
+#   3 -> 2   4 steps on 3 hosts x 1 rank (dp 3), then steps 5..8 on 2 hosts x 1 (pp 2)
+# Each continuation's losses and final weights equal those of one process that saved at step 4 and
+# continued, in float64 at 1e-9 relative (other layouts sum in other orders).
+# Exits 77 (ctest: skipped) with the reason where namespaces cannot be made.
+#   usage: resume.sh LOOM
+set -euo pipefail
+loom=$(realpath "$1")
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cluster="$root/scripts/netns-cluster.sh"
+export LOOM_CLUSTER=${LOOM_CLUSTER:-loomr}
+export LOOM_CLUSTER_SUBNET=${LOOM_CLUSTER_SUBNET:-10.75.0}
+export LOOM_CLUSTER_DIR=${LOOM_CLUSTER_DIR:-/tmp/loom-cluster-$LOOM_CLUSTER}
+work=$(mktemp -d)
+trap '"$cluster" down || true; rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "FAIL: $*"; [ -s err.txt ] && tail -20 err.txt; exit 1; }
+# 6 micro-batches a step, so dp can be 1, 2, 3 or 6.
+tiny=(-c "$root/configs/gpt-tiny.toml" --quiet --set model.n_layers=2 --set model.d_model=64 --set model.seq_len=32
+      --set model.vocab=256 --set model.dtype=float64 --set train.threads=1 --set train.warmup=2
+      --set train.global_batch=12 --set train.micro_batch=2 --set parallel.sparse=off)
+# on HOSTS SLOTS ARGS...: `loom train` on a cluster of HOSTS x SLOTS, one rank per slot.
+on() {
+  local hosts=$1 slots=$2 rc=0
+  shift 2
+  "$cluster" up "$hosts" --slots "$slots" >/dev/null || rc=$?
+  [ "$rc" -eq 0 ] || exit "$rc"
+  "$cluster" mpirun -np $((hosts * slots)) "$loom" train "${tiny[@]}" "$@" 2> err.txt ||
+    fail "loom train $* on $hosts x $slots"
+  "$cluster" down
+}
+# same NAME A.jsonl B.jsonl A.safetensors B.safetensors: equal losses and weights at 1e-9 relative.
+same() {
+  python3 - "$@" <<'PY' || fail "$1 differs from the serial run"
+import array, json, struct, sys
+name, ma, mb, wa, wb = sys.argv[1:]
+la, lb = ([json.loads(l) for l in open(p)] for p in (ma, mb))
+assert [r["step"] for r in la] == [5, 6, 7, 8] == [r["step"] for r in lb], (la, lb)
+for x, y in zip(la, lb):
+    assert abs(x["loss"] - y["loss"]) <= 1e-9 * abs(y["loss"]), (x["step"], x["loss"], y["loss"])
+def tensors(path):
+    data = open(path, "rb").read()
+    (n,) = struct.unpack("<Q", data[:8])
+    header = json.loads(data[8:8 + n])
+    out = {}
+    for key, e in header.items():
+        if key == "__metadata__":
+            continue
+        assert e["dtype"] == "F64", (key, e["dtype"])
+        begin, end = e["data_offsets"]
+        out[key] = array.array("d", data[8 + n + begin:8 + n + end])
+    return out
+ta, tb = tensors(wa), tensors(wb)
+assert ta.keys() == tb.keys() and ta, (sorted(ta), sorted(tb))
+worst = 0.0
+for key in ta:
+    scale = max(max(abs(v) for v in tb[key]), 1e-300)
+    worst = max(worst, max(abs(x - y) for x, y in zip(ta[key], tb[key])) / scale)
+assert worst <= 1e-9, (name, worst)
+print(f"ok: {name}: steps 5..8 and {len(ta)} weights equal the serial run's (largest difference {worst:.1e} relative)")
+PY
+}
+
+# The serial run: saves at step 4, continues to 8.
+"$loom" train "${tiny[@]}" --set train.steps=4 --set checkpoint.dir=serial4 2> err.txt || fail "the serial run"
+"$loom" train "${tiny[@]}" --set train.steps=8 --set checkpoint.dir=serial8 --resume serial4/step-0000004 \
+  --metrics serial.jsonl 2> err.txt || fail "the serial continuation"
+"$loom" ckpt export serial8 --dtype float64 --out serial.safetensors > /dev/null
+
+on 2 2 --set train.steps=4 --set parallel.dp=2 --set parallel.tp=2 --set checkpoint.dir=a4
+on 1 2 --set train.steps=8 --set parallel.dp=2 --set checkpoint.dir=a8 --resume a4/step-0000004 --metrics a.jsonl
+"$loom" ckpt export a8 --dtype float64 --out a.safetensors > /dev/null
+same "2 hosts x 2 -> 1 host x 2" a.jsonl serial.jsonl a.safetensors serial.safetensors
+
+on 3 1 --set train.steps=4 --set parallel.dp=3 --set checkpoint.dir=b4
+on 2 1 --set train.steps=8 --set parallel.pp=2 --set checkpoint.dir=b8 --resume b4/step-0000004 --metrics b.jsonl
+"$loom" ckpt export b8 --dtype float64 --out b.safetensors > /dev/null
+same "3 hosts x 1 -> 2 hosts x 1" b.jsonl serial.jsonl b.safetensors serial.safetensors
