@@ -7,7 +7,8 @@
 #
 #   scripts/netns-cluster.sh up N [--slots S] [--rate RATE]   N hosts of S slots (default 2)
 #   scripts/netns-cluster.sh down                             removes what `up` made
-#   scripts/netns-cluster.sh mpirun ARGS...                   mpirun over the cluster's hosts
+#   scripts/netns-cluster.sh mpirun ARGS...                   mpirun over the cluster's hosts (or
+#                                                             over those of a --hostfile in ARGS)
 #
 # --rate shapes each host's outgoing link (tc tbf, e.g. 1gbit). `up` writes the hostfile, the
 # launcher agent and mpirun's options into the state folder (LOOM_CLUSTER_DIR, default
@@ -111,8 +112,12 @@ EOF
 
 run_mpirun() {
   [ -f "$dir/mpirun-options" ] || die "netns-cluster.sh mpirun: no cluster is up ($dir); hint: scripts/netns-cluster.sh up N"
-  # shellcheck disable=SC2046
-  exec mpirun --allow-run-as-root $(cat "$dir/mpirun-options") "$@"
+  local options
+  options=$(cat "$dir/mpirun-options")
+  # A hostfile of the caller's (some of the cluster's hosts: scripts/launch-elastic.sh) replaces the cluster's.
+  case " $* " in *" --hostfile "*) options=$(sed -E 's/--hostfile [^ ]+ //' <<< "$options");; esac
+  # shellcheck disable=SC2086
+  exec mpirun --allow-run-as-root $options "$@"
 }
 
 case "${1:-}" in

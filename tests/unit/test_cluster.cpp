@@ -12,6 +12,7 @@
 #include <utility>
 
 #include "loom/core/error.h"
+#include "loom/dist/topology.h"
 #include "loom/plan/cluster.h"
 #include "loom/train/profile_run.h"
 #include "unit/input_error.h"
@@ -250,10 +251,24 @@ TEST(Cluster, ProfileRefusesAJobThatCannotMeasureTheMachine) {
   EXPECT_THAT(input_error([] { train::check_cluster_input(1, 1, false); }),
               HasSubstr("--cluster-out on CPUs needs 2 ranks or more (its links are their send_recv), but the job "
                         "has 1"));
-  EXPECT_THAT(input_error([] { train::check_cluster_input(4, 2, true); }),
-              HasSubstr("only 2 of the job's 4 ranks run on this host"));
+  EXPECT_THAT(input_error([] { train::check_cluster_input(4, 0, true, train::host_counts({0, 0, 0, 3})); }),
+              HasSubstr("describes nodes of as many ranks each, numbered consecutively, but the job's hosts hold 3, 1 "
+                        "ranks"));
   train::check_cluster_input(2, 2, false);
+  train::check_cluster_input(4, 2, false);  // 2 hosts x 2
   train::check_cluster_input(1, 1, true);  // one GPU: its links are its host link
+}
+
+// NOTE [Hosts in the mesh]: a cluster's nodes are blocks of consecutive ranks, as many on each.
+TEST(Cluster, RanksPerHostNeedsEqualConsecutiveBlocks) {
+  EXPECT_EQ(dist::ranks_per_host({0}), 1);
+  EXPECT_EQ(dist::ranks_per_host({0, 0, 0, 0}), 4);
+  EXPECT_EQ(dist::ranks_per_host({0, 0, 2, 2}), 2);
+  EXPECT_EQ(dist::ranks_per_host({0, 1, 2}), 1);
+  EXPECT_EQ(dist::ranks_per_host({0, 0, 0, 3}), 0);     // 3 and 1
+  EXPECT_EQ(dist::ranks_per_host({0, 1, 0, 1}), 0);     // interleaved (mpirun --map-by node)
+  EXPECT_EQ(dist::ranks_per_host({0, 0, 2, 2, 2, 2}), 0);  // 2 and 4
+  EXPECT_EQ(train::host_counts({0, 0, 2, 3, 3}), "2, 1, 2");
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 #include "loom/core/error.h"
 #include "loom/core/output_file.h"
 #include "loom/dist/input_agreement.h"
+#include "loom/dist/topology.h"
 #include "loom/train/profile_run.h"
 
 namespace loom::cli {
@@ -101,7 +102,8 @@ Action add_profile(CLI::App& app) {
   config->add_to(*cmd);
   cmd->add_option("--out", files->profile_path, "write the profile as JSON to FILE (docs/profile.md)");
   cmd->add_option("--cluster-out", files->cluster_path,
-                  "write this machine as a cluster to FILE.toml (the `local` cluster; needs 2 ranks or more)");
+                  "write this machine (or the job's hosts) as a cluster to FILE.toml (the `local` cluster; needs 2 ranks "
+                  "or more)");
   cmd->add_option("--repeats", options->repeats, "timed runs of each measurement after a warm-up (medians; default 5)");
   return [cmd, config, files, options](dist::Runtime& runtime) {
     if (!*cmd) return;
@@ -109,6 +111,7 @@ Action add_profile(CLI::App& app) {
     const bool cluster = !files->cluster_path.empty();
     options->layers = !files->profile_path.empty() || !cluster;  // the table alone measures the layers too
     Config loaded;
+    const std::vector<int> host_of = dist::hosts_of_ranks(world);  // a collective: before any check may throw
     std::exception_ptr failure;
     try {  // every rank checks; all agree before anyone measures (dist/input_agreement.h)
       loaded = config->load();
@@ -118,7 +121,8 @@ Action add_profile(CLI::App& app) {
       options->devices = runtime.device_backend();
       options->placement = train::place_profile(loaded, world, options->devices);  // NOTE [Devices]
       if (cluster)
-        train::check_cluster_input(world.size(), world.local_ranks(), options->placement.device == TrainDevice::Cuda);
+        train::check_cluster_input(world.size(), dist::ranks_per_host(host_of), options->placement.device == TrainDevice::Cuda,
+                                   train::host_counts(host_of));
       if (world.rank() == 0) files->open();
     } catch (const InputError&) {
       failure = std::current_exception();

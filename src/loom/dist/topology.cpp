@@ -33,4 +33,23 @@ std::string host_span_warning(Mesh& mesh) {
       fmt::join(axes, " and "), mesh.world().local_ranks(), mesh.shape().tp() * mesh.shape().sp());
 }
 
+std::vector<int> hosts_of_ranks(Communicator& world) {
+  at::Tensor mine = at::full({1}, world.host(), at::kLong), all = at::empty({world.size()}, at::kLong);
+  if (world.size() == 1) return {world.host()};
+  world.all_gather(mine, all);
+  std::vector<int> out;
+  for (int64_t r = 0; r < world.size(); ++r) out.push_back(static_cast<int>(all[r].item<int64_t>()));
+  return out;
+}
+
+int ranks_per_host(const std::vector<int>& host_of) {
+  const auto n = static_cast<int>(host_of.size());
+  int per = 0;
+  while (per < n && host_of[per] == host_of[0]) ++per;
+  if (per == 0 || n % per != 0) return 0;
+  for (int r = 0; r < n; ++r)  // blocks of `per`, each on one host that is its first rank
+    if (host_of[r] != r - r % per) return 0;
+  return per;
+}
+
 }  // namespace loom::dist

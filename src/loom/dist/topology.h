@@ -5,6 +5,7 @@
 // axes]), so with each host's ranks consecutive and a multiple of tp x sp per host no such group
 // crosses a machine. Which host a rank is on comes from the communicator (Communicator::host).
 #include <string>
+#include <vector>
 
 #include "loom/dist/mesh.h"
 
@@ -14,5 +15,12 @@ namespace loom::dist {
 // is empty is the same on every rank; rank 0 prints it). A collective over the world: every rank
 // calls it.
 std::string host_span_warning(Mesh& mesh);
+
+// The hosts of a job: element r is world rank r's Communicator::host(). A collective over `world`.
+std::vector<int> hosts_of_ranks(Communicator& world);
+
+// What a cluster of nodes needs of the job's hosts (plan/cluster.h): each host's ranks consecutive
+// and as many on every host. Their count per host; 0 where the hosts differ or interleave.
+int ranks_per_host(const std::vector<int>& host_of);
 
 }  // namespace loom::dist

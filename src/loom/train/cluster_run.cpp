@@ -2,6 +2,7 @@
 // cluster, its devices the ranks' CPUs or their GPUs (NOTE [Devices]).
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -10,6 +11,7 @@
 #include <map>
 
 #include "loom/core/error.h"
+#include "loom/dist/topology.h"
 #include "loom/cuda/pinned_swap_tier.h"
 #include "loom/models/transformer_config.h"
 #include "loom/nn/attention.h"
@@ -140,6 +142,7 @@ void measure_compute(const Config& config, plan::Cluster& c, const ProfileOption
   c.elementwise_kernel = Fusion::Unfused;
 }
 
+
 std::string host_name() {
   std::array<char, 256> name{};
   if (gethostname(name.data(), name.size() - 1) != 0) return "this host";
@@ -156,21 +159,29 @@ plan::LinkSpec host_link(const plan::Cluster& c, const ProfileOptions& options, 
   return {.bytes_per_s = c.host_bytes_per_s, .latency_s = seconds};
 }
 
-// The devices, links and collectives from the job and `machine`'s copies and collectives.
-void describe_machine(const dist::Communicator& world, const plan::Profile& machine, const ProfileOptions& options,
+// Where the numbers come from: this host, or the hosts and their ranks.
+std::string measured_on(const dist::Communicator& world, int hosts) {
+  const int n = world.size();
+  if (hosts == 1) return fmt::format("{}: {} rank{}", host_name(), n, n == 1 ? "" : "s");
+  return fmt::format("{} hosts x {} rank{} (rank 0 on {})", hosts, n / hosts, n / hosts == 1 ? "" : "s", host_name());
+}
+
+// The devices, links and collectives from the job and `machine`'s copies and collectives;
+// `hosts_link`: measure_hosts_link's, on several hosts.
+void describe_machine(const dist::Communicator& world, int hosts, const plan::Profile& machine,
+                      const plan::CollectiveProfile& hosts_link, const ProfileOptions& options,
                       const ProfileDevice& device, plan::Cluster& c) {
   c.name = "local";
-  c.source = device.gpu() ? fmt::format("{} on {}: {} rank{} on GPUs", plan::kMeasuredSource, host_name(), world.size(),
-                                        world.size() == 1 ? "" : "s")
-                          : fmt::format("{} on {}: {} ranks, {} thread{} each", plan::kMeasuredSource, host_name(),
-                                        world.size(), c.measured->threads, c.measured->threads == 1 ? "" : "s");
+  c.source = device.gpu() ? fmt::format("{} on {} on GPUs", plan::kMeasuredSource, measured_on(world, hosts))
+                          : fmt::format("{} on {}, {} thread{} each", plan::kMeasuredSource, measured_on(world, hosts),
+                                        c.measured->threads, c.measured->threads == 1 ? "" : "s");
   c.measured->unix_time = std::chrono::duration_cast<std::chrono::seconds>(
                               std::chrono::system_clock::now().time_since_epoch()).count();
   c.measured->ranks = world.size();
   c.measured->loom_version = loom::version();
-  c.devices_per_node = world.size();
-  c.max_nodes = 1;
-  const plan::RankMemory memory = rank_memory(device.placement, world.size());  // every rank is on this host
+  c.devices_per_node = world.size() / hosts;
+  c.max_nodes = hosts;
+  const plan::RankMemory memory = rank_memory(device.placement, static_cast<int>(c.devices_per_node));
   c.memory_bytes = memory.bytes / memory.sharers;
   c.host_bytes_per_s = std::min(machine.device_to_host_bytes_per_s, machine.host_to_device_bytes_per_s);
   for (const plan::CollectiveProfile& m : machine.collectives) {
@@ -179,33 +190,57 @@ void describe_machine(const dist::Communicator& world, const plan::Profile& mach
     if (m.op == "send_recv")  // one host: a link between nodes is one between its ranks too
       c.intra_node = c.inter_node = {.bytes_per_s = 1 / m.beta_s_per_byte, .latency_s = m.alpha_s};
   }
+  if (hosts > 1) {
+    c.inter_node = {.bytes_per_s = 1 / hosts_link.beta_s_per_byte, .latency_s = hosts_link.alpha_s};
+    if (c.devices_per_node == 1) c.intra_node = c.inter_node;  // no link within a node of one device
+  }
   if (world.size() == 1 && device.gpu()) c.intra_node = c.inter_node = host_link(c, options, device);
   LOOM_CHECK(c.intra_node.bytes_per_s > 0, "[profile] the machine's profile has no send_recv to take the links from");
 }
 
 }  // namespace
 
-void check_cluster_input(int world_size, int local_ranks, bool gpu) {
+std::string host_counts(const std::vector<int>& host_of) {
+  std::vector<int> counts;
+  for (size_t r = 0; r < host_of.size(); ++r) {
+    if (r == 0 || host_of[r] != host_of[r - 1]) counts.push_back(0);
+    ++counts.back();
+  }
+  return fmt::format("{}", fmt::join(counts, ", "));
+}
+
+void check_cluster_input(int world_size, int per_host, bool gpu, const std::string& counts) {
   LOOM_CHECK_INPUT(world_size >= 2 || gpu,
                    "[profile] --cluster-out on CPUs needs 2 ranks or more (its links are their send_recv), but the "
                    "job has {}; hint: run it under mpiexec -n 2 (or one rank per core)",
                    world_size);
-  LOOM_CHECK_INPUT(local_ranks == world_size,
-                   "[profile] --cluster-out measures one machine, but only {} of the job's {} ranks run on this host; "
-                   "hint: run every rank on one machine",
-                   local_ranks, world_size);
+  LOOM_CHECK_INPUT(per_host > 0,
+                   "[profile] --cluster-out describes nodes of as many ranks each, numbered consecutively, but the "
+                   "job's hosts hold {} ranks; hint: give every host the same slots and fill each in turn "
+                   "(mpirun --map-by slot)",
+                   counts);
 }
 
 plan::Cluster measure_cluster(const Config& config, dist::Communicator& world, const ProfileOptions& options,
                               const plan::Profile& machine) {
   const ProfileDevice device{options.placement};
-  check_cluster_input(world.size(), world.local_ranks(), device.gpu());
+  const std::vector<int> host_of = dist::hosts_of_ranks(world);
+  const int per_host = dist::ranks_per_host(host_of);
+  check_cluster_input(world.size(), per_host, device.gpu(), host_counts(host_of));
   plan::Cluster cluster;
   wait_quietly(world);  // every rank starts at once: each device computes while the others do
   measure_compute(config, cluster, options, device);
   wait_quietly(world);  // none leaves (to spin in MPI) while another still measures
+  const int hosts = world.size() / per_host;
+  plan::CollectiveProfile hosts_link;
+  if (hosts > 1) {  // on the devices' communicator, as the collectives (measure_profile)
+    cuda::Placement placement = device.placement;
+    const std::unique_ptr<dist::Communicator> device_world =
+        connect_devices(world, placement, options.devices, config.train.device.name());
+    hosts_link = measure_hosts_link(device_world ? *device_world : world, options.repeats, device);
+  }
   if (world.rank() != 0) return {};
-  describe_machine(world, machine, options, device, cluster);
+  describe_machine(world, hosts, machine, hosts_link, options, device, cluster);
   return cluster;
 }
 

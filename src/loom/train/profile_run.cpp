@@ -208,8 +208,16 @@ plan::CollectiveProfile measure_op(dist::Communicator& group, const std::string&
   return {.op = op, .ranks = group.size(), .alpha_s = fit.alpha_s, .beta_s_per_byte = fit.beta_s_per_byte};
 }
 
+// On several hosts each host's ranks measure among themselves (NOTE [Hosts in the mesh]): the
+// collectives describe a node, and the link between nodes is measured apart (measure_hosts_link).
 std::vector<plan::CollectiveProfile> measure_collectives(dist::Communicator& world, int64_t repeats,
                                                          const ProfileDevice& device) {
+  if (world.local_ranks() < world.size()) {
+    const std::unique_ptr<dist::Communicator> node = world.split(world.host(), world.rank(), "host");
+    std::vector<plan::CollectiveProfile> out = measure_collectives(*node, repeats, device);
+    wait_quietly(world);
+    return out;
+  }
   std::vector<plan::CollectiveProfile> out;
   for (int g = 2; g <= world.size(); ++g) {
     const std::unique_ptr<dist::Communicator> group = world.split(world.rank() < g ? 0 : 1, world.rank(), "profile");
@@ -222,6 +230,16 @@ std::vector<plan::CollectiveProfile> measure_collectives(dist::Communicator& wor
 }
 
 }  // namespace
+
+plan::CollectiveProfile measure_hosts_link(dist::Communicator& world, int64_t repeats, const ProfileDevice& device) {
+  const int other = world.local_ranks();  // the first rank of the second host (ranks_per_host holds)
+  const bool pair = world.rank() == 0 || world.rank() == other;
+  const std::unique_ptr<dist::Communicator> group = world.split(pair ? 0 : 1, world.rank(), "hosts link");
+  plan::CollectiveProfile link;
+  if (pair) link = measure_op(*group, "send_recv", repeats, device);
+  wait_quietly(world);
+  return link;
+}
 
 int run_threads(const Config& config, const dist::Communicator& world) {
   if (config.train.threads > 0) return static_cast<int>(config.train.threads);

@@ -4,6 +4,7 @@
 // alpha / beta on this machine. Collective over the world: every rank calls measure_profile with
 // the same config and options.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "loom/core/config.h"
@@ -13,6 +14,7 @@
 #include "loom/models/registry.h"
 #include "loom/plan/cluster.h"
 #include "loom/plan/profile.h"
+#include "loom/train/profile_timing.h"
 
 namespace loom::train {
 
@@ -40,10 +42,17 @@ int run_threads(const Config& config, const dist::Communicator& world);
 // What measure_profile needs of the job: tp x sp ranks measure the chain together (the first
 // ones of the world), so the world must have as many. InputError naming the keys otherwise.
 void check_profile_input(const Config& config, int world_size, const ProfileOptions& options);
-// What measure_cluster needs of the job: every rank on this host (the cluster is this machine),
-// and on CPUs two ranks or more (its links are their send_recv; one GPU alone takes its host link).
-// InputError otherwise.
-void check_cluster_input(int world_size, int local_ranks, bool gpu);
+// What measure_cluster needs of the job: hosts of as many ranks each, numbered consecutively
+// (`per_host`: dist::ranks_per_host of the job's hosts, 0 where they differ), and on CPUs two
+// ranks or more (its links are their send_recv; one GPU alone takes its host link). InputError
+// otherwise, naming `counts` (the ranks on each host, host_counts).
+void check_cluster_input(int world_size, int per_host, bool gpu, const std::string& counts = "");
+// The ranks on each host in the job's order, for that message: "2, 1, 1". `host_of`: dist::hosts_of_ranks.
+std::string host_counts(const std::vector<int>& host_of);
+
+// The link between hosts: send_recv between world rank 0 and the first rank of the second host,
+// complete on those two ranks. A collective over the world, whose hosts hold as many ranks each.
+plan::CollectiveProfile measure_hosts_link(dist::Communicator& world, int64_t repeats, const ProfileDevice& device);
 
 // The whole profile, complete on world rank 0, measured on options.placement's device (NOTE
 // [Devices]: each timer stops once the device's queued work has run; the tensors cross the
@@ -54,7 +63,8 @@ void check_cluster_input(int world_size, int local_ranks, bool gpu);
 //   copy         rank 0 copies 64 MiB device -> host and back through the device's swap tier
 //                (NOTE [Swap tier]: on a GPU pinned blocks and a copy stream)
 //   collectives  for each group size g in 2..world size, the first g ranks time each collective
-//                at message sizes 4 KiB .. 16 MiB; send_recv between ranks 0 and 1 (g = 2)
+//                at message sizes 4 KiB .. 16 MiB; send_recv between ranks 0 and 1 (g = 2). On
+//                several hosts, each host's ranks among themselves: the sizes up to its ranks
 // Other ranks return the parts they took no part in empty. `kinds`: what model.kind may name.
 plan::Profile measure_profile(const Config& config, dist::Communicator& world, const ProfileOptions& options = {},
                               const models::ModelKinds& kinds = models::ModelKinds::builtin());
@@ -62,8 +72,8 @@ plan::Profile measure_profile(const Config& config, dist::Communicator& world, c
 // `loom profile --cluster-out` (NOTE [Cluster cost model] in plan/cluster.h): this machine as the
 // cluster "local", complete on world rank 0. A device is one rank: on CPUs running
 // options.cluster_threads intra-op threads (one for the shipped clusters/local.toml), else its GPU.
-//   device       per_node = the job's ranks (all on this host), max_nodes = 1; memory_bytes = this
-//                machine's memory / per_node, or the GPU's / the ranks placed on it; kind = cpu or
+//   device       per_node = the ranks on each host, max_nodes = the job's hosts; memory_bytes =
+//                this machine's memory / per_node, or the GPU's / the ranks placed on it; kind = cpu or
 //                gpu, kernels: elementwise unfused (libtorch's eager kernels), attention fused
 //                where the config's kernel ran fused
 //   compute      every rank measures at once (a run's ranks share the caches and the memory bus,
@@ -77,9 +87,11 @@ plan::Profile measure_profile(const Config& config, dist::Communicator& world, c
 //                FLOPs over the float32 peak, an unfused kernel's score passes taken out;
 //                memory_bandwidth = a 256 MiB float32 add's 3 x 256 MiB per second
 //   links        from `machine` (measure_profile's on this world; its layers are not read):
-//                intra_node = inter_node = its send_recv (1 / beta, alpha); one GPU alone: its host
-//                link (a plan of one device prices no link); host = the slower of its two copies;
-//                every collective it measured as a [[collective]] entry
+//                intra_node = its send_recv (1 / beta, alpha); inter_node = the same on one host,
+//                measure_hosts_link on several (and intra_node too, with one rank per host: a node
+//                of one device prices no link within); one GPU alone: its host link (a plan of one
+//                device prices no link); host = the slower of its two copies; every collective it
+//                measured as a [[collective]] entry
 // Collective over the world; check_cluster_input first.
 plan::Cluster measure_cluster(const Config& config, dist::Communicator& world, const ProfileOptions& options,
                               const plan::Profile& machine);
