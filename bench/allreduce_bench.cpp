@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <vector>
 
 #include "loom/mpi/runtime.h"
@@ -41,11 +42,14 @@ double median_seconds(const Op& op, int repeats) {
 
 }  // namespace
 
-int main() {
+// Arguments: the smallest and largest message in bytes (1 KiB and 64 MiB), sizes a factor 4 apart.
+int main(int argc, char** argv) {
+  const int64_t smallest = argc > 1 ? std::atoll(argv[1]) : int64_t{1} << 10;
+  const int64_t largest = argc > 2 ? std::atoll(argv[2]) : int64_t{64} << 20;
   loom::dist::Runtime runtime;
   auto& world = runtime.world();
   const int n = world.size();
-  for (int64_t bytes = 1 << 10; bytes <= (int64_t{64} << 20); bytes *= 4) {
+  for (int64_t bytes = smallest; bytes <= largest; bytes *= 4) {
     const int64_t count = bytes / 4;
     at::Tensor buffer = at::ones({count}, at::kFloat);
     const int repeats = static_cast<int>(std::clamp<int64_t>((int64_t{256} << 20) / bytes, 10, 400));

@@ -12,6 +12,9 @@ steps of every run are warm-up and not timed). The ratio is loom's tokens/s over
 `versus:NAME[@layout]` runs this build's loom against another binary (BENCH_BEFORE=PATH, e.g. built at
 an earlier commit) on NAME, alternating in every round: the ratio is this build's tokens/s over the other's.
 `allreduce` runs the communicator's all-reduce against a raw MPI_Allreduce loop on 2 ranks.
+`hosts` runs on 2 hosts x 2 ranks of the test cluster (root; bench/hosts.py): the flat ring all-reduce against
+the hierarchical one, and gpt-small's layouts measured against `loom simulate` and `loom plan` on the cluster
+file `loom profile --cluster-out` writes across the hosts.
 `gpt-long` (or `long-sequences`) sweeps gpt-long's peak memory per rank over sequence lengths, sp and sp_mode.
 `pipelines` runs gpt-small at pp = 2 and 4 (BENCH_PP) under every schedule (BENCH_SCHEDULES) and reports the measured bubble beside
 the simulator's prediction for the same action times. `tp-overlap` and `tp-sequence` compare loom with itself on gpt-small at tp=2: tp_overlap 1 against 2,
@@ -1450,13 +1453,16 @@ def main():
             degrees = parse_layout(workload.partition("@")[2])[0]
         rank_threads = max(1, threads // (degrees.get("dp", 1) * degrees.get("tp", 1) * degrees.get("pp", 1)
                                           * degrees.get("sp", 1)))
-        if workload.split(":")[0] not in ("torch2", "allreduce", "checkpoint", "memory", "simulate", "simulate-layers") and rank_threads not in peaks:
+        if workload.split(":")[0] not in ("torch2", "allreduce", "hosts", "checkpoint", "memory", "simulate", "simulate-layers") and rank_threads not in peaks:
             peaks[rank_threads] = gemm_peak(rank_threads)
         peak = peaks.get(rank_threads)
         if workload.split(":")[0] == "torch2":
             torch2(steps, rounds, threads, workload.partition(":")[2] or None)
         elif workload == "allreduce":
             allreduce()
+        elif workload == "hosts":
+            from hosts import hosts_bench  # noqa: E402: its own file, needs root (the test cluster)
+            hosts_bench(steps)
         elif workload == "simulate":
             simulate_bench()
         elif workload.split(":")[0] == "simulate-layers":

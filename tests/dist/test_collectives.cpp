@@ -11,6 +11,7 @@
 
 #include "loom/core/error.h"
 
+#include "loom/dist/hierarchical.h"
 #include "loom/dist/host_staging.h"
 #include "loom/dist/mesh.h"
 #include "loom/dist/null_communicator.h"
@@ -142,6 +143,49 @@ void through_host_staging(void (*cases)(Communicator&)) {
   HostStagingCommunicator staged(world(), /*always=*/true);
   cases(staged);
 }
+// NOTE [Hierarchical all-reduce] on one machine: the world's ranks taken as hosts of 2 (ranks 0 and
+// 1, 2 and 3, ...), against the closed forms; several under way at once, finished newest first, so
+// that the ranks' steps must keep one order; uneven hosts get no levels.
+TEST(Collectives, HierarchicalAllReduceAsOnHostsOfTwo) {
+  Communicator& w = world();
+  const int r = w.rank(), n = w.size();
+  if (n < 4 || n % 2 != 0) GTEST_SKIP() << "2 hosts of 2 ranks or more";
+  const std::unique_ptr<HostLevels> levels = host_levels(w, r / 2 * 2);
+  ASSERT_NE(levels, nullptr);
+  EXPECT_EQ(levels->node->size(), 2);
+  EXPECT_EQ(levels->cross->size(), n / 2);
+  for (auto type : kTypes) {
+    for (int64_t size : {int64_t{1}, int64_t{7}, int64_t{13}, (int64_t{1} << 16) + 3}) {
+      const std::string what = fmt::format("{} x {}", c10::toString(type), size);
+      const at::Tensor base = iota(size, type).remainder(50) + 1;
+      at::Tensor sum = base * (r + 1);
+      hierarchical_all_reduce(*levels, sum, ReduceOp::Sum);
+      expect_equal(sum, base * (n * (n + 1) / 2), "sum " + what);
+      at::Tensor max = base * (r + 1);
+      hierarchical_all_reduce(*levels, max, ReduceOp::Max);
+      expect_equal(max, base * n, "max " + what);
+      if (type == at::kLong) continue;
+      at::Tensor avg = (base * (2 * r + 1)).to(type);
+      hierarchical_all_reduce(*levels, avg, ReduceOp::Avg);
+      expect_equal(avg, base * n, "avg " + what);
+    }
+  }
+  at::Tensor a = at::ones({(1 << 16) + 1}, at::kFloat), b = at::full({2, 5}, 2.0, at::kDouble);
+  at::Tensor c = at::full({3}, 1, at::kLong);
+  auto wa = hierarchical_all_reduce_async(*levels, a, ReduceOp::Sum);
+  auto wb = hierarchical_all_reduce_async(*levels, b, ReduceOp::Avg);
+  auto wc = hierarchical_all_reduce_async(*levels, c, ReduceOp::Sum);
+  while (!wc->test()) {
+  }
+  wb->wait();
+  wa->wait();
+  wa->wait();  // idempotent
+  expect_equal(a, at::full({(1 << 16) + 1}, static_cast<double>(n), at::kDouble), "a");
+  expect_equal(b, at::full({2, 5}, 2.0, at::kDouble), "b");
+  expect_equal(c, at::full({3}, static_cast<double>(n), at::kDouble), "c");
+  EXPECT_EQ(host_levels(w, r == 0 ? 0 : 1), nullptr);  // 1 rank and n - 1
+}
+
 TEST(HostStaging, AllReduceSumAvgMax) { through_host_staging(all_reduce_cases); }
 TEST(HostStaging, ReduceScatterAndAllGather) { through_host_staging(scatter_gather_cases); }
 TEST(HostStaging, AllToAllAndAllToAllV) { through_host_staging(all_to_all_cases); }

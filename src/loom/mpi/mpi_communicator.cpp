@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "loom/core/error.h"
+#include "loom/dist/hierarchical.h"
 #include "loom/mpi/mpi_shared.h"
 
 namespace loom::dist {
@@ -141,6 +142,7 @@ class MpiCommunicator final : public Communicator {
     MPI_Comm_rank(comm_, &rank_);
     MPI_Comm_size(comm_, &size_);
     MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
+    levels_ = host_levels(*this, shared_->host);  // NOTE [Hierarchical all-reduce]
   }
   ~MpiCommunicator() override {
     if (owned_) MPI_Comm_free(&comm_);
@@ -151,6 +153,7 @@ class MpiCommunicator final : public Communicator {
 
   WorkPtr all_reduce_async(at::Tensor& t, ReduceOp op) override {
     check_all_reduce(t, op);
+    if (levels_ && t.numel() > 0) return hierarchical_all_reduce_async(*levels_, t, op);
     std::function<void()> finish;
     if (op == ReduceOp::Avg) finish = [t, n = size_]() mutable { t.div_(n); };
     auto work = make("all_reduce", {.written = {t}}, std::move(finish));
@@ -250,6 +253,7 @@ class MpiCommunicator final : public Communicator {
 
   void all_reduce(at::Tensor& t, ReduceOp op) override {
     check_all_reduce(t, op);
+    if (levels_ && t.numel() > 0) return hierarchical_all_reduce(*levels_, t, op);
     {
       detail::Deadline deadline(shared_->watchdog.get(), describe("all_reduce"));
       detail::mark_mpi_write(t);
@@ -342,6 +346,7 @@ class MpiCommunicator final : public Communicator {
   double timeout_s_;
   const MpiShared* shared_;  // the Runtime's; outlives every communicator
   int rank_ = 0, size_ = 1;
+  std::unique_ptr<HostLevels> levels_;  // null: on one host (or unevenly spread)
 };
 
 }  // namespace

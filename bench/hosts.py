@@ -1,0 +1,104 @@
+"""`hosts` (issue 40, docs/multi-host.md): loom on 2 hosts x 2 ranks of the test cluster
+(scripts/netns-cluster.sh; needs root), each host's link shaped to BENCH_RATE (1gbit). Prints JSON
+lines:
+  allreduce  loom_bench_allreduce's bus bandwidth per size with Open MPI's flat ring all-reduce
+             (coll/tuned, algorithm 4) against its hierarchical component (coll/han: reduce within
+             each host, across the hosts, share within each host), same cluster, same run;
+  profile    `loom profile --cluster-out` of gpt-small across the hosts: the cluster file;
+  layout     gpt-small (run.py's SIM_BATCH) at dp4, dp2 x tp2 and dp2 x pp2 (1f1b): the median
+             measured step against `loom simulate` on that cluster file;
+  plan       `loom plan`'s first choice for 4 ranks on that file, measured, against the fastest
+             of the three.
+The 4 ranks share this machine's cores: each has one thread, and with 2 cores they run 2 to a
+core, as the profile measured them (every rank measures at once). Delay cannot be added where the
+kernel has no netem (the issue's 1 ms): the links are shaped in rate only.
+"""
+import json
+import os
+import statistics
+import subprocess
+import tempfile
+
+from run import LOOM, ROOT, SCHEDULES, SIM_BATCH, WARMUP, effective_config, set_args, sim_predict
+
+CLUSTER = os.path.join(ROOT, "scripts", "netns-cluster.sh")
+LAYOUTS = {
+    "dp4": ["parallel.dp=4"],
+    "dp2 tp2": ["parallel.dp=2", "parallel.tp=2"],
+    "dp2 pp2 1f1b": ["parallel.dp=2", "parallel.pp=2"] + SCHEDULES["1f1b"],
+}
+ENV = dict(os.environ, LOOM_CLUSTER="loomb", LOOM_CLUSTER_SUBNET="10.73.0",
+           LOOM_CLUSTER_DIR="/tmp/loom-cluster-loomb")
+
+
+def on_cluster(args, **kw):
+    return subprocess.run([CLUSTER, "mpirun", "-np", "4", "-x", "OMP_NUM_THREADS=1"] + args, env=ENV, text=True, **kw)
+
+
+def allreduce():
+    variants = {
+        "flat_ring": ["--mca", "coll", "^han", "--mca", "coll_tuned_use_dynamic_rules", "1",
+                      "--mca", "coll_tuned_allreduce_algorithm", "4"],
+        "han": ["--mca", "coll_han_priority", "100"],
+    }
+    rows = {}
+    for name, mca in variants.items():
+        # Gradient-sized messages, 1 to 64 MiB (small ones are all latency, which 2 shared cores blur).
+        out = on_cluster(mca + [os.path.join(ROOT, "build", "bin", "loom_bench_allreduce"), str(1 << 20), str(64 << 20)],
+                         capture_output=True, check=True)
+        rows[name] = {r["bytes"]: r for r in (json.loads(line) for line in out.stdout.splitlines() if line.startswith("{"))}
+    for size in sorted(rows["flat_ring"]):
+        ring, han = rows["flat_ring"][size]["loom_busbw_GBps"], rows["han"][size]["loom_busbw_GBps"]
+        print(json.dumps({"workload": "hosts", "measure": "allreduce", "bytes": size, "flat_ring_busbw_GBps": ring,
+                          "han_busbw_GBps": han, "han_vs_ring": han / ring}), flush=True)
+
+
+def measure(path, sets, steps):
+    """The median step time (s) of `steps` steps after the warm-up, on the cluster's 4 ranks."""
+    with tempfile.TemporaryDirectory() as tmp:
+        metrics = os.path.join(tmp, "m.jsonl")
+        on_cluster([LOOM, "train", "-c", path, "--quiet", "--metrics", metrics]
+                   + set_args(sets + [f"train.steps={steps + WARMUP}", "train.threads=1"]), check=True, cwd=tmp)
+        with open(metrics) as f:
+            records = [json.loads(line) for line in f][WARMUP:]
+    return statistics.median(r["step_ms"] for r in records) / 1e3
+
+
+def layouts(steps):
+    path, _ = effective_config("gpt-small")
+    batch = [f"train.global_batch={SIM_BATCH[0]}", f"train.micro_batch={SIM_BATCH[1]}"]
+    with tempfile.TemporaryDirectory() as tmp:
+        cluster = os.path.join(tmp, "hosts.toml")
+        on_cluster([LOOM, "profile", "-c", path, "--cluster-out", cluster] + set_args(batch), check=True,
+                   capture_output=True)
+        with open(cluster) as f:
+            links = [line.strip() for line in f if line.startswith(("source", "intra_node", "inter_node"))]
+        print(json.dumps({"workload": "hosts", "measure": "profile", "cluster": links}), flush=True)
+        measured = {}
+        for name, sets in LAYOUTS.items():
+            predicted, refusal = sim_predict(LOOM, path, batch + sets, cluster, 4)
+            measured[name] = measure(path, batch + sets, steps)
+            print(json.dumps({"workload": "hosts", "measure": "layout", "layout": name, "measured_step_s": measured[name],
+                              "predicted_step_s": predicted and predicted["step_s"], "refusal": refusal,
+                              "measured_vs_predicted": predicted and measured[name] / predicted["step_s"]}), flush=True)
+        chosen = os.path.join(tmp, "plan.toml")
+        out = subprocess.run([LOOM, "plan", "-c", path, "--cluster", cluster, "--gpus", "4", "--out", chosen]
+                             + set_args(batch), capture_output=True, text=True, check=True)
+        top = next(line.split()[1:-5] for line in out.stdout.splitlines() if line.split()[:1] == ["1"])
+        step = measure(chosen, ["train.threads=1"], steps)
+        best = min(measured, key=measured.get)
+        print(json.dumps({"workload": "hosts", "measure": "plan", "chosen": " ".join(top), "chosen_step_s": step,
+                          "best_of_three": best, "best_step_s": measured[best],
+                          "chosen_vs_best": step / measured[best]}), flush=True)
+
+
+def hosts_bench(steps):
+    rate = os.environ.get("BENCH_RATE", "1gbit")
+    subprocess.run([CLUSTER, "up", "2", "--slots", "2", "--rate", rate], env=ENV, check=True, capture_output=True)
+    try:
+        print(json.dumps({"workload": "hosts", "measure": "cluster", "hosts": 2, "ranks_per_host": 2, "rate": rate,
+                          "cores": os.cpu_count()}), flush=True)
+        allreduce()
+        layouts(steps)
+    finally:
+        subprocess.run([CLUSTER, "down"], env=ENV)
