@@ -1,9 +1,10 @@
 """`hosts` (issue 40, docs/multi-host.md): loom on 2 hosts x 2 ranks of the test cluster
 (scripts/netns-cluster.sh; needs root), each host's link shaped to BENCH_RATE (1gbit). Prints JSON
 lines:
-  allreduce  loom_bench_allreduce's bus bandwidth per size with Open MPI's flat ring all-reduce
-             (coll/tuned, algorithm 4) against its hierarchical component (coll/han: reduce within
-             each host, across the hosts, share within each host), same cluster, same run;
+  allreduce  loom_bench_allreduce's bus bandwidth per size: loom's all-reduce (hierarchical across
+             hosts, NOTE [Hierarchical all-reduce]) against Open MPI's flat ring (coll/tuned,
+             algorithm 4) on the same buffers, same run; and whether Open MPI's own hierarchical
+             component (coll/han) runs;
   profile    `loom profile --cluster-out` of gpt-small across the hosts: the cluster file;
   layout     gpt-small (run.py's SIM_BATCH) at dp4, dp2 x tp2 and dp2 x pp2 (1f1b): the median
              measured step against `loom simulate` on that cluster file;
@@ -36,21 +37,24 @@ def on_cluster(args, **kw):
 
 
 def allreduce():
-    variants = {
-        "flat_ring": ["--mca", "coll", "^han", "--mca", "coll_tuned_use_dynamic_rules", "1",
-                      "--mca", "coll_tuned_allreduce_algorithm", "4"],
-        "han": ["--mca", "coll_han_priority", "100"],
-    }
-    rows = {}
-    for name, mca in variants.items():
-        # Gradient-sized messages, 1 to 64 MiB (small ones are all latency, which 2 shared cores blur).
-        out = on_cluster(mca + [os.path.join(ROOT, "build", "bin", "loom_bench_allreduce"), str(1 << 20), str(64 << 20)],
-                         capture_output=True, check=True)
-        rows[name] = {r["bytes"]: r for r in (json.loads(line) for line in out.stdout.splitlines() if line.startswith("{"))}
-    for size in sorted(rows["flat_ring"]):
-        ring, han = rows["flat_ring"][size]["loom_busbw_GBps"], rows["han"][size]["loom_busbw_GBps"]
-        print(json.dumps({"workload": "hosts", "measure": "allreduce", "bytes": size, "flat_ring_busbw_GBps": ring,
-                          "han_busbw_GBps": han, "han_vs_ring": han / ring}), flush=True)
+    """loom's all-reduce (hierarchical across hosts) against Open MPI's flat ring on the same buffers,
+    same run; then whether Open MPI's hierarchical component (coll/han) runs at all."""
+    flat = ["--mca", "coll", "^han", "--mca", "coll_tuned_use_dynamic_rules", "1",
+            "--mca", "coll_tuned_allreduce_algorithm", "4"]
+    # Gradient-sized messages, 1 to 64 MiB (small ones are all latency, which 2 shared cores blur).
+    binary = [os.path.join(ROOT, "build", "bin", "loom_bench_allreduce"), str(1 << 20), str(64 << 20)]
+    out = on_cluster(flat + binary, capture_output=True, check=True)
+    for r in (json.loads(line) for line in out.stdout.splitlines() if line.startswith("{")):
+        print(json.dumps({"workload": "hosts", "measure": "allreduce", "bytes": r["bytes"],
+                          "loom_hierarchical_busbw_GBps": r["loom_busbw_GBps"], "flat_ring_busbw_GBps": r["mpi_busbw_GBps"],
+                          "hierarchical_vs_ring": r["loom_busbw_GBps"] / r["mpi_busbw_GBps"]}), flush=True)
+    try:
+        han = on_cluster(["--mca", "coll_han_priority", "100"] + binary[:1] + [str(16 << 20), str(16 << 20)],
+                         capture_output=True, timeout=300)
+    except subprocess.TimeoutExpired:
+        han = subprocess.CompletedProcess([], returncode=124, stdout="")
+    print(json.dumps({"workload": "hosts", "measure": "han", "exit_code": han.returncode,
+                      "crashed": han.returncode != 0, "stdout": han.stdout.strip().splitlines()[-1:]}), flush=True)
 
 
 def measure(path, sets, steps):

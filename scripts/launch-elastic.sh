@@ -29,6 +29,9 @@ say() { echo "loom: launch-elastic: $*" >&2; }
 
 hostfile="" launcher="mpirun" cluster="" min_hosts=1 restarts=10 probe_s=20
 while [ $# -gt 0 ]; do
+  case "$1" in --hostfile|--launcher|--cluster|--min-hosts|--restarts|--probe-s)
+    [ $# -ge 2 ] || die "$1 needs a value; hint: launch-elastic.sh --hostfile FILE [options] -- TRAIN_ARGS...";;
+  esac
   case "$1" in
     --hostfile) hostfile=$2; shift 2;;
     --launcher) launcher=$2; shift 2;;
@@ -44,6 +47,7 @@ done
 for n in "$min_hosts" "$restarts" "$probe_s"; do
   [[ "$n" =~ ^[0-9]+$ ]] || die "'$n' is not a count; hint: --min-hosts, --restarts and --probe-s take whole numbers"
 done
+[ "$min_hosts" -ge 1 ] && [ "$probe_s" -ge 1 ] || die "--min-hosts $min_hosts and --probe-s $probe_s must be 1 or more"
 [ -z "$cluster" ] || [ -f "$cluster" ] || die "--cluster '$cluster' is not a file; hint: loom profile --cluster-out FILE across the hosts"
 [ $# -gt 0 ] || die "no training arguments; hint: -- -c run.toml --set checkpoint.dir=ckpt"
 loom=${LOOM:-loom}
@@ -53,14 +57,18 @@ read -ra launch <<< "$launcher"
 config_args=() run_args=()
 while [ $# -gt 0 ]; do
   case "$1" in
-    -c|--config|--set) config_args+=("$1" "$2"); shift 2;;
+    -c|--config|--set) [ $# -ge 2 ] || die "$1 needs a value"; config_args+=("$1" "$2"); shift 2;;
     --set=*|--config=*) config_args+=("$1"); shift;;
     --resume) die "--resume is the script's (auto); hint: leave it out";;
     *) run_args+=("$1"); shift;;
   esac
 done
-printf '%s\n' "${config_args[@]}" | grep -q '^checkpoint\.dir=' ||
+# checkpoint.dir: in a --set, or in the config file (loom prints the config it would run).
+if ! printf '%s\n' "${config_args[@]}" | grep -qE '(^|=)checkpoint\.dir=' &&
+   ! "${LOOM:-loom}" config "${config_args[@]}" --print 2>/dev/null |
+     awk '/^\[/ { s = $0 } s == "[checkpoint]" && /^dir = "[^"]/ { f = 1 } END { exit !f }'; then
   die "checkpoint.dir is not set; hint: --set checkpoint.dir=DIR, which every host sees (restarts resume from it)"
+fi
 
 state=$(mktemp -d "${TMPDIR:-/tmp}/loom-elastic.XXXXXX")
 trap 'rm -rf "$state"' EXIT

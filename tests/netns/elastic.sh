@@ -10,14 +10,8 @@
 # Exits 77 (ctest: skipped) with the reason where namespaces cannot be made.
 #   usage: elastic.sh LOOM
 set -euo pipefail
-loom=$(realpath "$1")
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cluster="$root/scripts/netns-cluster.sh"
-export LOOM_CLUSTER=${LOOM_CLUSTER:-loome}
-export LOOM_CLUSTER_SUBNET=${LOOM_CLUSTER_SUBNET:-10.74.0}
-export LOOM_CLUSTER_DIR=${LOOM_CLUSTER_DIR:-/tmp/loom-cluster-$LOOM_CLUSTER}
-work=$(mktemp -d)
-trap '"$cluster" down || true; rm -rf "$work"' EXIT
+source "$(dirname "$0")/cluster_test.sh"
+cluster_test loome 10.74.0 "$1"
 cd "$work"
 fail() { echo "FAIL: $*"; for f in err.txt elastic.txt; do [ -s $f ] && { echo "--- $f"; tail -25 $f; }; done; exit 1; }
 tiny=(-c "$root/configs/gpt-tiny.toml" --set model.n_layers=2 --set model.d_model=64 --set model.seq_len=32
@@ -37,8 +31,8 @@ echo "ok: profiled: $(grep -E '^(source|intra_node|inter_node) ' hosts.toml | tr
 
 ( LOOM="$loom" LOOM_FAULT="rank=2,step=6,kind=hang" "$root/scripts/launch-elastic.sh" \
     --hostfile "$LOOM_CLUSTER_DIR/hostfile" --launcher "$cluster mpirun" --cluster hosts.toml --probe-s 15 -- \
-    "${tiny[@]}" --set checkpoint.dir=ck --set checkpoint.every=2 > elastic.txt 2>&1 && echo 0 > rc.txt ||
-    echo $? > rc.txt ) &
+    "${tiny[@]}" --set checkpoint.dir=ck --set checkpoint.every=2 > elastic.txt 2>&1 && echo 0 > rc.tmp ||
+    echo $? > rc.tmp; mv rc.tmp rc.txt ) &
 for _ in $(seq 1200); do [ -e ck/step-0000006/manifest.json ] || [ -e rc.txt ] && break; sleep 0.1; done
 [ -e ck/step-0000006/manifest.json ] || fail "no checkpoint of step 6 within 120 s"
 ip link set "${LOOM_CLUSTER}v2" down
@@ -51,18 +45,6 @@ grep -q "host 10.74.0.2 .*does not answer" elastic.txt || fail "host 2 was not f
 grep -q "start 2 on 1 host(s), 2 ranks" elastic.txt || fail "no second start on 1 host"
 grep -q "resumed from ck/step-0000006 at step 6" elastic.txt || fail "the second start did not resume from step 6"
 "$loom" ckpt export ck --dtype float64 --out elastic.safetensors > /dev/null
-python3 - elastic.safetensors serial.safetensors <<'PY' || fail "the elastic run's weights differ from the serial run's"
-import array, json, struct, sys
-def tensors(path):
-    data = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    return {k: array.array("d", data[8 + n + e["data_offsets"][0]:8 + n + e["data_offsets"][1]])
-            for k, e in header.items() if k != "__metadata__"}
-a, b = (tensors(p) for p in sys.argv[1:])
-assert a.keys() == b.keys() and a
-worst = max(max(abs(x - y) for x, y in zip(a[k], b[k])) / max(max(abs(v) for v in b[k]), 1e-300) for k in a)
-assert worst <= 1e-9, worst
-print(f"ok: after losing host 2 at step 6, {len(a)} weights equal the uninterrupted run's (largest difference {worst:.1e} relative)")
-PY
+"$root/tests/netns/same_weights.py" "after losing host 2 at step 6, the weights" elastic.safetensors \
+  serial.safetensors || fail "the elastic run's weights differ from the serial run's"
 grep -E "launch-elastic|no heartbeat" elastic.txt

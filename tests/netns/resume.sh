@@ -8,14 +8,8 @@
 # Exits 77 (ctest: skipped) with the reason where namespaces cannot be made.
 #   usage: resume.sh LOOM
 set -euo pipefail
-loom=$(realpath "$1")
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cluster="$root/scripts/netns-cluster.sh"
-export LOOM_CLUSTER=${LOOM_CLUSTER:-loomr}
-export LOOM_CLUSTER_SUBNET=${LOOM_CLUSTER_SUBNET:-10.75.0}
-export LOOM_CLUSTER_DIR=${LOOM_CLUSTER_DIR:-/tmp/loom-cluster-$LOOM_CLUSTER}
-work=$(mktemp -d)
-trap '"$cluster" down || true; rm -rf "$work"' EXIT
+source "$(dirname "$0")/cluster_test.sh"
+cluster_test loomr 10.75.0 "$1"
 cd "$work"
 fail() { echo "FAIL: $*"; [ -s err.txt ] && tail -20 err.txt; exit 1; }
 # 6 micro-batches a step, so dp can be 1, 2, 3 or 6.
@@ -33,36 +27,7 @@ on() {
   "$cluster" down
 }
 # same NAME A.jsonl B.jsonl A.safetensors B.safetensors: equal losses and weights at 1e-9 relative.
-same() {
-  python3 - "$@" <<'PY' || fail "$1 differs from the serial run"
-import array, json, struct, sys
-name, ma, mb, wa, wb = sys.argv[1:]
-la, lb = ([json.loads(l) for l in open(p)] for p in (ma, mb))
-assert [r["step"] for r in la] == [5, 6, 7, 8] == [r["step"] for r in lb], (la, lb)
-for x, y in zip(la, lb):
-    assert abs(x["loss"] - y["loss"]) <= 1e-9 * abs(y["loss"]), (x["step"], x["loss"], y["loss"])
-def tensors(path):
-    data = open(path, "rb").read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for key, e in header.items():
-        if key == "__metadata__":
-            continue
-        assert e["dtype"] == "F64", (key, e["dtype"])
-        begin, end = e["data_offsets"]
-        out[key] = array.array("d", data[8 + n + begin:8 + n + end])
-    return out
-ta, tb = tensors(wa), tensors(wb)
-assert ta.keys() == tb.keys() and ta, (sorted(ta), sorted(tb))
-worst = 0.0
-for key in ta:
-    scale = max(max(abs(v) for v in tb[key]), 1e-300)
-    worst = max(worst, max(abs(x - y) for x, y in zip(ta[key], tb[key])) / scale)
-assert worst <= 1e-9, (name, worst)
-print(f"ok: {name}: steps 5..8 and {len(ta)} weights equal the serial run's (largest difference {worst:.1e} relative)")
-PY
-}
+same() { "$root/tests/netns/same_weights.py" "$1" "$4" "$5" "$2" "$3" || fail "$1 differs from the serial run"; }
 
 # The serial run: saves at step 4, continues to 8.
 "$loom" train "${tiny[@]}" --set train.steps=4 --set checkpoint.dir=serial4 2> err.txt || fail "the serial run"

@@ -74,6 +74,10 @@ int run_program(const std::function<void(dist::Runtime&)>& body) {
   try {
     const double timeout_s = seconds_from_env("LOOM_COMM_TIMEOUT_S", 300);
     const double heartbeat_s = seconds_from_env("LOOM_HEARTBEAT_S", 10, "turns the heartbeat off");
+    LOOM_CHECK_INPUT(heartbeat_s == 0 || heartbeat_s >= 1,
+                     "LOOM_HEARTBEAT_S = {:g} s is too short to tell a lost host from a busy one; hint: 1 s or more "
+                     "(10 by default), or 0 to turn the heartbeat off",
+                     heartbeat_s);
     runtime = std::make_unique<dist::Runtime>(timeout_s, heartbeat_s);
     runtime->set_device_backend(nccl::make_backend(timeout_s));  // loads nothing until a GPU rank asks
   } catch (const InputError& e) {  // a launch loom cannot run under (srun without PMI), a bad time-out

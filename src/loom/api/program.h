@@ -9,8 +9,8 @@
 //   any other failure on one rank     `loom: error: [rank R] ...`, and MPI_Abort ends every rank
 //                                     with exit 1 (or the error's code): nothing hangs
 // LOOM_COMM_TIMEOUT_S sets how long a rank waits for a peer before the job is declared stuck (300 s),
-// LOOM_HEARTBEAT_S how long a host may stay silent before it is declared lost (10 s; 0: off; NOTE
-// [Heartbeat]).
+// LOOM_HEARTBEAT_S how long a host may stay silent before it is declared lost (10 s, at least 1; 0:
+// off; rank 0's holds for the job; NOTE [Heartbeat]).
 #include <functional>
 
 #include "loom/mpi/runtime.h"

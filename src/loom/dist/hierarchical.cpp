@@ -8,22 +8,21 @@ namespace {
 
 ReduceOp step_op(ReduceOp op) { return op == ReduceOp::Avg ? ReduceOp::Sum : op; }
 
+// An average divided, once the sum is in.
+void divide(at::Tensor& t, ReduceOp op, int size) {
+  if (op == ReduceOp::Avg) t.div_(size);
+}
+
 }  // namespace
 
-// One all-reduce through the levels: its step (0 reduce-scatter, 1 all-reduce across the hosts,
-// 2 all-gather, 3 done) and the Work of the step under way.
+// One all-reduce through the levels: its step (0 within the host, 1 across the hosts' leaders,
+// 2 the leader's broadcast, 3 done) and the Work of the step under way.
 class LevelsWork final : public Work {
  public:
-  LevelsWork(HostLevels& levels, at::Tensor& t, ReduceOp op) : levels_(levels), t_(t), op_(op) {
-    const int64_t l = levels.node->size(), n = t.numel(), per = (n + l - 1) / l;
-    whole_ = t;
-    if (per * l != n) {  // L equal pieces: padded with zeros, which change no sum or maximum kept
-      whole_ = at::zeros({per * l}, t.options());
-      whole_.narrow(0, 0, n).copy_(t.reshape({-1}));
-    }
-    piece_ = at::empty({per}, t.options());
+  LevelsWork(std::shared_ptr<HostLevels> owner, at::Tensor& t, ReduceOp op)
+      : owner_(std::move(owner)), levels_(*owner_), t_(t), op_(op) {
     const std::lock_guard lock(levels_.mutex);
-    current_ = levels_.node->reduce_scatter_async(whole_, piece_, step_op(op));
+    current_ = levels_.node->all_reduce_async(t_, step_op(op));
     levels_.flight.push_back(this);
   }
   ~LevelsWork() override {  // unfinished only while an error unwinds: its step is abandoned
@@ -32,6 +31,12 @@ class LevelsWork final : public Work {
   }
   LevelsWork(const LevelsWork&) = delete;
   LevelsWork& operator=(const LevelsWork&) = delete;
+
+  // Under the mutex: every all-reduce of the group under way finished, oldest first.
+  static void finish_all(HostLevels& levels) {
+    while (advance(levels, true)) {
+    }
+  }
 
   bool test() override {
     const std::lock_guard lock(levels_.mutex);
@@ -62,24 +67,24 @@ class LevelsWork final : public Work {
   void next() {
     ++step_;
     if (step_ == 1) {
-      current_ = levels_.cross->all_reduce_async(piece_, step_op(op_));
+      current_ = levels_.cross ? levels_.cross->all_reduce_async(t_, step_op(op_)) : std::make_unique<DoneWork>();
     } else if (step_ == 2) {
-      current_ = levels_.node_gather->all_gather_async(piece_, whole_);
+      current_ = levels_.node_share->broadcast_async(t_, 0);
     } else {
       current_.reset();
-      if (!whole_.is_same(t_)) t_.copy_(whole_.narrow(0, 0, t_.numel()).view(t_.sizes()));
-      if (op_ == ReduceOp::Avg) t_.div_(levels_.size);
+      divide(t_, op_, levels_.size);
     }
   }
 
+  std::shared_ptr<HostLevels> owner_;
   HostLevels& levels_;
-  at::Tensor t_, whole_, piece_;
+  at::Tensor t_;
   ReduceOp op_;
   int step_ = 0;
   WorkPtr current_;
 };
 
-std::unique_ptr<HostLevels> host_levels(Communicator& group, int host) {
+std::shared_ptr<HostLevels> host_levels(Communicator& group, int host) {
   if (group.size() < 4) return nullptr;  // 2 hosts x 2 ranks at least
   at::Tensor mine = at::full({1}, host, at::kLong), all = at::empty({group.size()}, at::kLong);
   group.all_gather(mine, all);
@@ -93,20 +98,25 @@ std::unique_ptr<HostLevels> host_levels(Communicator& group, int host) {
   const int per = ranks_on.begin()->second;
   const bool even = std::all_of(ranks_on.begin(), ranks_on.end(), [per](const auto& e) { return e.second == per; });
   if (ranks_on.size() < 2 || per < 2 || !even) return nullptr;
-  auto levels = std::make_unique<HostLevels>();
-  levels->node = group.split(host, group.rank(), group.axis() + " within a host");
-  levels->node_gather = group.split(host, group.rank(), group.axis() + " within a host");
-  levels->cross = group.split(index, group.rank(), group.axis() + " across hosts");
+  auto levels = std::make_shared<HostLevels>();
+  levels->node = group.split(host, group.rank(), group.axis() + " within a host");  // its rank 0: the leader
+  levels->node_share = group.split(host, group.rank(), group.axis() + " within a host");
+  std::unique_ptr<Communicator> cross = group.split(index, group.rank(), group.axis() + " across hosts");
+  if (index == 0) levels->cross = std::move(cross);
   levels->size = group.size();
   return levels;
 }
 
 void hierarchical_all_reduce(HostLevels& levels, at::Tensor& t, ReduceOp op) {
-  // Through the queue: an all-reduce started earlier and not yet waited for goes first (NOTE).
-  LevelsWork(levels, t, op).wait();
+  const std::lock_guard lock(levels.mutex);
+  LevelsWork::finish_all(levels);  // the group's earlier all-reduces first: one order on every rank
+  levels.node->all_reduce(t, step_op(op));
+  if (levels.cross) levels.cross->all_reduce(t, step_op(op));
+  levels.node_share->broadcast(t, 0);
+  divide(t, op, levels.size);
 }
 
-WorkPtr hierarchical_all_reduce_async(HostLevels& levels, at::Tensor& t, ReduceOp op) {
+WorkPtr hierarchical_all_reduce_async(const std::shared_ptr<HostLevels>& levels, at::Tensor& t, ReduceOp op) {
   return std::make_unique<LevelsWork>(levels, t, op);
 }
 

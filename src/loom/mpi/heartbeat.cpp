@@ -134,8 +134,8 @@ void Heartbeat::beat(double now) {
     MPI_Test(&r, &done, MPI_STATUS_IGNORE);
     return done != 0;
   });
+  // Those that left too: they watch this host until its own goodbye, their receives still posted.
   for (const Peer& p : peers_) {
-    if (p.left) continue;
     sends_.emplace_back(MPI_REQUEST_NULL);
     MPI_Isend(&kPayload, 1, MPI_INT64_T, p.leader, kBeat, leaders_, &sends_.back());
   }

@@ -21,9 +21,10 @@
 // unfinished, and `latest` names the one before (NOTE [Atomic checkpoints]).
 //
 // A leader leaving (the Runtime's end) says goodbye and waits for every other leader's, still
-// watching, so a host that finishes first is not taken for lost. One message per pair of hosts and
-// interval: H hosts send H (H - 1) small messages a second. Needs MPI_THREAD_MULTIPLE; there is
-// none on one host or with a limit of 0 (LOOM_HEARTBEAT_S).
+// watching them, and they go on beating it until they leave too: a host that finishes first is
+// not taken for lost, nor one that finishes long after it. One message per pair of hosts and
+// interval: H hosts send H (H - 1) small messages a second. Needs MPI_THREAD_MULTIPLE (rank 0
+// warns without it); there is none on one host or with a limit of 0 (LOOM_HEARTBEAT_S, rank 0's).
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>

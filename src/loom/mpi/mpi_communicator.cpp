@@ -153,7 +153,7 @@ class MpiCommunicator final : public Communicator {
 
   WorkPtr all_reduce_async(at::Tensor& t, ReduceOp op) override {
     check_all_reduce(t, op);
-    if (levels_ && t.numel() > 0) return hierarchical_all_reduce_async(*levels_, t, op);
+    if (takes_levels(t)) return hierarchical_all_reduce_async(levels_, t, op);
     std::function<void()> finish;
     if (op == ReduceOp::Avg) finish = [t, n = size_]() mutable { t.div_(n); };
     auto work = make("all_reduce", {.written = {t}}, std::move(finish));
@@ -253,7 +253,7 @@ class MpiCommunicator final : public Communicator {
 
   void all_reduce(at::Tensor& t, ReduceOp op) override {
     check_all_reduce(t, op);
-    if (levels_ && t.numel() > 0) return hierarchical_all_reduce(*levels_, t, op);
+    if (takes_levels(t)) return hierarchical_all_reduce(*levels_, t, op);
     {
       detail::Deadline deadline(shared_->watchdog.get(), describe("all_reduce"));
       detail::mark_mpi_write(t);
@@ -327,6 +327,10 @@ class MpiCommunicator final : public Communicator {
     detail::check_tensor(out, "all_gather", axis_);
     detail::check_blocks(out.numel(), in.numel(), size_, "all_gather", axis_);
   }
+  // NOTE [Hierarchical all-reduce]: a group across hosts, a buffer up to kHierarchicalMaxBytes.
+  bool takes_levels(const at::Tensor& t) const {
+    return levels_ && t.numel() > 0 && static_cast<int64_t>(t.nbytes()) <= kHierarchicalMaxBytes;
+  }
   std::string describe(const std::string& op) const {
     return fmt::format("{} on '{}' (rank {} of {})", op, axis_, rank_, size_);
   }
@@ -346,7 +350,7 @@ class MpiCommunicator final : public Communicator {
   double timeout_s_;
   const MpiShared* shared_;  // the Runtime's; outlives every communicator
   int rank_ = 0, size_ = 1;
-  std::unique_ptr<HostLevels> levels_;  // null: on one host (or unevenly spread)
+  std::shared_ptr<HostLevels> levels_;  // null: on one host (or unevenly spread)
 };
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Process start-up (runtime.h): MPI initialised under a launcher, else a world of one.
 #include <unistd.h>
 
+#include <cstdio>
 #include <vector>
 
 #include "loom/dist/null_communicator.h"
@@ -23,6 +24,27 @@ std::vector<LocalPeer> local_peers(MPI_Comm node, int rank) {
   for (int i = 0; i < size; ++i)
     if (all[2 * i] != rank) peers.push_back({static_cast<int>(all[2 * i]), static_cast<pid_t>(all[2 * i + 1])});
   return peers;
+}
+
+// The heartbeat between the job's hosts, or null (one host, none asked for, no MPI_THREAD_MULTIPLE).
+// Collective over the world (NOTE [Heartbeat]); `node`: this machine's ranks. Every rank decides
+// alike: on rank 0's limit (a launcher may not pass the environment on to every host) and the
+// lowest thread level any rank got.
+std::unique_ptr<detail::Heartbeat> start_heartbeat(MPI_Comm node, int rank, int host, double heartbeat_s, bool multiple,
+                                                   InterruptHandler& interrupts) {
+  int size = 0, all_multiple = multiple ? 1 : 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::vector<int> host_of(size);
+  MPI_Allgather(&host, 1, MPI_INT, host_of.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  MPI_Bcast(&heartbeat_s, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &all_multiple, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  if (detail::Heartbeat::wanted(host_of, heartbeat_s, all_multiple != 0))
+    return std::make_unique<detail::Heartbeat>(node, std::move(host_of), heartbeat_s, interrupts);
+  if (rank == 0 && heartbeat_s > 0 && detail::Heartbeat::wanted(host_of, heartbeat_s, true)) {
+    std::fprintf(stderr, "loom: warning: MPI gave no MPI_THREAD_MULTIPLE, so the hosts run no heartbeat (NOTE "
+                         "[Heartbeat]): a lost host ends the run only at LOOM_COMM_TIMEOUT_S\n");
+  }
+  return nullptr;
 }
 
 }  // namespace
@@ -49,12 +71,7 @@ Runtime::Runtime(double timeout_s, double heartbeat_s) : interrupts_(std::make_u
   }
   const bool multiple = provided >= MPI_THREAD_MULTIPLE;
   if (node != MPI_COMM_NULL) {
-    int size = 0;
-    MPI_Comm_size(MPI_COMM_WORLD, &size);
-    std::vector<int> host_of(size);
-    MPI_Allgather(&host, 1, MPI_INT, host_of.data(), 1, MPI_INT, MPI_COMM_WORLD);
-    if (detail::Heartbeat::wanted(host_of, heartbeat_s, multiple))
-      heartbeat_ = std::make_unique<detail::Heartbeat>(node, std::move(host_of), heartbeat_s, *interrupts_);
+    heartbeat_ = start_heartbeat(node, rank, host, heartbeat_s, multiple, *interrupts_);
     MPI_Comm_free(&node);
   }
   shared_ = std::make_unique<MpiShared>(timeout_s, rank, local_ranks, local_rank, host, multiple);

@@ -142,7 +142,6 @@ void measure_compute(const Config& config, plan::Cluster& c, const ProfileOption
   c.elementwise_kernel = Fusion::Unfused;
 }
 
-
 std::string host_name() {
   std::array<char, 256> name{};
   if (gethostname(name.data(), name.size() - 1) != 0) return "this host";
