@@ -5,9 +5,7 @@ JSON header, raw data), into bench/torch_reference.py's GPT (or, with --llama, i
 heads, rotary positions, SwiGLU; a head tied to the token table when the export has no head) of the
 same shapes, and checks that its loss on the one sample the token file holds (seq + 1 tokens: every
 window is the whole file) is LOSS, loom's loss for those weights, within 1e-5 relative (float32)."""
-import json
 import os
-import struct
 import sys
 
 import torch
@@ -15,22 +13,15 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "bench"))
 from torch_reference import GPT, Llama, swiglu_hidden  # noqa: E402
 
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from safetensors_entries import safetensors_entries  # noqa: E402
+
 DTYPES = {"F32": torch.float32, "F64": torch.float64, "BF16": torch.bfloat16}
 
 
 def read_safetensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
-    out = {}
-    for key, entry in header.items():
-        if key == "__metadata__":
-            continue
-        begin, end = entry["data_offsets"]
-        raw = bytearray(data[8 + n + begin:8 + n + end])
-        out[key] = torch.frombuffer(raw, dtype=DTYPES[entry["dtype"]]).reshape(entry["shape"])
-    return out
+    return {key: torch.frombuffer(bytearray(raw), dtype=DTYPES[entry["dtype"]]).reshape(entry["shape"])
+            for key, entry, raw in safetensors_entries(path)}
 
 
 def loom_to_reference(w, layers):

@@ -6,23 +6,19 @@ with the largest difference; fails (exit 1) naming what differs."""
 import array
 import json
 import math
-import struct
+import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+from safetensors_entries import safetensors_entries  # noqa: E402
 
 
 def tensors(path):
-    with open(path, "rb") as f:
-        data = f.read()
-    (n,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + n])
     out = {}
-    for key, entry in header.items():
-        if key == "__metadata__":
-            continue
+    for key, entry, raw in safetensors_entries(path):
         if entry["dtype"] != "F64":
             sys.exit(f"{path}: {key} is {entry['dtype']}, not F64; hint: loom ckpt export --dtype float64")
-        begin, end = entry["data_offsets"]
-        values = array.array("d", data[8 + n + begin:8 + n + end])
+        values = array.array("d", raw)
         if len(values) != math.prod(entry["shape"]) or not all(math.isfinite(v) for v in values):
             sys.exit(f"{path}: {key} does not hold {entry['shape']} finite values")
         out[key] = (entry["shape"], values)

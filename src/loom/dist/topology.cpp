@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <vector>
 
 namespace loom::dist {
@@ -10,10 +11,8 @@ namespace {
 
 // Whether the ranks of `group` run on more than one host (a collective over the group).
 bool spans_hosts(Communicator& group) {
-  if (group.size() == 1) return false;
-  at::Tensor mine = at::full({1}, group.host(), at::kLong), all = at::empty({group.size()}, at::kLong);
-  group.all_gather(mine, all);
-  return (all != all[0]).any().item<bool>();
+  const std::vector<int> host_of = hosts_of_ranks(group);
+  return std::any_of(host_of.begin(), host_of.end(), [&](int h) { return h != host_of[0]; });
 }
 
 }  // namespace
@@ -34,8 +33,8 @@ std::string host_span_warning(Mesh& mesh) {
 }
 
 std::vector<int> hosts_of_ranks(Communicator& world) {
-  at::Tensor mine = at::full({1}, world.host(), at::kLong), all = at::empty({world.size()}, at::kLong);
   if (world.size() == 1) return {world.host()};
+  at::Tensor mine = at::full({1}, world.host(), at::kLong), all = at::empty({world.size()}, at::kLong);
   world.all_gather(mine, all);
   std::vector<int> out;
   for (int64_t r = 0; r < world.size(); ++r) out.push_back(static_cast<int>(all[r].item<int64_t>()));

@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "loom/core/host_name.h"
 #include "loom/mpi/thread_sanitizer.h"
 
 namespace loom::dist::detail {
@@ -32,12 +33,6 @@ std::string ranks_of(const std::vector<int>& host_of, int host) {
   for (int r = 0; r < static_cast<int>(host_of.size()); ++r)
     if (host_of[r] == host) ranks.push_back(r);
   return fmt::format("{} {}", ranks.size() == 1 ? "rank" : "ranks", fmt::join(ranks, ", "));
-}
-
-std::string host_name() {
-  std::array<char, 256> name{};
-  if (::gethostname(name.data(), name.size() - 1) != 0) return "?";
-  return name.data();
 }
 
 }  // namespace
@@ -78,11 +73,11 @@ Heartbeat::Heartbeat(MPI_Comm node, std::vector<int> host_of, double limit_s, In
 
   MPI_Comm_split(MPI_COMM_WORLD, leader_ ? 0 : MPI_UNDEFINED, rank_, &leaders_);
   if (leader_) {
-    int size = 0, me = 0;
+    int size = 0;
     MPI_Comm_size(leaders_, &size);
-    MPI_Comm_rank(leaders_, &me);
+    MPI_Comm_rank(leaders_, &me_);
     std::array<char, 64> mine{};
-    const std::string name = host_name();
+    const std::string name = host_name("?");
     std::copy_n(name.begin(), std::min(name.size(), mine.size() - 1), mine.begin());
     std::vector<char> all(mine.size() * size);
     MPI_Allgather(mine.data(), mine.size(), MPI_CHAR, all.data(), mine.size(), MPI_CHAR, leaders_);
@@ -92,7 +87,7 @@ Heartbeat::Heartbeat(MPI_Comm node, std::vector<int> host_of, double limit_s, In
     peers_.reserve(size);
     for (int i = 0; i < size; ++i) {
       names_.emplace_back(&all[i * mine.size()]);
-      if (i != me) peers_.push_back(Peer{i, worlds[i], now});
+      if (i != me_) peers_.push_back(Peer{i, worlds[i], now});
     }
     for (Peer& p : peers_) MPI_Irecv(&p.in, 1, MPI_INT64_T, p.leader, MPI_ANY_TAG, leaders_, &p.recv);
   }
@@ -191,7 +186,7 @@ void Heartbeat::declare_lost(double now) {
     const std::string line = fmt::format(
         "loom: error: [rank {} on {}] no heartbeat from host{} {} for {:g} s: the host is gone or the network to it is "
         "down; ending the job (LOOM_HEARTBEAT_S sets the limit)\n",
-        rank_, host_name(), lost.size() > 1 ? "s" : "", fmt::join(lost, " and "), limit_s_);
+        rank_, names_[me_], lost.size() > 1 ? "s" : "", fmt::join(lost, " and "), limit_s_);
     [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
   }
   std::atomic_ref<int64_t>(*verdict_).store(first_lost + 1);

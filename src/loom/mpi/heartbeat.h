@@ -68,6 +68,7 @@ class Heartbeat {
   int local_ranks_ = 1;
   bool leader_ = false;
   MPI_Comm leaders_ = MPI_COMM_NULL;  // the hosts' leaders (leaders only)
+  int me_ = 0;                         // this leader's rank in leaders_
   std::vector<std::string> names_;    // each leader's host name, by leaders_ rank
   std::vector<Peer> peers_;           // the other leaders
   std::vector<MPI_Request> sends_;    // beats and goodbyes under way

@@ -11,6 +11,7 @@
 #include <map>
 
 #include "loom/core/error.h"
+#include "loom/core/host_name.h"
 #include "loom/dist/topology.h"
 #include "loom/cuda/pinned_swap_tier.h"
 #include "loom/models/transformer_config.h"
@@ -142,12 +143,6 @@ void measure_compute(const Config& config, plan::Cluster& c, const ProfileOption
   c.elementwise_kernel = Fusion::Unfused;
 }
 
-std::string host_name() {
-  std::array<char, 256> name{};
-  if (gethostname(name.data(), name.size() - 1) != 0) return "this host";
-  return name.data();
-}
-
 // One GPU alone has no link to another device: the links are its host link (the pinned copies'
 // rate, a small copy's time as latency), which a plan of one device never prices.
 plan::LinkSpec host_link(const plan::Cluster& c, const ProfileOptions& options, const ProfileDevice& device) {
@@ -161,8 +156,8 @@ plan::LinkSpec host_link(const plan::Cluster& c, const ProfileOptions& options, 
 // Where the numbers come from: this host, or the hosts and their ranks.
 std::string measured_on(const dist::Communicator& world, int hosts) {
   const int n = world.size();
-  if (hosts == 1) return fmt::format("{}: {} rank{}", host_name(), n, n == 1 ? "" : "s");
-  return fmt::format("{} hosts x {} rank{} (rank 0 on {})", hosts, n / hosts, n / hosts == 1 ? "" : "s", host_name());
+  if (hosts == 1) return fmt::format("{}: {} rank{}", host_name("this host"), n, n == 1 ? "" : "s");
+  return fmt::format("{} hosts x {} rank{} (rank 0 on {})", hosts, n / hosts, n / hosts == 1 ? "" : "s", host_name("this host"));
 }
 
 // The devices, links and collectives from the job and `machine`'s copies and collectives;
