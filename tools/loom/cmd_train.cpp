@@ -67,9 +67,11 @@ Action add_train(CLI::App& app) {
   auto resume = std::make_shared<std::string>();
   cmd->add_option("--resume", *resume,
                   "continue from a checkpoint: \"auto\" (the latest in checkpoint.dir, or start fresh) or its directory");
+  auto init = std::make_shared<std::string>();
+  cmd->add_option("--init", *init, "start from a checkpoint's weights (step 0, a fresh optimizer): checkpoint.init");
   cmd->add_option("--stop-after", options->stop_after,
                   "end the run after step K as a preemption would (saving a checkpoint when checkpoint.dir is set)");
-  return [cmd, config, options, quiet, peak, resume](dist::Runtime& runtime) {
+  return [cmd, config, options, quiet, peak, resume, init](dist::Runtime& runtime) {
     if (!*cmd) return;
     // Every rank reads the config; all agree before going on (dist/input_agreement.h).
     Config loaded;
@@ -77,6 +79,7 @@ Action add_train(CLI::App& app) {
     std::exception_ptr failure;
     try {
       loaded = config->load();
+      if (!init->empty()) loaded.checkpoint.init = *init;
       // NOTE [Devices]: a device this rank cannot train on is refused before parallel.auto measures.
       cuda::check_trainable(loaded, cuda::place_this_rank(loaded, runtime.world().local_rank(),
                                                            runtime.world().local_ranks(),

@@ -22,5 +22,6 @@ Action add_simulate(CLI::App& app);
 Action add_plan(CLI::App& app);
 Action add_generate(CLI::App& app);
 Action add_plot(CLI::App& app);
+Action add_eval(CLI::App& app);
 
 }  // namespace loom::cli

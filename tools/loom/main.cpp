@@ -43,7 +43,7 @@ int main(int argc, char** argv) {
                                                loom::cli::add_bench(app), loom::cli::add_data(app),
                                                loom::cli::add_schedule(app), loom::cli::add_ckpt(app),
                                                loom::cli::add_profile(app), loom::cli::add_simulate(app),
-                                               loom::cli::add_plan(app), loom::cli::add_generate(app),
+                                               loom::cli::add_plan(app), loom::cli::add_generate(app), loom::cli::add_eval(app),
                                                loom::cli::add_plot(app)};
   try {
     std::vector<std::string> args = arguments(argc, argv);

@@ -18,7 +18,8 @@ namespace {
 
 bool is_moment(const std::string& name) { return name.find(':') != std::string::npos; }
 
-// Every stored box of `t`, verified, assembled into the full tensor (of its own dtype).
+}  // namespace
+
 at::Tensor assemble(const std::string& dir, const StoredTensor& t, TensorFiles& files, int64_t* bytes) {
   at::Tensor full = at::empty(t.shape, at::TensorOptions().dtype(dtype_of(t.dtype, dir + "/manifest.json")));
   at::Tensor covered = at::zeros(t.shape, at::TensorOptions().dtype(at::kBool));
@@ -32,8 +33,6 @@ at::Tensor assemble(const std::string& dir, const StoredTensor& t, TensorFiles& 
                    "missing from it", dir, t.name);
   return full;
 }
-
-}  // namespace
 
 CheckpointSummary verify(const std::string& dir) {
   CheckpointSummary s{.dir = dir, .manifest = read_manifest(dir)};

@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "loom/ckpt/checkpointer.h"
 #include "loom/ckpt/manifest.h"
 
 namespace loom::ckpt {
@@ -31,6 +32,10 @@ CheckpointSummary verify(const std::string& dir);
 // A few lines: step, versions, the layout it was written in, the files, the tensors (each name,
 // shape, dtype and its number of boxes with `all_tensors`, else the count per kind).
 std::string describe(const CheckpointSummary& summary, bool all_tensors);
+// Every stored box of tensor `t` of the checkpoint in `dir` (files opened once in `files`), verified
+// and assembled into the full tensor of its stored dtype; adds the bytes read to `*bytes`.
+// InputError naming the checkpoint when the boxes do not cover the tensor.
+at::Tensor assemble(const std::string& dir, const StoredTensor& t, TensorFiles& files, int64_t* bytes);
 // Writes the model's weights (every tensor but the optimizer's moments) as full tensors of `type`
 // (float32 by default) under loom's parameter names into one safetensors file `out` (written beside
 // it and renamed into place; never over an input). Returns the tensors written.

@@ -89,6 +89,7 @@ const std::vector<KeySpec>& key_specs() {
       LOOM_KEY(data, zipf),            LOOM_KEY(data, valid),
       LOOM_KEY(checkpoint, dir),       LOOM_KEY(checkpoint, every),
       LOOM_KEY(checkpoint, keep),      LOOM_KEY(checkpoint, async),
+      LOOM_KEY(checkpoint, init),
   };
   return specs;
 }

@@ -145,6 +145,9 @@ struct CheckpointConfig {
   int64_t every = 0;   // save every N steps (0: only at the end of the run and when it is stopped)
   int64_t keep = 2;    // complete checkpoints kept, newest first
   bool async = false;  // write in a background thread after taking a copy
+  // A fresh run's starting weights: a checkpoint (`loom ckpt import`'s, or any run's) whose model
+  // the run's is (NOTE [Starting from weights]); "" = the seed's initial values.
+  std::string init;
   bool operator==(const CheckpointConfig&) const = default;
 };
 

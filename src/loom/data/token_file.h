@@ -22,9 +22,10 @@ class TokenFile final : public TokenSource {
   std::string describe() const override;
   int64_t size() const { return count_; }
   int64_t token(int64_t position) const;
+  // `count` ids from `first` on into `out`.
+  void read_tokens(int64_t first, int64_t count, int64_t* out) const;
 
  private:
-  void read_tokens(int64_t first, int64_t count, int64_t* out) const;
   DataFile file_;
   int token_bytes_;
   int64_t count_ = 0;

@@ -23,9 +23,15 @@ Model build_gpt(const ModelConfig& m, dist::Communicator& tp, parallel::TpOption
   const int64_t positions = m.max_positions > 0 ? m.max_positions : m.seq_len;
   const double residual_std = 0.02 / std::sqrt(2.0 * static_cast<double>(m.n_layers));
   Model model;
-  model.chain.push_back(std::make_unique<blocks::TokenPositionEmbedding>(m.vocab, positions, m.d_model, tp, sequence,
-                                                                        parallel::sequence_chunks(sp),
-      nn::activation_type(m.dtype)));
+  auto embedding = std::make_unique<blocks::TokenPositionEmbedding>(m.vocab, positions, m.d_model, tp, sequence,
+                                                                    parallel::sequence_chunks(sp),
+                                                                    nn::activation_type(m.dtype));
+  nn::Param* tied = nullptr;
+  if (m.tie_embeddings) {  // GPT-2's head: the token table (dense, as Llama's tied one)
+    embedding->token_table.embedding = false;
+    tied = &embedding->token_table;
+  }
+  model.chain.push_back(std::move(embedding));
   const blocks::AttentionShape attention{.d_model = m.d_model, .n_heads = m.n_heads, .kernel = attention_kernel(m),
                                          .residual_std = residual_std};
   for (int64_t i = 0; i < m.n_layers; ++i) {
@@ -42,7 +48,7 @@ Model build_gpt(const ModelConfig& m, dist::Communicator& tp, parallel::TpOption
           options));
   }
   model.chain.push_back(std::make_unique<blocks::FinalNorm>(m.d_model, sequence ? tp.size() : 1));
-  model.chain.push_back(std::make_unique<blocks::LmHeadLoss>(m.d_model, m.vocab, tp, sequence));
+  model.chain.push_back(std::make_unique<blocks::LmHeadLoss>(m.d_model, m.vocab, tp, sequence, tied));
   return model;
 }
 
@@ -52,7 +58,6 @@ namespace {
 void refuse_llama_keys(const ModelConfig& m) {
   const ModelConfig neutral;
   for (auto [key, set] : {std::pair{"model.n_kv_heads", m.n_kv_heads != neutral.n_kv_heads},
-                          {"model.tie_embeddings", m.tie_embeddings != neutral.tie_embeddings},
                           {"model.rope_theta", m.rope_theta != neutral.rope_theta},
                           {"model.ffn_multiple_of", m.ffn_multiple_of != neutral.ffn_multiple_of}})
     LOOM_CHECK_INPUT(!set, "{} applies to model.kind = \"llama\"; a \"gpt\" leaves it at its default", key);
@@ -63,11 +68,12 @@ class GptKind final : public DecoderKind {
   std::string_view name() const override { return "gpt"; }
   std::vector<std::string_view> model_keys() const override {
     return {"kind",     "vocab",     "d_model", "n_layers", "n_heads",    "seq_len",
-            "max_positions", "ffn_mult", "attn_tile", "dtype", "moe_experts"};
+            "max_positions", "ffn_mult", "attn_tile", "dtype", "tie_embeddings", "moe_experts"};
   }
   void validate(const Config& config) const override {
     const ModelConfig& m = config.model;
     refuse_llama_keys(m);
+    check_tied_head(m, config.parallel);
     validate_transformer(config, {.mlp_hidden = m.ffn_mult * m.d_model,
                                   .hidden_keys = {{"model.ffn_mult", m.ffn_mult}, {"model.d_model", m.d_model}},
                                   .kv_heads = m.n_heads,

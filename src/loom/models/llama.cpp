@@ -93,11 +93,7 @@ void check_llama_layout(const ModelConfig& m, const ParallelConfig& p) {
                    "model.d_model / model.n_heads = {} / {} = {} must be even: rotary embeddings rotate pairs of a "
                    "head's dimensions",
                    m.d_model, m.n_heads, head_dim);
-  LOOM_CHECK_INPUT(!m.tie_embeddings || p.pp == 1,
-                   "model.tie_embeddings = true shares the token table with the LM head, which parallel.pp = {} "
-                   "puts on different pipeline ranks; hint: set model.tie_embeddings = false to pipeline, or "
-                   "parallel.pp = 1",
-                   p.pp);
+  check_tied_head(m, p);
 }
 
 class LlamaKind final : public DecoderKind {

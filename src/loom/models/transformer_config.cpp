@@ -116,4 +116,12 @@ void validate_transformer(const Config& c, const TransformerShape& shape) {
 
 nn::AttentionKernel attention_kernel(const ModelConfig& m) { return {.kind = m.attn_kernel, .tile = m.attn_tile}; }
 
+void check_tied_head(const ModelConfig& m, const ParallelConfig& p) {
+  LOOM_CHECK_INPUT(!m.tie_embeddings || p.pp == 1,
+                   "model.tie_embeddings = true shares the token table with the LM head, which parallel.pp = {} "
+                   "puts on different pipeline ranks; hint: set model.tie_embeddings = false to pipeline, or "
+                   "parallel.pp = 1",
+                   p.pp);
+}
+
 }  // namespace loom::models

@@ -17,6 +17,9 @@ struct TransformerShape {
 
 void validate_transformer(const Config& config, const TransformerShape& shape);
 
+// model.tie_embeddings shares the token table with the head: one pipeline rank must hold both.
+void check_tied_head(const ModelConfig& m, const ParallelConfig& p);
+
 // The attention kernel the model's blocks compute with: model.attn_kernel, model.attn_tile.
 nn::AttentionKernel attention_kernel(const ModelConfig& m);
 

@@ -58,6 +58,8 @@ void Trainer::check_resume(const std::string& spec) {
   }
   ckpt::Manifest manifest = ckpt::read_manifest(dir);
   ckpt::check_files(dir, manifest);
+  LOOM_CHECK_INPUT(!manifest.state.contains("import"), "checkpoint {} holds imported weights only, no run to resume; "
+                   "hint: --init {} starts a run from them", dir, dir);
   const Config saved = parse_config(manifest.config, dir + "/manifest.json");
   const auto before = config_values(saved), now = config_values(config_);
   std::vector<std::string> differ, changed;
@@ -109,6 +111,45 @@ void Trainer::restore() {
   optimizer_->state_assigned();
   refresh_compute_values();
   resume_.start_step = resume_.manifest->step;
+}
+
+// NOTE [Starting from weights]
+// checkpoint.init (`loom train --init CKPT`) starts a fresh run, step 0 with a fresh optimizer and
+// LR schedule, from the weights of a checkpoint: one `loom ckpt import` wrote, or any run's, of
+// any layout. The model must be the same except for what does not change its weights: model.dtype
+// (the stored values are converted), seq_len, attn_tile and attn_kernel; every stored shape is
+// checked again as it is read. A run that resumes (--resume, or --resume auto finding its own
+// checkpoint) continues its own state, and checkpoint.init is then not read: a requeued
+// fine-tuning job picks up where it stopped.
+void Trainer::check_init() {
+  if (config_.checkpoint.init.empty() || resume_.manifest || !resume_.complete.empty()) return;
+  const std::string dir = ckpt::checkpoint_of(config_.checkpoint.init);
+  ckpt::Manifest manifest = ckpt::read_manifest(dir);
+  ckpt::check_files(dir, manifest);
+  const Config saved = parse_config(manifest.config, dir + "/manifest.json");
+  const auto before = config_values(saved), now = config_values(config_);
+  std::vector<std::string> differ;
+  for (size_t i = 0; i < now.size(); ++i) {
+    const std::string& key = now[i].first;
+    if (!key.starts_with("model.") || before[i].second == now[i].second) continue;
+    if (key == "model.dtype" || key == "model.seq_len" || key == "model.attn_tile" || key == "model.attn_kernel") continue;
+    differ.push_back(fmt::format("{} = {} (checkpoint: {})", key, now[i].second, before[i].second));
+  }
+  LOOM_CHECK_INPUT(differ.empty(), "checkpoint.init = {} holds another model: {}; hint: set the model keys to the "
+                   "checkpoint's (`loom ckpt inspect {}` prints its config)", dir, fmt::join(differ, ", "), dir);
+  resume_.notes.push_back(fmt::format("starting from the weights of {} (step {})", dir, manifest.step));
+  init_ = {dir, std::move(manifest)};
+}
+
+// The parameters (and the model's buffers) from checkpoint.init's checkpoint; the optimizer's
+// moments stay at their fresh zeros.
+void Trainer::initialize() {
+  std::vector<ckpt::TensorPiece> pieces;
+  for (ckpt::TensorPiece& p : state_pieces(*optimizer_, model_))
+    if (p.name.find(':') == std::string::npos) pieces.push_back(std::move(p));
+  ckpt::load(init_.dir, *init_.manifest, pieces, *base_world_);
+  optimizer_->state_assigned();
+  refresh_compute_values();
 }
 
 // The sparse path's choices of the saved run, when this run's layout is the same (its replica

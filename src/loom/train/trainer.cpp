@@ -59,6 +59,7 @@ Trainer::Trainer(Config config, dist::Communicator& world, const std::string& re
   try {
     allocate();
     if (resume_.manifest) restore();
+    else if (init_.manifest) initialize();
   } catch (const memory::OutOfMemory& e) {
     end_budgets();
     throw Error(fmt::format("{} while setting up the run; {}", e.what(), plan::memory_text(plan_, estimate())));
@@ -148,6 +149,7 @@ void Trainer::check_input(int world_size, int local_rank, int local_ranks, const
   device_ = placement_.torch_device();
   if (!config_.checkpoint.dir.empty()) ckpt::check_writable_dir(config_.checkpoint.dir);
   check_resume(resume);
+  check_init();
   memory::install_accounting_allocator();
   kind_ = &kinds_.find(config_.model.kind);
   data_ = kind_->open_data(config_);

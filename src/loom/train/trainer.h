@@ -138,6 +138,8 @@ class Trainer {
   // Checkpoints and resuming (train/checkpointing.cpp).
   void check_resume(const std::string& spec);
   void restore();
+  void check_init();
+  void initialize();
   std::vector<replicas::TableChoice> saved_table_choices(int64_t* partitions) const;
   ckpt::CheckpointMeta checkpoint_meta(int64_t steps_done);
   double save_checkpoint(int64_t steps_done);  // seconds the save held the run
@@ -236,6 +238,11 @@ class Trainer {
   std::unique_ptr<ckpt::Checkpointer> checkpointer_;  // set while a run saves checkpoints
   std::optional<std::string> run_id_;  // the checkpoints' run (NOTE [A checkpoint folder belongs to one run])
   Resume resume_;
+  // checkpoint.init's checkpoint, for a run that does not resume (NOTE [Starting from weights]).
+  struct Init {
+    std::string dir;
+    std::optional<ckpt::Manifest> manifest;
+  } init_;
 };
 
 }  // namespace loom::train
