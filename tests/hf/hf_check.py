@@ -20,7 +20,9 @@ def main(args):
     if cmd == "make":
         arch, dtype, folder = args[1:4]
         tied = "--tied" in args
-        shards = int(args[args.index("--shards") + 1]) if "--shards" in args else 1
+        shards = next((int(a.split("=")[1]) for a in args if a.startswith("--shards=")), 1)
+        if "--shards" in args:
+            shards = int(args[args.index("--shards") + 1])
         config, w = hf_models.tiny_llama(dtype, tied) if arch == "llama" else hf_models.tiny_gpt2(dtype)
         hf_models.write_folder(folder, config, w, shards)
     elif cmd == "same":

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# hf.sh LOOM SOURCE_DIR: Hugging Face model folders in and out (NOTE [Hugging Face layout]), with
+# tiny folders tests/hf/hf_check.py writes and its forwards of Llama and GPT-2, written from their
+# definitions with the Hugging Face conventions.
+#  1. Round trips: folder -> `loom ckpt import` -> `loom ckpt export --to hf` gives the same tensors
+#     byte for byte: Llama untied (float32), tied (bfloat16), sharded (float16); GPT-2 float32,
+#     bfloat16, sharded float16 (shards in and out).
+#  2. The same logits: `loom eval --logits` of the imported checkpoint against the reference's
+#     forward on the folder, within 1e-5 (float32): Llama untied and tied, GPT-2.
+#  3. --init at dp=2 x tp=2: a step of learning rate 1e-30 leaves the weights as imported (the
+#     export is the original folder, byte for byte); 50 steps of fine-tuning, exported, give in
+#     the reference the loss `loom eval` gives the last checkpoint (1e-5).
+#  4. Bad input: one `loom: error:` line naming the key or file, exit 2, nothing written.
+# Needs PyTorch's interpreter (LOOM_TORCH_PYTHON); without one it reports itself skipped (77).
+set -euo pipefail
+loom=$1 src=$2
+py=${LOOM_TORCH_PYTHON:-}
+if [ -z "$py" ]; then
+  echo "skipped: no python3 with torch (LOOM_TORCH is a LibTorch folder)"
+  exit 77
+fi
+dir=$(mktemp -d)
+trap 'rm -rf "$dir"' EXIT
+cd "$dir"
+check() { "$py" -W ignore "$src/tests/hf/hf_check.py" "$@"; }
+head -c 4000 "$src/README.md" >text.txt
+
+# 1. Round trips.
+while read -r arch dtype flags shard; do
+  rm -rf f ck back
+  check make "$arch" "$dtype" f $flags
+  "$loom" ckpt import --from hf f --out ck >/dev/null
+  "$loom" ckpt export ck --to hf --dtype "$dtype" --out back $shard >/dev/null
+  check same f back
+done <<'CASES'
+llama float32 --no-tie
+llama bfloat16 --tied
+llama float16 --shards=3 --shard-mb=0.05
+gpt2 float32 --no-tie
+gpt2 bfloat16 --no-tie
+gpt2 float16 --shards=2 --shard-mb=0.05
+CASES
+[ -f back/model.safetensors.index.json ] && [ "$(ls back | grep -c "^model-.*-of-.*\.safetensors$")" -ge 2 ]
+
+# 2. The same logits.
+for arch in "llama --no-tie" "llama --tied" "gpt2 --no-tie"; do
+  rm -rf f ck logits.safetensors
+  check make ${arch%% *} float32 f ${arch#* }
+  "$loom" ckpt import --from hf f --out ck >/dev/null
+  "$loom" eval --checkpoint ck --data text:text.txt --seq 32 --batch 2 --windows 3 --logits logits.safetensors >/dev/null
+  check logits f logits.safetensors
+done
+
+# 3. --init at dp=2 x tp=2, with the model section the import prints.
+rm -rf f ck
+check make llama float32 f --no-tie
+"$loom" ckpt import --from hf f --out ck | sed -n '/^\[model\]/,$p' >ft.toml
+cat >>ft.toml <<'TOML'
+seq_len = 32
+
+[train]
+global_batch = 8
+micro_batch = 2
+threads = 1
+warmup = 0
+
+[data]
+source = "text:text.txt"
+TOML
+sed -i '0,/^seq_len = 64$/{/^seq_len = 64$/d}' ft.toml
+run() { "$src/scripts/mpirun.sh" 4 "$loom" train -c ft.toml --init ck --quiet --set parallel.dp=2 --set parallel.tp=2 "$@"; }
+run --set train.steps=1 --set train.lr=1e-30 --set checkpoint.dir=still
+"$loom" ckpt export still --to hf --out still.hf >/dev/null
+check same f still.hf
+run --set train.steps=50 --set train.lr=3e-3 --set checkpoint.dir=tuned --metrics m.jsonl
+"$loom" ckpt export tuned --to hf --out tuned.hf >/dev/null
+loss=$("$loom" eval --checkpoint tuned --data text:text.txt --seq 32 --windows 4 |
+       "$py" -c 'import json, sys; print(repr(json.load(sys.stdin)["loss"]))')
+first=$("$py" -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["loss"])' m.jsonl)
+"$py" -c 'import sys; a, b = map(float, sys.argv[1:]); assert b < a - 1, f"fine-tuning went from {a} to {b}"' "$first" "$loss"
+check loss tuned.hf text.txt 32 4 "$loss"
+
+# 4. Bad input.
+refused() {  # PATTERN COMMAND...: exit 2, one error line with PATTERN
+  local pattern=$1 rc=0
+  shift
+  "$@" >out.txt 2>err.txt || rc=$?
+  [ "$rc" -eq 2 ] && [ "$(wc -l <err.txt)" -eq 1 ] && grep -q '^loom: error: ' err.txt && grep -qF -- "$pattern" err.txt ||
+    { echo "FAIL: $* (exit $rc):"; cat out.txt err.txt; exit 1; }
+}
+edit() {  # FOLDER PYTHON: config.json changed by PYTHON on `c`
+  "$py" -c "import json, sys; c = json.load(open(sys.argv[1])); $2; json.dump(c, open(sys.argv[1], 'w'))" "$1/config.json"
+}
+rm -rf bad && cp -r f bad && edit bad 'del c["hidden_size"]'
+refused '"hidden_size" is missing' "$loom" ckpt import --from hf bad --out new
+rm -rf bad && cp -r f bad && edit bad 'c["model_type"] = "gpt2"'
+refused 'contradicts "model_type"' "$loom" ckpt import --from hf bad --out new
+rm -rf bad && cp -r f bad && edit bad 'c["architectures"] = ["MistralForCausalLM"]; c["model_type"] = "mistral"'
+refused 'loom does not have' "$loom" ckpt import --from hf bad --out new
+rm -rf bad && cp -r f bad && edit bad 'c["intermediate_size"] = 192'
+refused 'mlp.gate_proj.weight is [176, 64], and config.json' "$loom" ckpt import --from hf bad --out new
+rm -rf bad && cp -r f bad && edit bad 'c["rms_norm_eps"] = 1e-6'
+refused '"rms_norm_eps" is 1e-06' "$loom" ckpt import --from hf bad --out new
+rm -rf bad && cp -r f bad && edit bad 'c["num_hidden_layers"] = 1'
+refused 'tensor model.layers.1.' "$loom" ckpt import --from hf bad --out new
+rm -rf bad && check make gpt2 float32 bad --shards 2 && rm bad/model-00002-of-00002.safetensors
+refused 'model-00002-of-00002.safetensors, which is missing' "$loom" ckpt import --from hf bad --out new
+[ ! -e new ]
+mkdir full && touch full/mine.txt
+refused 'is not an empty folder' "$loom" ckpt export ck --to hf --out full
+[ "$(ls full)" = mine.txt ]
+refused 'holds another model: model.n_layers = 3 (checkpoint: 2)' "$loom" train -c ft.toml --init ck --set model.n_layers=3
+refused 'holds imported weights only' "$loom" train -c ft.toml --resume ck/step-0000000
+echo "ok: Hugging Face folders in and out, the same logits, --init and fine-tuning at dp=2 x tp=2"
