@@ -5,7 +5,8 @@
 # LOOM_TORCH=/path/to/python3 (a PyTorch 2 the user already has) or LOOM_TORCH=/path/to/libtorch
 # (a LibTorch folder) skips the .venv; cmake reads the same variable (cmake/torch.cmake).
 # Idempotent and quiet: a second run with everything present does nothing and prints nothing.
-# libsentencepiece-dev: `loom data prepare --tokenizer bpe|unigram`. librsvg2-bin: the picture tests
+# libsentencepiece-dev: `loom data prepare --tokenizer bpe|unigram`; libicu-dev: byte-level BPE's
+# character classes. librsvg2-bin: the picture tests
 # render loom's SVGs to PNG. slurm-wlm, munge: the Slurm test runs a one-node Slurm here.
 # libfuzzer-14-dev: `make fuzz` links libFuzzer's runtime into gcc-built targets (tests/fuzz/README.md).
 set -euo pipefail
@@ -32,7 +33,7 @@ packages=(
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-venv
-  libsentencepiece-dev
+  libsentencepiece-dev libicu-dev
   librsvg2-bin
   slurm-wlm munge
   libfuzzer-14-dev

@@ -10,7 +10,11 @@
 #  3. --init at dp=2 x tp=2: a step of learning rate 1e-30 leaves the weights as imported (the
 #     export is the original folder, byte for byte); 50 steps of fine-tuning, exported, give in
 #     the reference the loss `loom eval` gives the last checkpoint (1e-5).
-#  4. Bad input: one `loom: error:` line naming the key or file, exit 2, nothing written.
+#  4. Byte-level BPE: `loom data prepare --tokenizer` with a tokenizer trained here, read from
+#     vocab.json and merges.txt or from a tokenizer.json (with an added token), writes the ids the
+#     reference (tests/hf/bpe_reference.py) gives on a text of many scripts, numbers and spaces; a
+#     GPT-2 folder's tokenizer.json comes back out of the export unchanged.
+#  5. Bad input: one `loom: error:` line naming the key or file, exit 2, nothing written.
 # Needs PyTorch's interpreter (LOOM_TORCH_PYTHON); without one it reports itself skipped (77).
 set -euo pipefail
 loom=$1 src=$2
@@ -80,7 +84,20 @@ first=$("$py" -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline(
 "$py" -c 'import sys; a, b = map(float, sys.argv[1:]); assert b < a - 1, f"fine-tuning went from {a} to {b}"' "$first" "$loss"
 check loss tuned.hf text.txt 32 4 "$loss"
 
-# 4. Bad input.
+# 4. Byte-level BPE.
+check varied varied.txt
+cat "$src/README.md" varied.txt >train.txt
+check bpe-make train.txt pair json 200
+"$loom" data prepare --text varied.txt --tokenizer pair --out pair.bin >/dev/null
+check bpe-ids pair varied.txt pair.bin
+"$loom" data prepare --text varied.txt --tokenizer json/tokenizer.json --out json.bin >/dev/null
+check bpe-ids json varied.txt json.bin
+check make gpt2 float32 g --vocab 512 && cp json/tokenizer.json g/
+"$loom" ckpt import --from hf g --out gck >/dev/null
+"$loom" ckpt export gck --to hf --out gback >/dev/null
+cmp g/tokenizer.json gback/tokenizer.json
+
+# 5. Bad input.
 refused() {  # PATTERN COMMAND...: exit 2, one error line with PATTERN
   local pattern=$1 rc=0
   shift
@@ -105,6 +122,8 @@ rm -rf bad && cp -r f bad && edit bad 'c["num_hidden_layers"] = 1'
 refused 'tensor model.layers.1.' "$loom" ckpt import --from hf bad --out new
 rm -rf bad && check make gpt2 float32 bad --shards 2 && rm bad/model-00002-of-00002.safetensors
 refused 'model-00002-of-00002.safetensors, which is missing' "$loom" ckpt import --from hf bad --out new
+rm -rf bad && check make gpt2 float32 bad && cp json/tokenizer.json bad/
+refused 'its tokenizer (byte-bpe) has 457 pieces, more than' "$loom" ckpt import --from hf bad --out new
 [ ! -e new ]
 mkdir full && touch full/mine.txt
 refused 'is not an empty folder' "$loom" ckpt export ck --to hf --out full

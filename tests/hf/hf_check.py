@@ -1,11 +1,18 @@
 #!/usr/bin/env python3
 """hf_check.py COMMAND ...: the Hugging Face side of tests/cli/hf.sh.
-  make ARCH DTYPE DIR [--tied] [--shards N]  a tiny model folder (ARCH llama or gpt2)
+  make ARCH DTYPE DIR [--tied] [--shards N] [--vocab V]
+                                             a tiny model folder (ARCH llama or gpt2)
   same A B                                   A's and B's tensors: the same names, types, shapes and bytes
   logits FOLDER LOOM_LOGITS                  the reference forward of FOLDER on the ids in LOOM_LOGITS
                                              (`loom eval --logits`) gives its logits within 1e-5
   loss FOLDER TEXT SEQ WINDOWS LOSS          the reference's mean loss on the first WINDOWS windows of
-                                             the text's bytes is LOSS (loom eval's) within 1e-5"""
+                                             the text's bytes is LOSS (loom eval's) within 1e-5
+  varied FILE                                a text of many scripts, numbers, spaces and contractions
+  bpe-make TEXT PAIR_DIR JSON_DIR MERGES     a byte-level BPE trained on TEXT: vocab.json and merges.txt
+                                             in PAIR_DIR, a tokenizer.json (with an added token) in JSON_DIR
+  bpe-ids DIR TEXT TOKENS                    the reference's ids of TEXT with DIR's tokenizer are the ids
+                                             `loom data prepare` wrote to TOKENS"""
+import json
 import os
 import sys
 
@@ -23,7 +30,8 @@ def main(args):
         shards = next((int(a.split("=")[1]) for a in args if a.startswith("--shards=")), 1)
         if "--shards" in args:
             shards = int(args[args.index("--shards") + 1])
-        config, w = hf_models.tiny_llama(dtype, tied) if arch == "llama" else hf_models.tiny_gpt2(dtype)
+        vocab = int(args[args.index("--vocab") + 1]) if "--vocab" in args else 320
+        config, w = hf_models.tiny_llama(dtype, tied, vocab=vocab) if arch == "llama" else hf_models.tiny_gpt2(dtype, vocab=vocab)
         hf_models.write_folder(folder, config, w, shards)
     elif cmd == "same":
         a, b = hf_models.read_folder(args[1]), hf_models.read_folder(args[2])
@@ -48,6 +56,46 @@ def main(args):
         ref = -logp.gather(-1, rows[:, 1:, None]).mean().item()
         assert abs(ref - loss) <= 1e-5 * abs(ref), f"loss {loss} against the reference's {ref}"
         print(f"ok: loss {loss:.8f}, the reference's {ref:.8f}")
+    elif cmd == "varied":
+        text = ("Loom's tests don't skip: we'll see.  Twice  spaced,\ttabbed\u00a0and\u3000wide.\n"
+                "Numbers 1234567 and 3.14159, ½ and \u2167, \u0663\u0664 in Arabic-Indic; caf\u00e9, stra\u00dfe, "
+                "\u65e5\u672c\u8a9e\u306e\u30c6\u30ad\u30b9\u30c8, \u0395\u03bb\u03bb\u03b7\u03bd\u03b9\u03ba\u03ac, "
+                "\u0645\u0631\u062d\u0628\u0627 \U0001f642\U0001f680!!\n"
+                "  indented line with trailing spaces   \n"
+                "symbols: <|endoftext|> #$%&*()[]{} -- \u2014 'quoted' \"double\" I'M YOU'RE it's\n"
+                "tokens\u00a0\u00a0between and    four spaces then end ")
+        open(args[1], "w", encoding="utf-8").write(text)
+    elif cmd == "bpe-make":
+        import bpe_reference
+        text, pair_dir, json_dir, n = args[1], args[2], args[3], int(args[4])
+        vocab, merges = bpe_reference.train(open(text, encoding="utf-8").read(), n)
+        os.makedirs(pair_dir, exist_ok=True)
+        os.makedirs(json_dir, exist_ok=True)
+        json.dump(vocab, open(os.path.join(pair_dir, "vocab.json"), "w"))
+        open(os.path.join(pair_dir, "merges.txt"), "w").write("#version: 0.2\n" + "".join(m + "\n" for m in merges))
+        added = [{"id": len(vocab), "content": "<|endoftext|>", "special": True}]
+        json.dump({"version": "1.0", "added_tokens": added, "normalizer": None,
+                   "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True},
+                   "model": {"type": "BPE", "vocab": vocab, "merges": merges}},
+                  open(os.path.join(json_dir, "tokenizer.json"), "w"))
+    elif cmd == "bpe-ids":
+        import bpe_reference
+        folder, text, tokens = args[1], open(args[2], encoding="utf-8").read(), args[3]
+        added = ()
+        if os.path.exists(os.path.join(folder, "tokenizer.json")):
+            j = json.load(open(os.path.join(folder, "tokenizer.json")))
+            vocab, merges = j["model"]["vocab"], j["model"]["merges"]
+            vocab = dict(vocab, **{t["content"]: t["id"] for t in j["added_tokens"]})
+            added = tuple(t["content"] for t in j["added_tokens"])
+        else:
+            vocab = json.load(open(os.path.join(folder, "vocab.json")))
+            merges = [m for m in open(os.path.join(folder, "merges.txt")).read().splitlines() if m and not m.startswith("#")]
+        want = bpe_reference.encode(text, vocab, merges, added)
+        width = {"uint16": 2, "uint32": 4}[json.load(open(tokens + ".json"))["dtype"]]
+        raw = open(tokens, "rb").read()
+        got = [int.from_bytes(raw[i:i + width], "little") for i in range(0, len(raw), width)]
+        assert got == want, f"ids differ from the {next((i for i, (a, b) in enumerate(zip(got, want)) if a != b), min(len(got), len(want)))}th on ({len(got)} against {len(want)})"
+        print(f"ok: {len(got)} ids equal the reference's ({len(set(got))} distinct)")
     else:
         sys.exit(f"unknown command {cmd}")
 

@@ -67,9 +67,9 @@ def write_folder(folder, config, tensors, shards=1):
         json.dump({"metadata": {"total_size": sum(t.nbytes for t in tensors.values())}, "weight_map": weight_map}, f)
 
 
-def tiny_llama(dtype, tied, seed=1):
+def tiny_llama(dtype, tied, seed=1, vocab=320):
     g = torch.Generator().manual_seed(seed)
-    d, heads, kv, layers, inner, vocab = 64, 4, 2, 2, 176, 320
+    d, heads, kv, layers, inner = 64, 4, 2, 2, 176
     hd = d // heads
     config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab, "hidden_size": d,
               "intermediate_size": inner, "num_hidden_layers": layers, "num_attention_heads": heads,
@@ -89,9 +89,9 @@ def tiny_llama(dtype, tied, seed=1):
     return config, w
 
 
-def tiny_gpt2(dtype, seed=2):
+def tiny_gpt2(dtype, seed=2, vocab=320):
     g = torch.Generator().manual_seed(seed)
-    d, heads, layers, vocab, positions = 64, 4, 2, 320, 64
+    d, heads, layers, positions = 64, 4, 2, 64
     config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": vocab, "n_embd": d,
               "n_layer": layers, "n_head": heads, "n_positions": positions, "n_inner": None,
               "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "torch_dtype": dtype}

@@ -62,8 +62,9 @@ Action add_ckpt(CLI::App& app) {
     if (*out && o->to == "hf") {
       const at::ScalarType type = hf::weight_type(o->dtype, "--dtype");
       LOOM_CHECK_INPUT(o->shard_mb > 0, "--shard-mb {} must be above 0", o->shard_mb);
-      const int64_t n = hf::export_hf(o->dir, o->out, type, static_cast<int64_t>(o->shard_mb * 1e6));
-      std::cout << fmt::format("wrote {} tensors ({}) and config.json to {}\n", n, o->dtype, o->out);
+      const hf::Exported done = hf::export_hf(o->dir, o->out, type, static_cast<int64_t>(o->shard_mb * 1e6));
+      std::cout << fmt::format("wrote {} tensors ({}), config.json{} to {}\n", done.tensors, o->dtype,
+                               done.tokenizer.empty() ? "" : " and the tokenizer of " + done.tokenizer, o->out);
       return;
     }
     LOOM_CHECK_INPUT(o->to == "safetensors", "--to {}: loom exports to safetensors (loom's names) or hf", o->to);

@@ -46,10 +46,11 @@ Chosen given_model(const PrepareOptions& o) {
   const PathUse use{o.tokenizer, "--tokenizer"};
   std::error_code ec;
   LOOM_CHECK_INPUT(std::filesystem::exists(o.tokenizer, ec),
-                   "--tokenizer '{}' is neither byte, bpe, unigram nor an existing SentencePiece model file; hint: "
-                   "--tokenizer bpe --vocab 8000 trains one",
+                   "--tokenizer '{}' is neither byte, bpe, unigram nor an existing tokenizer (a SentencePiece model "
+                   "file, a tokenizer.json, or a model folder's tokenizer files); hint: --tokenizer bpe --vocab 8000 "
+                   "trains one",
                    o.tokenizer);
-  Chosen chosen{nullptr, read_file_bytes(use)};
+  Chosen chosen{nullptr, read_tokenizer_file(use.path)};
   chosen.tokenizer = tokenizer_from_model(chosen.model, o.tokenizer);
   LOOM_CHECK_INPUT(o.vocab == 0 || o.vocab == chosen.tokenizer->vocab(),
                    "--vocab {}, but the tokenizer model '{}' has {} pieces; hint: leave out --vocab to use the model's",

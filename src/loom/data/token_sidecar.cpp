@@ -69,8 +69,8 @@ TokenSidecar parse_sidecar(const std::string& text, const std::string& path) {
                    "description; {}",
                    path, s.version, s.dtype, s.tokens, s.vocab, hint);
   const bool byte = s.tokenizer == "byte";
-  LOOM_CHECK_INPUT(byte || s.tokenizer == "bpe" || s.tokenizer == "unigram",
-                   "token sidecar '{}' names tokenizer \"{}\", not \"byte\", \"bpe\" or \"unigram\"; {}", path,
+  LOOM_CHECK_INPUT(byte || s.tokenizer == "bpe" || s.tokenizer == "unigram" || s.tokenizer == "byte-bpe",
+                   "token sidecar '{}' names tokenizer \"{}\", not \"byte\", \"bpe\", \"unigram\" or \"byte-bpe\"; {}", path,
                    s.tokenizer, hint);
   LOOM_CHECK_INPUT(byte == s.tokenizer_model.empty(),
                    "token sidecar '{}' says tokenizer \"{}\" with tokenizer_model \"{}\": a {} tokenizer {} a model "

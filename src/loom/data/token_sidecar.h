@@ -5,12 +5,13 @@
 // beside `X` a small JSON file `X.json`, versioned:
 //   {"format": "loom-tokens", "version": 1, "dtype": "uint16" | "uint32", "vocab": 256,
 //    "tokens": N, "source": "<first text path>", "source_checksum": "<FNV-1a 64 of it, 16 hex>",
-//    "tokenizer": "byte" | "bpe" | "unigram", "tokenizer_model": "<file name>" ("" for byte),
+//    "tokenizer": "byte" | "bpe" | "unigram" | "byte-bpe", "tokenizer_model": "<file name>" ("" for byte),
 //    "tokenizer_checksum": "<FNV-1a 64 of the model file>" ("" for byte),
 //    "sources": [{"path": "<text path>", "checksum": "<FNV-1a 64>"}, ...]}
 // data.token_dtype = "auto" reads the width from it; the token count checks that the file is the
 // one that was prepared (tokens x width = its size); model.vocab = "auto" reads the vocabulary.
-// The tokenizer model (a SentencePiece model file) lies beside the sidecar: tokenizer_model is
+// The tokenizer model (a SentencePiece model file, or for byte-bpe a tokenizer.json: NOTE
+// [Byte-level BPE]) lies beside the sidecar: tokenizer_model is
 // relative to the sidecar's directory, so the token file, its sidecar and its model move together;
 // its checksum says the model is the one the ids were made with. "sources" lists every text file
 // the ids came from (all of them, also for a validation split: the texts were split by document).
@@ -42,7 +43,7 @@ struct TokenSidecar {
   int64_t tokens = 0;
   std::string source;           // the text the file was prepared from, as given
   std::string source_checksum;  // fnv1a_hex of the source's bytes
-  std::string tokenizer = "byte";  // "byte" | "bpe" | "unigram"
+  std::string tokenizer = "byte";  // "byte" | "bpe" | "unigram" | "byte-bpe"
   std::string tokenizer_model;     // the model's file name, relative to the sidecar's directory; "" for byte
   std::string tokenizer_checksum;  // fnv1a_hex of the model file; "" for byte
   std::vector<SourceText> sources;  // every text file, in order

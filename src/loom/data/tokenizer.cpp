@@ -11,6 +11,7 @@
 
 #include "loom/core/install_dirs.h"
 #include "loom/core/error.h"
+#include "loom/data/byte_bpe.h"
 #include "loom/data/sentencepiece_module.h"
 #include "loom/data/text_corpus.h"
 #include "loom/data/token_sidecar.h"
@@ -317,11 +318,26 @@ std::string train_tokenizer(const std::string& kind, int64_t vocab, const std::v
 std::unique_ptr<Tokenizer> byte_tokenizer() { return std::make_unique<ByteTokenizer>(); }
 
 std::unique_ptr<Tokenizer> tokenizer_from_model(const std::string& model, const std::string& name) {
+  if (is_tokenizer_json(model)) return byte_bpe_from_json(model, name);
   return std::make_unique<SentencePieceTokenizer>(model, name);
 }
 
+std::string read_tokenizer_file(const std::string& path) {
+  const std::filesystem::path dir(path);
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return read_file_bytes({path, "--tokenizer"});
+  // A Llama's folder holds its SentencePiece model and a tokenizer.json of it: the model is read.
+  for (const char* file : {"tokenizer.model", "tokenizer.json"})
+    if (std::filesystem::exists(dir / file, ec)) return read_file_bytes({(dir / file).string(), "--tokenizer"});
+  LOOM_CHECK_INPUT(std::filesystem::exists(dir / "vocab.json", ec) && std::filesystem::exists(dir / "merges.txt", ec),
+                   "--tokenizer {} is a folder with no tokenizer.model, tokenizer.json, or vocab.json and merges.txt; "
+                   "hint: name a model folder's tokenizer files", path);
+  return byte_bpe_json(read_file_bytes({(dir / "vocab.json").string(), "--tokenizer"}),
+                       read_file_bytes({(dir / "merges.txt").string(), "--tokenizer"}), path);
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
-  return tokenizer_from_model(read_file_bytes({path, "tokenizer model"}), path);
+  return tokenizer_from_model(read_tokenizer_file(path), path);
 }
 
 std::string read_tokenizer_model(const std::string& token_path, const TokenSidecar& sidecar) {

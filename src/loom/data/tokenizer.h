@@ -1,7 +1,8 @@
 #pragma once
 // Tokenizers: text <-> token ids. "byte" (one id per byte, vocab 256) needs no model; "bpe" and
-// "unigram" are SentencePiece models trained by `loom data prepare` and stored beside the token
-// file (NOTE [Token sidecar]). A token file's sidecar names its tokenizer, so whoever reads the
+// "unigram" are SentencePiece models trained by `loom data prepare` (or given to it) and stored
+// beside the token file (NOTE [Token sidecar]); "byte-bpe" is GPT-2's byte-level BPE from a
+// tokenizer.json or vocab.json and merges.txt (NOTE [Byte-level BPE]). A token file's sidecar names its tokenizer, so whoever reads the
 // tokens (training, `loom generate`) finds the same one.
 #include <cstdint>
 #include <memory>
@@ -14,7 +15,7 @@ namespace loom::data {
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;
-  virtual std::string kind() const = 0;  // "byte" | "bpe" | "unigram"
+  virtual std::string kind() const = 0;  // "byte" | "bpe" | "unigram" | "byte-bpe"
   virtual int64_t vocab() const = 0;     // every id encode returns is < vocab()
   virtual std::vector<int64_t> encode(std::string_view text) const = 0;
   // The text of `ids`; ids that end inside a multi-byte character decode to what they hold so far,
@@ -27,10 +28,16 @@ std::unique_ptr<Tokenizer> byte_tokenizer();
 // whose runtime refuses the module's dlopen(RTLD_DEEPBIND) (NOTE [SentencePiece in its own scope]);
 // there every SentencePiece call throws an Error saying so.
 bool sentencepiece_available();
-// A SentencePiece model file; InputError naming `path` when it is missing or not a model.
+// A tokenizer's model as one file's bytes: `path` itself (a SentencePiece model or a
+// tokenizer.json), or in a model folder its tokenizer.model (a Llama's; its tokenizer.json is the
+// same model), else its tokenizer.json, else its vocab.json and merges.txt as the text of a
+// tokenizer.json (NOTE [Byte-level BPE]). InputError naming what is missing.
+std::string read_tokenizer_file(const std::string& path);
+// The tokenizer of read_tokenizer_file(path); InputError naming `path` when it is missing or not a
+// model.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);
-// The tokenizer of a SentencePiece model file's bytes `model`; InputError naming `name` when they
-// are not a BPE or unigram model.
+// The tokenizer of a model file's bytes `model`: a tokenizer.json's byte-level BPE, else a
+// SentencePiece model; InputError naming `name` when they are neither.
 std::unique_ptr<Tokenizer> tokenizer_from_model(const std::string& model, const std::string& name);
 
 // Trains a SentencePiece model of `kind` ("bpe" | "unigram") with `vocab` pieces on the lines of

@@ -11,6 +11,9 @@
 #include "loom/ckpt/checkpointer.h"
 #include "loom/ckpt/inspect.h"
 #include "loom/core/error.h"
+#include "loom/data/byte_bpe.h"
+#include "loom/data/token_sidecar.h"
+#include "loom/data/tokenizer.h"
 #include "loom/dist/null_communicator.h"
 #include "loom/hf/hf_folder.h"
 #include "loom/hf/hf_tensors.h"
@@ -76,14 +79,45 @@ std::vector<std::vector<std::string>> find_tensors(const HfFolder& folder, const
   return found;
 }
 
-ckpt::CheckpointMeta import_meta(const HfModel& hf, const std::string& from) {
+bool has_tokenizer(const fs::path& dir) {
+  return fs::exists(dir / "tokenizer.model") || fs::exists(dir / "tokenizer.json") ||
+         (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt"));
+}
+
+// The folder's tokenizer, checked against the model's vocabulary; "" when it has none.
+std::string check_tokenizer(const std::string& from, const HfModel& hf) {
+  if (!has_tokenizer(from)) return "";
+  const std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(from);
+  LOOM_CHECK_INPUT(tokenizer->vocab() <= hf.model.vocab, "{}: its tokenizer ({}) has {} pieces, more than "
+                   "config.json's vocabulary of {}: ids past the embedding table", from, tokenizer->kind(),
+                   tokenizer->vocab(), hf.model.vocab);
+  return fs::absolute(from).string();
+}
+
+// The tokenizer model's bytes for an export: the run's token file's, else the imported folder's;
+// with where it came from ("" and "" when loom has none).
+std::pair<std::string, std::string> tokenizer_for(const Config& config, const ckpt::Manifest& manifest) {
+  const std::string& source = config.data.source;
+  if (source.starts_with("tokens:")) {
+    const std::string path = source.substr(7);
+    const std::optional<data::TokenSidecar> sidecar = data::read_sidecar(path);
+    if (sidecar && sidecar->tokenizer != "byte") return {data::read_tokenizer_model(path, *sidecar), path};
+  }
+  const nlohmann::json imported = manifest.state.value("import", nlohmann::json::object());
+  const std::string folder = imported.value("tokenizer", "");
+  if (!folder.empty() && has_tokenizer(folder)) return {data::read_tokenizer_file(folder), folder};
+  return {"", ""};
+}
+
+ckpt::CheckpointMeta import_meta(const HfModel& hf, const std::string& from, const std::string& tokenizer) {
   Config config;
   config.model = hf.model;
   ckpt::CheckpointMeta meta{.step = 0, .config = to_toml(config)};
   meta.layout = {{"ranks", 1}, {"dp", 1}, {"tp", 1}, {"pp", 1}, {"sp", 1}, {"zero", 0}};
   meta.state = {{"run", {{"id", ckpt::new_run_id()}}},
                 {"import", {{"from", "hf"}, {"folder", fs::absolute(from).string()},
-                            {"architecture", arch_name(hf.arch)}, {"torch_dtype", hf.torch_dtype}}}};
+                            {"architecture", arch_name(hf.arch)}, {"torch_dtype", hf.torch_dtype},
+                            {"tokenizer", tokenizer}}}};
   return meta;
 }
 
@@ -93,6 +127,7 @@ Imported import_hf(const std::string& from, const std::string& out, const models
   const HfFolder folder(from);
   Imported result{.hf = read_hf_config(folder.config(), folder.config_path())};
   HfModel& hf = result.hf;
+  const std::string tokenizer = check_tokenizer(from, hf);
   ckpt::check_writable_dir(out);
   ckpt::check_dir_for_run(out, std::nullopt);
   const std::vector<TensorMap> maps = tensor_maps(hf.arch, hf.model);
@@ -115,14 +150,14 @@ Imported import_hf(const std::string& from, const std::string& out, const models
     pieces.push_back(ckpt::whole_piece(maps[i].loom, to_loom(maps[i], parts).contiguous()));
   }
   ckpt::Checkpointer writer({.dir = out, .keep = 1}, world);
-  writer.save(import_meta(hf, from), pieces);
+  writer.save(import_meta(hf, from, tokenizer), pieces);
   writer.finish();
   result.checkpoint = writer.last_committed();
   result.tensors = static_cast<int64_t>(pieces.size());
   return result;
 }
 
-int64_t export_hf(const std::string& checkpoint, const std::string& out, at::ScalarType type, int64_t shard_bytes) {
+Exported export_hf(const std::string& checkpoint, const std::string& out, at::ScalarType type, int64_t shard_bytes) {
   const std::string dir = ckpt::checkpoint_of(checkpoint);
   const ckpt::Manifest manifest = ckpt::read_manifest(dir);
   ckpt::check_files(dir, manifest);
@@ -139,8 +174,11 @@ int64_t export_hf(const std::string& checkpoint, const std::string& out, at::Sca
     const std::vector<at::Tensor> parts = to_hf(map, ckpt::assemble(dir, *stored, files, &bytes));
     for (size_t i = 0; i < parts.size(); ++i) tensors.emplace_back(map.hf[i], parts[i].to(type).contiguous());
   }
-  write_hf_folder(out, write_hf_config(config.model, weight_type_name(type)), tensors, shard_bytes);
-  return static_cast<int64_t>(tensors.size());
+  const auto [model, from] = tokenizer_for(config, manifest);
+  std::vector<std::pair<std::string, std::string>> extra;
+  if (!model.empty()) extra.emplace_back(data::is_tokenizer_json(model) ? "tokenizer.json" : "tokenizer.model", model);
+  write_hf_folder(out, write_hf_config(config.model, weight_type_name(type)), tensors, shard_bytes, extra);
+  return {static_cast<int64_t>(tensors.size()), from};
 }
 
 at::ScalarType weight_type(const std::string& name, const std::string& option) {

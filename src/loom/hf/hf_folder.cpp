@@ -90,7 +90,8 @@ std::vector<std::string> HfFolder::files() const {
 }
 
 void write_hf_folder(const std::string& dir, const nlohmann::json& config,
-                     const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t shard_bytes) {
+                     const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t shard_bytes,
+                     const std::vector<std::pair<std::string, std::string>>& files) {
   LOOM_CHECK_INPUT(!fs::exists(dir) || (fs::is_directory(dir) && fs::is_empty(dir)),
                    "--out {} exists and is not an empty folder; hint: loom writes a new model folder and never over "
                    "files that are there", dir);
@@ -119,6 +120,7 @@ void write_hf_folder(const std::string& dir, const nlohmann::json& config,
       ckpt::write_synced((partial / kIndex).string(),
                          nlohmann::json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n");
     ckpt::write_synced((partial / "config.json").string(), config.dump(2) + "\n");
+    for (const auto& [name, bytes] : files) ckpt::write_synced((partial / name).string(), bytes);
     if (fs::exists(target)) fs::remove(target);  // empty, checked above
     fs::rename(partial, target);
   } catch (...) {

@@ -44,7 +44,9 @@ class HfFolder {
 // their order, as model.safetensors, or, past `shard_bytes` in one file, as shards
 // model-0000K-of-0000N.safetensors with model.safetensors.index.json. Written into a temporary
 // folder beside `dir` and renamed into place, so a failure leaves nothing under `dir`.
+// `files`: more files (name, bytes), such as the tokenizer.
 void write_hf_folder(const std::string& dir, const nlohmann::json& config,
-                     const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t shard_bytes);
+                     const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t shard_bytes,
+                     const std::vector<std::pair<std::string, std::string>>& files = {});
 
 }  // namespace loom::hf
