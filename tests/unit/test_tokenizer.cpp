@@ -145,7 +145,8 @@ TEST(Tokenizer, LoadRefusesMissingAndNonModelFiles) {
   const std::string text = dir.file("text.model", "not a model\n");
   EXPECT_THAT(input_error([&] { load_tokenizer(text); }),
               HasSubstr("tokenizer model '" + text + "' is not a SentencePiece model"));
-  EXPECT_THAT(input_error([&] { load_tokenizer(dir.path("")); }), HasSubstr("is a directory"));
+  EXPECT_THAT(input_error([&] { load_tokenizer(dir.path("")); }),  // a folder: its tokenizer files
+              HasSubstr("is a folder with no tokenizer.model, tokenizer.json, or vocab.json and merges.txt"));
   const std::string good = dir.file("good.model", train_tokenizer("unigram", 400, views(corpus_text(60))));
   EXPECT_EQ(load_tokenizer(good)->kind(), "unigram");
 }
@@ -313,7 +314,7 @@ TEST(TokenizerPrepare, RefusesBadInputAndWritesNothing) {
   o = {}, o.valid_fraction = 1.0;
   EXPECT_THAT(refused(o), HasSubstr("--valid-fraction 1 must be in (0, 1)"));
   o = {}, o.tokenizer = dir.path("none.model");
-  EXPECT_THAT(refused(o), HasSubstr("is neither byte, bpe, unigram nor an existing SentencePiece model file"));
+  EXPECT_THAT(refused(o), HasSubstr("is neither byte, bpe, unigram nor an existing tokenizer"));
   o = {}, o.tokenizer = text;
   EXPECT_THAT(refused(o), HasSubstr("tokenizer model '" + text + "' is not a SentencePiece model"));
   o = {}, o.vocab = 300;

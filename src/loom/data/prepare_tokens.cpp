@@ -50,7 +50,7 @@ Chosen given_model(const PrepareOptions& o) {
                    "file, a tokenizer.json, or a model folder's tokenizer files); hint: --tokenizer bpe --vocab 8000 "
                    "trains one",
                    o.tokenizer);
-  Chosen chosen{nullptr, read_tokenizer_file(use.path)};
+  Chosen chosen{nullptr, read_tokenizer_file(use.path, use.role)};
   chosen.tokenizer = tokenizer_from_model(chosen.model, o.tokenizer);
   LOOM_CHECK_INPUT(o.vocab == 0 || o.vocab == chosen.tokenizer->vocab(),
                    "--vocab {}, but the tokenizer model '{}' has {} pieces; hint: leave out --vocab to use the model's",

@@ -322,22 +322,22 @@ std::unique_ptr<Tokenizer> tokenizer_from_model(const std::string& model, const 
   return std::make_unique<SentencePieceTokenizer>(model, name);
 }
 
-std::string read_tokenizer_file(const std::string& path) {
+std::string read_tokenizer_file(const std::string& path, const std::string& role) {
   const std::filesystem::path dir(path);
   std::error_code ec;
-  if (!std::filesystem::is_directory(dir, ec)) return read_file_bytes({path, "--tokenizer"});
+  if (!std::filesystem::is_directory(dir, ec)) return read_file_bytes({path, role});
   // A Llama's folder holds its SentencePiece model and a tokenizer.json of it: the model is read.
   for (const char* file : {"tokenizer.model", "tokenizer.json"})
-    if (std::filesystem::exists(dir / file, ec)) return read_file_bytes({(dir / file).string(), "--tokenizer"});
+    if (std::filesystem::exists(dir / file, ec)) return read_file_bytes({(dir / file).string(), role});
   LOOM_CHECK_INPUT(std::filesystem::exists(dir / "vocab.json", ec) && std::filesystem::exists(dir / "merges.txt", ec),
-                   "--tokenizer {} is a folder with no tokenizer.model, tokenizer.json, or vocab.json and merges.txt; "
-                   "hint: name a model folder's tokenizer files", path);
-  return byte_bpe_json(read_file_bytes({(dir / "vocab.json").string(), "--tokenizer"}),
-                       read_file_bytes({(dir / "merges.txt").string(), "--tokenizer"}), path);
+                   "{} {} is a folder with no tokenizer.model, tokenizer.json, or vocab.json and merges.txt; hint: "
+                   "name a model folder's tokenizer files", role, path);
+  return byte_bpe_json(read_file_bytes({(dir / "vocab.json").string(), role}),
+                       read_file_bytes({(dir / "merges.txt").string(), role}), path);
 }
 
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
-  return tokenizer_from_model(read_tokenizer_file(path), path);
+  return tokenizer_from_model(read_tokenizer_file(path, "tokenizer model"), path);
 }
 
 std::string read_tokenizer_model(const std::string& token_path, const TokenSidecar& sidecar) {

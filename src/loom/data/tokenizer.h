@@ -31,8 +31,8 @@ bool sentencepiece_available();
 // A tokenizer's model as one file's bytes: `path` itself (a SentencePiece model or a
 // tokenizer.json), or in a model folder its tokenizer.model (a Llama's; its tokenizer.json is the
 // same model), else its tokenizer.json, else its vocab.json and merges.txt as the text of a
-// tokenizer.json (NOTE [Byte-level BPE]). InputError naming what is missing.
-std::string read_tokenizer_file(const std::string& path);
+// tokenizer.json (NOTE [Byte-level BPE]). InputError naming what is missing, and `role`.
+std::string read_tokenizer_file(const std::string& path, const std::string& role);
 // The tokenizer of read_tokenizer_file(path); InputError naming `path` when it is missing or not a
 // model.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);

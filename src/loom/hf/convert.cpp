@@ -105,7 +105,7 @@ std::pair<std::string, std::string> tokenizer_for(const Config& config, const ck
   }
   const nlohmann::json imported = manifest.state.value("import", nlohmann::json::object());
   const std::string folder = imported.value("tokenizer", "");
-  if (!folder.empty() && has_tokenizer(folder)) return {data::read_tokenizer_file(folder), folder};
+  if (!folder.empty() && has_tokenizer(folder)) return {data::read_tokenizer_file(folder, "the imported folder's tokenizer"), folder};
   return {"", ""};
 }
 
