@@ -9,7 +9,8 @@
 #     forward on the folder, within 1e-5 (float32): Llama untied and tied, GPT-2.
 #  3. --init at dp=2 x tp=2: a step of learning rate 1e-30 leaves the weights as imported (the
 #     export is the original folder, byte for byte); 50 steps of fine-tuning, exported, give in
-#     the reference the loss `loom eval` gives the last checkpoint (1e-5).
+#     the reference the loss `loom eval` gives the last checkpoint (1e-5), and the log-likelihood
+#     of each choice of a few multiple-choice questions `loom eval --choices` gives (1e-5).
 #  4. Byte-level BPE: `loom data prepare --tokenizer` with a tokenizer trained here, read from
 #     vocab.json and merges.txt or from a tokenizer.json (with an added token), writes the ids the
 #     reference (tests/hf/bpe_reference.py) gives on a text of many scripts, numbers and spaces; a
@@ -83,6 +84,15 @@ loss=$("$loom" eval --checkpoint tuned --data text:text.txt --seq 32 --windows 4
 first=$("$py" -c 'import json, sys; print(json.loads(open(sys.argv[1]).readline())["loss"])' m.jsonl)
 "$py" -c 'import sys; a, b = map(float, sys.argv[1:]); assert b < a - 1, f"fine-tuning went from {a} to {b}"' "$first" "$loss"
 check loss tuned.hf text.txt 32 4 "$loss"
+# Multiple choice: each choice's log-likelihood given its context, as the reference's.
+cat >questions.jsonl <<'JSONL'
+{"context": "loom trains the same model", "choices": [" anywhere", " nowhere", " sometimes"], "answer": 0}
+{"context": "Any parallel layout trains the same model as", "choices": [" one process.", " a cat.", " xyz"], "answer": 0}
+{"context": "The quick brown fox jumps over the lazy dog, then over the lazy dog again and again", "choices": [" again", " dog"], "answer": 1}
+JSONL
+accuracy=$("$loom" eval --checkpoint tuned --choices questions.jsonl --scores scores.jsonl |
+           "$py" -c 'import json, sys; print(json.load(sys.stdin)["accuracy"])')
+check choices tuned.hf questions.jsonl scores.jsonl "$accuracy"
 
 # 4. Byte-level BPE.
 check varied varied.txt
@@ -130,4 +140,9 @@ refused 'is not an empty folder' "$loom" ckpt export ck --to hf --out full
 [ "$(ls full)" = mine.txt ]
 refused 'holds another model: model.n_layers = 3 (checkpoint: 2)' "$loom" train -c ft.toml --init ck --set model.n_layers=3
 refused 'holds imported weights only' "$loom" train -c ft.toml --resume ck/step-0000000
+echo '{"context": "x", "choices": ["a"], "answer": 1}' >bad.jsonl
+refused 'bad.jsonl:1: "answer" 1 is not the index of one of its 1 choices' "$loom" eval --checkpoint tuned --choices bad.jsonl
+echo '{"context": "x", "choices": "a", "answer": 0}' >bad.jsonl
+refused 'bad.jsonl:1: not an object of "context"' "$loom" eval --checkpoint tuned --choices bad.jsonl
+refused 'names no tokenizer' "$loom" eval --checkpoint ck --choices questions.jsonl
 echo "ok: Hugging Face folders in and out, the same logits, --init and fine-tuning at dp=2 x tp=2"

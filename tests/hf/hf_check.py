@@ -7,6 +7,8 @@
                                              (`loom eval --logits`) gives its logits within 1e-5
   loss FOLDER TEXT SEQ WINDOWS LOSS          the reference's mean loss on the first WINDOWS windows of
                                              the text's bytes is LOSS (loom eval's) within 1e-5
+  choices FOLDER QUESTIONS SCORES ACCURACY    every choice's log-likelihood (byte tokens) in the reference
+                                             is `loom eval --scores`'s within 1e-5, and so is the accuracy
   varied FILE                                a text of many scripts, numbers, spaces and contractions
   bpe-make TEXT PAIR_DIR JSON_DIR MERGES     a byte-level BPE trained on TEXT: vocab.json and merges.txt
                                              in PAIR_DIR, a tokenizer.json (with an added token) in JSON_DIR
@@ -56,6 +58,24 @@ def main(args):
         ref = -logp.gather(-1, rows[:, 1:, None]).mean().item()
         assert abs(ref - loss) <= 1e-5 * abs(ref), f"loss {loss} against the reference's {ref}"
         print(f"ok: loss {loss:.8f}, the reference's {ref:.8f}")
+    elif cmd == "choices":
+        folder, questions, scores, accuracy = args[1], args[2], args[3], float(args[4])
+        context = json.load(open(os.path.join(folder, "config.json"))).get("max_position_embeddings", 64)
+        right = 0
+        for line, got in zip(open(questions, encoding="utf-8"), open(scores)):
+            q, got = json.loads(line), json.loads(got)
+            want = []
+            for choice in q["choices"]:
+                c = list(choice.encode())
+                ids = (list(q["context"].encode()) + c)[-(context + 1):]
+                logp = hf_models.logits(folder, torch.tensor([ids[:-1]])).log_softmax(-1)[0]
+                want.append(sum(logp[len(ids) - 1 - len(c) + i, t].item() for i, t in enumerate(c)))
+            for w, g in zip(want, got["loglik"]):
+                assert abs(w - g) <= 1e-5 * max(1.0, abs(w)), f"{q}: log-likelihood {g} against the reference's {w}"
+            right += max(range(len(want)), key=want.__getitem__) == q["answer"]
+        n = sum(1 for _ in open(questions))
+        assert abs(right / n - accuracy) < 1e-12, f"accuracy {accuracy} against the reference's {right / n}"
+        print(f"ok: {n} questions' log-likelihoods and accuracy ({accuracy}) as the reference's")
     elif cmd == "varied":
         text = ("Loom's tests don't skip: we'll see.  Twice  spaced,\ttabbed\u00a0and\u3000wide.\n"
                 "Numbers 1234567 and 3.14159, ½ and \u2167, \u0663\u0664 in Arabic-Indic; caf\u00e9, stra\u00dfe, "
