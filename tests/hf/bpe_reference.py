@@ -53,6 +53,19 @@ def pre_tokens(text):
     return PATTERN.findall(text)
 
 
+def merge(parts, a, b):
+    """`parts` with every adjacent (a, b), left to right, made one piece."""
+    out, i = [], 0
+    while i < len(parts):
+        if i + 1 < len(parts) and parts[i] == a and parts[i + 1] == b:
+            out.append(a + b)
+            i += 2
+        else:
+            out.append(parts[i])
+            i += 1
+    return out
+
+
 def bpe(word, ranks):
     parts = list(word)
     while len(parts) > 1:
@@ -61,15 +74,7 @@ def bpe(word, ranks):
             break
         rank = min(pairs)[0]
         a, b = next(p for p, r in ranks.items() if r == rank)
-        merged, i = [], 0
-        while i < len(parts):
-            if i + 1 < len(parts) and parts[i] == a and parts[i + 1] == b:
-                merged.append(a + b)
-                i += 2
-            else:
-                merged.append(parts[i])
-                i += 1
-        parts = merged
+        parts = merge(parts, a, b)
     return parts
 
 
@@ -102,14 +107,6 @@ def train(text, merges_wanted):
         vocab.setdefault(a + b, len(vocab))
         new = collections.Counter()
         for w, n in words.items():
-            out, i = [], 0
-            while i < len(w):
-                if i + 1 < len(w) and w[i] == a and w[i + 1] == b:
-                    out.append(a + b)
-                    i += 2
-                else:
-                    out.append(w[i])
-                    i += 1
-            new[tuple(out)] += n
+            new[tuple(merge(w, a, b))] += n
         words = new
     return vocab, merges
