@@ -132,5 +132,5 @@ expect_error "bpe.bin.tokenizer.model" generate --checkpoint "$dir/bpe" --prompt
 "$loom" train -c "$src/configs/gpt-tiny.toml" --peak-flops 1e10 --quiet --set model.vocab=256 --set model.d_model=32 \
   --set model.n_layers=1 --set model.n_heads=4 --set model.seq_len=16 --set train.steps=1 --set train.warmup=0 \
   --set train.global_batch=2 --set train.micro_batch=2 --set checkpoint.dir="$dir/synthetic"
-expect_error 'names no tokenizer; hint: --tokenizer PATH.model' generate --checkpoint "$dir/synthetic" --prompt hi
+expect_error 'names no tokenizer; hint: --tokenizer PATH (a SentencePiece model' generate --checkpoint "$dir/synthetic" --prompt hi
 echo "ok: loom generate"

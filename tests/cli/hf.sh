@@ -42,13 +42,16 @@ llama float32 --no-tie
 llama bfloat16 --tied
 llama float16 --shards=3 --shard-mb=0.05
 gpt2 float32 --no-tie
-gpt2 bfloat16 --no-tie
+gpt2 bfloat16 --tied
 gpt2 float16 --shards=2 --shard-mb=0.05
 CASES
-[ -f back/model.safetensors.index.json ] && [ "$(ls back | grep -c "^model-.*-of-.*\.safetensors$")" -ge 2 ]
+[ -f back/model.safetensors.index.json ] || { echo "FAIL: no index of shards"; exit 1; }
+[ "$(ls back | grep -c '^model-.*-of-.*\.safetensors$')" -ge 2 ] || { echo "FAIL: not sharded"; exit 1; }
+"$loom" ckpt export ck --to hf --dtype float16 --out again/ >/dev/null  # "DIR/" is the folder DIR
+check same f again
 
 # 2. The same logits.
-for arch in "llama --no-tie" "llama --tied" "gpt2 --no-tie"; do
+for arch in "llama --no-tie" "llama --tied" "gpt2 --tied" "gpt2 --no-tie" "gpt2 --bare"; do
   rm -rf f ck logits.safetensors
   check make ${arch%% *} float32 f ${arch#* }
   "$loom" ckpt import --from hf f --out ck >/dev/null
@@ -92,7 +95,7 @@ cat >questions.jsonl <<'JSONL'
 JSONL
 accuracy=$("$loom" eval --checkpoint tuned --choices questions.jsonl --scores scores.jsonl |
            "$py" -c 'import json, sys; print(json.load(sys.stdin)["accuracy"])')
-check choices tuned.hf questions.jsonl scores.jsonl "$accuracy"
+check choices tuned.hf questions.jsonl scores.jsonl "$accuracy" 32  # the run's seq_len: loom eval's context
 
 # 4. Byte-level BPE.
 check varied varied.txt
@@ -145,4 +148,11 @@ refused 'bad.jsonl:1: "answer" 1 is not the index of one of its 1 choices' "$loo
 echo '{"context": "x", "choices": "a", "answer": 0}' >bad.jsonl
 refused 'bad.jsonl:1: not an object of "context"' "$loom" eval --checkpoint tuned --choices bad.jsonl
 refused 'names no tokenizer' "$loom" eval --checkpoint ck --choices questions.jsonl
+refused 'more than the model'"'"'s vocabulary of 320' "$loom" eval --checkpoint tuned --choices questions.jsonl --tokenizer json
+cp text.txt text.before
+refused '--logits' "$loom" eval --checkpoint tuned --data text:text.txt --logits text.txt
+cmp text.txt text.before
+mkdir llama3 && "$py" -c 'import json, sys; j = json.load(open(sys.argv[1])); j["pre_tokenizer"] = {"type": "Sequence", "pretokenizers": [{"type": "Split", "pattern": {"Regex": "\\p{N}{1,3}"}, "behavior": "Isolated"}, j["pre_tokenizer"]]}; json.dump(j, open(sys.argv[2], "w"))' json/tokenizer.json llama3/tokenizer.json
+refused 'with GPT-2'"'"'s pattern' "$loom" data prepare --text varied.txt --tokenizer llama3 --out l3.bin
+[ ! -e l3.bin ]
 echo "ok: Hugging Face folders in and out, the same logits, --init and fine-tuning at dp=2 x tp=2"

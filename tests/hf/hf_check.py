@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
 """hf_check.py COMMAND ...: the Hugging Face side of tests/cli/hf.sh.
-  make ARCH DTYPE DIR [--tied] [--shards N] [--vocab V]
-                                             a tiny model folder (ARCH llama or gpt2)
+  make ARCH DTYPE DIR [--tied | --no-tie] [--bare] [--shards N] [--vocab V]
+                                             a tiny model folder (ARCH llama or gpt2; a Llama is untied
+                                             unless --tied, a GPT-2 tied unless --no-tie; --bare: a
+                                             GPT-2 without "transformer.", its mask buffers, a head copy)
   same A B                                   A's and B's tensors: the same names, types, shapes and bytes
   logits FOLDER LOOM_LOGITS                  the reference forward of FOLDER on the ids in LOOM_LOGITS
                                              (`loom eval --logits`) gives its logits within 1e-5
   loss FOLDER TEXT SEQ WINDOWS LOSS          the reference's mean loss on the first WINDOWS windows of
                                              the text's bytes is LOSS (loom eval's) within 1e-5
-  choices FOLDER QUESTIONS SCORES ACCURACY    every choice's log-likelihood (byte tokens) in the reference
-                                             is `loom eval --scores`'s within 1e-5, and so is the accuracy
+  choices FOLDER QUESTIONS SCORES ACCURACY CONTEXT
+                                             every choice's log-likelihood (byte tokens, the last CONTEXT + 1
+                                             of context and choice) in the reference is `loom eval
+                                             --scores`'s within 1e-5, and so is the accuracy
   varied FILE                                a text of many scripts, numbers, spaces and contractions
   bpe-make TEXT PAIR_DIR JSON_DIR MERGES     a byte-level BPE trained on TEXT: vocab.json and merges.txt
                                              in PAIR_DIR, a tokenizer.json (with an added token) in JSON_DIR
@@ -33,7 +37,10 @@ def main(args):
         if "--shards" in args:
             shards = int(args[args.index("--shards") + 1])
         vocab = int(args[args.index("--vocab") + 1]) if "--vocab" in args else 320
-        config, w = hf_models.tiny_llama(dtype, tied, vocab=vocab) if arch == "llama" else hf_models.tiny_gpt2(dtype, vocab=vocab)
+        if arch == "llama":
+            config, w = hf_models.tiny_llama(dtype, tied, vocab=vocab)
+        else:  # GPT-2 ties its head unless told not to
+            config, w = hf_models.tiny_gpt2(dtype, vocab=vocab, tied="--no-tie" not in args, bare="--bare" in args)
         hf_models.write_folder(folder, config, w, shards)
     elif cmd == "same":
         a, b = hf_models.read_folder(args[1]), hf_models.read_folder(args[2])
@@ -59,9 +66,9 @@ def main(args):
         assert abs(ref - loss) <= 1e-5 * abs(ref), f"loss {loss} against the reference's {ref}"
         print(f"ok: loss {loss:.8f}, the reference's {ref:.8f}")
     elif cmd == "choices":
-        folder, questions, scores, accuracy = args[1], args[2], args[3], float(args[4])
-        context = json.load(open(os.path.join(folder, "config.json"))).get("max_position_embeddings", 64)
+        folder, questions, scores, accuracy, context = args[1], args[2], args[3], float(args[4]), int(args[5])
         right = 0
+        assert sum(1 for _ in open(questions)) == sum(1 for _ in open(scores)), "a line per question"
         for line, got in zip(open(questions, encoding="utf-8"), open(scores)):
             q, got = json.loads(line), json.loads(got)
             want = []

@@ -14,7 +14,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 from safetensors_entries import safetensors_entries  # noqa: E402
 
-NAMES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.float64: "F64"}
+NAMES = {torch.float32: "F32", torch.bfloat16: "BF16", torch.float16: "F16", torch.float64: "F64", torch.bool: "BOOL"}
 TYPES = {v: k for k, v in NAMES.items()}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 
@@ -89,12 +89,14 @@ def tiny_llama(dtype, tied, seed=1, vocab=320):
     return config, w
 
 
-def tiny_gpt2(dtype, seed=2, vocab=320):
+def tiny_gpt2(dtype, seed=2, vocab=320, tied=True, bare=False):
+    """bare: GPT2Model's names (no "transformer."), with a head equal to wte stored anyway."""
     g = torch.Generator().manual_seed(seed)
     d, heads, layers, positions = 64, 4, 2, 64
     config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": vocab, "n_embd": d,
               "n_layer": layers, "n_head": heads, "n_positions": positions, "n_inner": None,
-              "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "torch_dtype": dtype}
+              "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "torch_dtype": dtype,
+              "tie_word_embeddings": tied}
     r = lambda *shape: (torch.randn(*shape, generator=g) * 0.2).to(DTYPES[dtype])  # noqa: E731
     w = {"transformer.wte.weight": r(vocab, d), "transformer.wpe.weight": r(positions, d),
          "transformer.ln_f.weight": 1 + r(d), "transformer.ln_f.bias": r(d)}
@@ -104,6 +106,12 @@ def tiny_gpt2(dtype, seed=2, vocab=320):
                   p + "attn.c_attn.bias": r(3 * d), p + "attn.c_proj.weight": r(d, d), p + "attn.c_proj.bias": r(d),
                   p + "ln_2.weight": 1 + r(d), p + "ln_2.bias": r(d), p + "mlp.c_fc.weight": r(d, 4 * d),
                   p + "mlp.c_fc.bias": r(4 * d), p + "mlp.c_proj.weight": r(4 * d, d), p + "mlp.c_proj.bias": r(d)})
+    if not tied:
+        w["lm_head.weight"] = r(vocab, d)
+    if bare:
+        w = {k.removeprefix("transformer."): v for k, v in w.items()}
+        w["lm_head.weight"] = w["wte.weight"].clone()
+        w.update({f"h.{i}.attn.bias": torch.ones(1, 1, positions, positions).tril().bool() for i in range(layers)})
     return config, w
 
 

@@ -49,21 +49,24 @@ std::string tokenizer_json(const std::vector<std::pair<std::string, std::string>
 const std::string kSpace = piece_of(' ');
 
 TEST(ByteBpe, MergesApplyWithinPreTokensOnly) {
-  // "Ġ a" merges a space into the letters after it only where GPT-2's pattern keeps them together.
-  const auto t = byte_bpe_from_json(tokenizer_json({{kSpace, "a"}}), "t.json");
-  const int64_t space_a = 256;
+  // "Ġ a" and "Ġ Ġ" merge only where GPT-2's pattern keeps the pieces in one pre-token.
+  const auto t = byte_bpe_from_json(tokenizer_json({{kSpace, "a"}, {kSpace, kSpace}}), "t.json");
+  const int64_t space_a = 256, two_spaces = 257;
   EXPECT_THAT(t->encode("x a"), ElementsAre('x', space_a));
-  EXPECT_THAT(t->encode("x  a"), ElementsAre('x', ' ', space_a));    // the run's last space goes with "a"
-  EXPECT_THAT(t->encode("x\ta"), ElementsAre('x', '\t', 'a'));       // only U+0020 joins a word
-  EXPECT_THAT(t->encode("x   "), ElementsAre('x', ' ', ' ', ' '));   // a run at the end stays whole
+  EXPECT_THAT(t->encode("x  a"), ElementsAre('x', ' ', space_a));   // the run's last space goes with "a"
+  EXPECT_THAT(t->encode("x   a"), ElementsAre('x', two_spaces, space_a));
+  EXPECT_THAT(t->encode("x\ta"), ElementsAre('x', '\t', 'a'));      // only U+0020 joins a word
+  EXPECT_THAT(t->encode("x    "), ElementsAre('x', two_spaces, two_spaces));  // a run at the end stays whole
   EXPECT_THAT(t->encode("1 a2"), ElementsAre('1', space_a, '2'));
 }
 
 TEST(ByteBpe, ContractionsNumbersAndOtherRuns) {
-  const auto t = byte_bpe_from_json(tokenizer_json({{"'", "t"}, {"n", "'"}, {"1", "2"}, {"a", "1"}}), "t.json");
+  const auto t = byte_bpe_from_json(
+      tokenizer_json({{"'", "t"}, {"n", "'"}, {"1", "2"}, {"a", "1"}, {"'", "T"}, {"N", "'"}}), "t.json");
   // "don't" is "don" then "'t": the "n '" merge never sees its pair.
   EXPECT_THAT(t->encode("don't"), ElementsAre('d', 'o', 'n', 256));
-  EXPECT_THAT(t->encode("DON'T"), ElementsAre('D', 'O', 'N', '\'', 'T'));  // contractions are lower case
+  // GPT-2's contractions are lower case: "'T" is a run of its own ("'") before the letters.
+  EXPECT_THAT(t->encode("DON'T"), ElementsAre('D', 'O', 'N', '\'', 'T'));
   EXPECT_THAT(t->encode("a12"), ElementsAre('a', 258));                      // letters and numbers split
 }
 

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <iostream>
 
 #include "commands.h"
@@ -17,6 +18,7 @@ namespace {
 void import_folder(const std::string& from, const std::string& format, const std::string& out) {
   LOOM_CHECK_INPUT(format == "hf", "--from {}: loom imports Hugging Face model folders; hint: --from hf DIR", format);
   const hf::Imported done = hf::import_hf(from, out);
+  if (!done.note.empty()) std::cerr << "loom: warning: " << done.note << "\n";
   Config config;
   config.model = done.hf.model;
   const std::vector<std::string_view> keys = models::ModelKinds::builtin().find(config.model.kind).model_keys();
@@ -61,7 +63,8 @@ Action add_ckpt(CLI::App& app) {
     if (*in) return import_folder(o->from_dir, o->from, o->out);
     if (*out && o->to == "hf") {
       const at::ScalarType type = hf::weight_type(o->dtype, "--dtype");
-      LOOM_CHECK_INPUT(o->shard_mb > 0, "--shard-mb {} must be above 0", o->shard_mb);
+      LOOM_CHECK_INPUT(std::isfinite(o->shard_mb) && o->shard_mb > 0 && o->shard_mb < 1e12,
+                       "--shard-mb {} must be a number of MB above 0", o->shard_mb);
       const hf::Exported done = hf::export_hf(o->dir, o->out, type, static_cast<int64_t>(o->shard_mb * 1e6));
       std::cout << fmt::format("wrote {} tensors ({}), config.json{} to {}\n", done.tensors, o->dtype,
                                done.tokenizer.empty() ? "" : " and the tokenizer of " + done.tokenizer, o->out);

@@ -41,11 +41,6 @@ void run_generate(const GenerateFlags& f) {
   LOOM_CHECK_INPUT(f.max_tokens >= 1, "--max-tokens {} must be >= 1", f.max_tokens);
   generate::LoadedModel loaded = generate::load_model(f.checkpoint);
   const std::unique_ptr<data::Tokenizer> tokenizer = generate::run_tokenizer(loaded.config, f.tokenizer);
-  const int64_t vocab = loaded.config.model.vocab;
-  LOOM_CHECK_INPUT(tokenizer->vocab() <= vocab,
-                   "the {} tokenizer has {} ids, more than the model's vocabulary of {} (model.vocab); hint: "
-                   "--tokenizer the model of the run's own token file",
-                   tokenizer->kind(), tokenizer->vocab(), vocab);
   const std::vector<int64_t> prompt = tokenizer->encode(f.prompt);
   generate::check_prompt(static_cast<int64_t>(prompt.size()));
   TextStream stream(*tokenizer, prompt);

@@ -286,15 +286,16 @@ void check_files(const std::string& dir, const Manifest& manifest) {
 
 namespace {
 
-// The stored boxes a rank's pieces need, read and verified; then the assignments to make.
+// The parts of stored boxes a rank's pieces need, read and verified; then the assignments to make.
+// Only each part is kept, not the box it came from: a box that holds a whole tensor (one process
+// saved it, or `loom ckpt import` wrote it) costs every rank its own share plus one box at a time,
+// not the whole model.
 struct LoadPlan {
   struct Copy {
     const TensorPiece* piece;
     Box part;
-    std::string source;  // file/key
-    Box stored;
+    at::Tensor data;  // the part's values
   };
-  std::map<std::string, at::Tensor> stored;  // file/key -> its data
   std::vector<Copy> copies;
   int64_t bytes = 0;
 };
@@ -312,14 +313,10 @@ LoadPlan read_needed(const std::string& dir, const Manifest& manifest, const std
     for (const StoredBox& b : t->boxes) {
       const std::optional<Box> part = intersect(b.box, piece.box);
       if (!part) continue;
-      const std::string source = b.file + "/" + b.key;
-      if (!plan.stored.count(source)) {
-        at::Tensor data = read_box(dir, *t, b, files);
-        plan.bytes += static_cast<int64_t>(data.nbytes());
-        plan.stored.emplace(source, std::move(data));
-      }
+      const at::Tensor data = read_box(dir, *t, b, files);
+      plan.bytes += static_cast<int64_t>(data.nbytes());
       view_of(covered, piece.box, *part).fill_(true);
-      plan.copies.push_back({&piece, *part, source, b.box});
+      plan.copies.push_back({&piece, *part, *part == b.box ? data : view_of(data, b.box, *part).clone()});
     }
     LOOM_CHECK_INPUT(covered.all().item<bool>(), "checkpoint {} does not hold all of tensor {} {}; hint: a rank's file "
                      "is missing from it", dir, piece.name, piece.box.text());
@@ -341,7 +338,7 @@ int64_t load(const std::string& dir, const Manifest& manifest, const std::vector
   dist::agree_on_input(world, failure);  // nothing is assigned unless every rank read good data
   for (const LoadPlan::Copy& c : plan.copies) {
     at::Tensor target = view_of(c.piece->data, c.piece->box, c.part);
-    target.copy_(view_of(plan.stored.at(c.source), c.stored, c.part));
+    target.copy_(c.data);
   }
   return plan.bytes;
 }

@@ -25,7 +25,7 @@ struct TypeName {
 };
 constexpr TypeName kTypes[] = {{at::kFloat, "F32"}, {at::kDouble, "F64"}, {at::kBFloat16, "BF16"},
                                {at::kHalf, "F16"},  {at::kLong, "I64"},   {at::kInt, "I32"},
-                               {at::kByte, "U8"}};
+                               {at::kByte, "U8"},   {at::kBool, "BOOL"}};
 
 void write_all(int fd, const char* data, size_t size, const std::string& path) {
   while (size > 0) {

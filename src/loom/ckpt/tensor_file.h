@@ -16,7 +16,7 @@ namespace loom::ckpt {
 uint64_t checksum(const void* bytes, size_t size);
 std::string checksum_text(uint64_t sum);  // 16 hex digits
 
-// "F32", "F64", "BF16", "F16", "I64", "I32", "U8"; InputError for a type it cannot store.
+// "F32", "F64", "BF16", "F16", "I64", "I32", "U8", "BOOL"; InputError for a type it cannot store.
 std::string dtype_name(at::ScalarType type);
 // The type of a dtype name; InputError naming `origin` for an unknown one.
 at::ScalarType dtype_of(const std::string& name, const std::string& origin);

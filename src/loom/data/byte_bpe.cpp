@@ -84,6 +84,9 @@ size_t pre_token_end(const std::vector<char32_t>& cp, const std::vector<CharClas
   return (j == n || j - i == 1) ? j : j - 1;
 }
 
+constexpr int64_t kMaxIds = int64_t{1} << 24;  // ids are dense: a vocabulary of this many pieces at most
+constexpr size_t kCacheEntries = size_t{1} << 16;   // pre-tokens remembered before the cache starts over
+
 class ByteBpe final : public Tokenizer {
  public:
   ByteBpe(const nlohmann::json& j, const std::string& name);
@@ -109,20 +112,18 @@ class ByteBpe final : public Tokenizer {
   mutable std::unordered_map<std::string, std::vector<int64_t>> cache_;
 };
 
-// The pre-tokenizer of a tokenizer.json: ByteLevel, alone or in a Sequence; its add_prefix_space.
+// The pre-tokenizer of a tokenizer.json must be GPT-2's: ByteLevel with its own pattern, alone (or
+// the one step of a Sequence); returns its add_prefix_space.
 bool byte_level_prefix_space(const nlohmann::json& j, const std::string& name) {
-  const nlohmann::json& p = j.value("pre_tokenizer", nlohmann::json());
-  std::vector<nlohmann::json> parts;
-  if (p.is_object() && p.value("type", "") == "Sequence" && p.contains("pretokenizers"))
-    for (const auto& q : p.at("pretokenizers")) parts.push_back(q);
-  else
-    parts.push_back(p);
-  for (const auto& q : parts)
-    if (q.is_object() && q.value("type", "") == "ByteLevel") return q.value("add_prefix_space", false);
-  LOOM_CHECK_INPUT(false, "{}: its pre-tokenizer is {}, and loom reads byte-level BPE (GPT-2's) from tokenizer.json; "
-                   "hint: a SentencePiece model (a Llama's tokenizer.model) is read as it is", name,
-                   p.is_null() ? std::string("none") : p.dump());
-  return false;
+  nlohmann::json p = j.value("pre_tokenizer", nlohmann::json());
+  if (p.is_object() && p.value("type", "") == "Sequence" && p.value("pretokenizers", nlohmann::json()).size() == 1)
+    p = p["pretokenizers"][0];
+  const bool gpt2 = p.is_object() && p.value("type", "") == "ByteLevel" && p.value("use_regex", true);
+  LOOM_CHECK_INPUT(gpt2, "{}: its pre-tokenizer is {}, and loom reads byte-level BPE with GPT-2's pattern (a ByteLevel "
+                   "pre-tokenizer alone); hint: a Llama 3 tokenizer.json splits by a pattern of its own, which loom "
+                   "does not read yet; a SentencePiece model (a Llama 2's tokenizer.model) is read as it is", name,
+                   j.value("pre_tokenizer", nlohmann::json()).dump());
+  return p.value("add_prefix_space", false);
 }
 
 ByteBpe::ByteBpe(const nlohmann::json& j, const std::string& name) : name_(name) {
@@ -131,11 +132,13 @@ ByteBpe::ByteBpe(const nlohmann::json& j, const std::string& name) : name_(name)
   LOOM_CHECK_INPUT(j.value("normalizer", nlohmann::json()).is_null(), "{}: it has a normalizer ({}), which loom does "
                    "not apply; hint: byte-level BPE tokenizers (GPT-2's) have none", name, j.at("normalizer").dump());
   prefix_space_ = byte_level_prefix_space(j, name);
+  LOOM_CHECK_INPUT(!j.at("model").value("ignore_merges", false), "{}: \"ignore_merges\": true (whole words first), "
+                   "which loom's byte-level BPE does not do", name);
   for (int b = 0; b < 256; ++b) bytes_[chars_[b]] = static_cast<unsigned char>(b);
   const nlohmann::json& m = j.at("model");
   auto add = [&](const std::string& piece, const nlohmann::json& id, bool added) {
-    LOOM_CHECK_INPUT(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < (int64_t{1} << 31),
-                     "{}: the id of \"{}\" is {}, not an id", name, piece, id.dump());
+    LOOM_CHECK_INPUT(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < kMaxIds,
+                     "{}: the id of \"{}\" is {}, not an id below {}", name, piece, id.dump(), kMaxIds);
     const auto k = static_cast<size_t>(id.get<int64_t>());
     if (k >= pieces_.size()) pieces_.resize(k + 1), added_.resize(k + 1);
     pieces_[k] = piece, added_[k] = added;
@@ -171,6 +174,7 @@ ByteBpe::ByteBpe(const nlohmann::json& j, const std::string& name) : name_(name)
 const std::vector<int64_t>& ByteBpe::encode_pre_token(std::string_view bytes) const {
   const std::string key(bytes);
   if (auto it = cache_.find(key); it != cache_.end()) return it->second;
+  if (cache_.size() >= kCacheEntries) cache_.clear();
   std::vector<std::string> parts;
   for (const char b : bytes) append_utf8(parts.emplace_back(), chars_[static_cast<unsigned char>(b)]);
   while (parts.size() > 1) {
@@ -199,6 +203,8 @@ const std::vector<int64_t>& ByteBpe::encode_pre_token(std::string_view bytes) co
 }
 
 void ByteBpe::encode_text(std::string_view text, std::vector<int64_t>& ids) const {
+  std::string prefixed;  // add_prefix_space: each piece between added tokens starts with a space
+  if (prefix_space_ && !text.empty() && text.front() != ' ') text = prefixed = " " + std::string(text);
   std::vector<char32_t> cp;
   std::vector<size_t> at;
   for (size_t i = 0; i < text.size();) at.push_back(i), cp.push_back(next_code_point(text, i));
@@ -215,8 +221,6 @@ void ByteBpe::encode_text(std::string_view text, std::vector<int64_t>& ids) cons
 std::vector<int64_t> ByteBpe::encode(std::string_view text) const {
   const std::lock_guard lock(mutex_);
   std::vector<int64_t> ids;
-  std::string prefixed;
-  if (prefix_space_ && !text.starts_with(' ')) text = prefixed = " " + std::string(text);
   size_t from = 0;
   while (from < text.size()) {  // the next added token, longest first where several start there
     size_t next = text.size();
@@ -264,7 +268,12 @@ std::unique_ptr<Tokenizer> byte_bpe_from_json(const std::string& json, const std
   } catch (const nlohmann::json::exception& e) {
     LOOM_CHECK_INPUT(false, "{}: not JSON ({})", name, e.what());
   }
-  return std::make_unique<ByteBpe>(j, name);
+  try {
+    return std::make_unique<ByteBpe>(j, name);
+  } catch (const nlohmann::json::exception& e) {  // a field of another type than a tokenizer.json's
+    LOOM_CHECK_INPUT(false, "{}: not a tokenizer.json loom reads ({})", name, e.what());
+  }
+  return nullptr;
 }
 
 std::string byte_bpe_json(const std::string& vocab_json, const std::string& merges_txt, const std::string& name) {
@@ -281,9 +290,15 @@ std::string byte_bpe_json(const std::string& vocab_json, const std::string& merg
     if (line.empty() || line.starts_with("#version")) continue;
     merges.push_back(line);
   }
-  return nlohmann::json{{"version", "1.0"}, {"added_tokens", nlohmann::json::array()}, {"normalizer", nullptr},
-                        {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}}},
-                        {"model", {{"type", "BPE"}, {"vocab", vocab}, {"merges", merges}}}}
+  // Every field the Hugging Face library needs to load it, as GPT-2's own tokenizer.json has them.
+  const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
+                                     {"use_regex", true}};
+  return nlohmann::json{{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
+                        {"added_tokens", nlohmann::json::array()}, {"normalizer", nullptr},
+                        {"pre_tokenizer", byte_level}, {"post_processor", byte_level}, {"decoder", byte_level},
+                        {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
+                                   {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
+                                   {"byte_fallback", false}, {"vocab", vocab}, {"merges", merges}}}}
       .dump();
 }
 

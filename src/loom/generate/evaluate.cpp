@@ -1,17 +1,11 @@
 #include "loom/generate/evaluate.h"
 
-#include <filesystem>
-
-#include "loom/ckpt/checkpoint_dir.h"
-#include "loom/ckpt/tensor_file.h"
 #include "loom/core/error.h"
-#include "loom/core/output_file.h"
 #include "loom/data/token_file.h"
 #include "loom/data/token_source.h"
 #include "loom/generate/decoder.h"
 
 namespace loom::generate {
-namespace fs = std::filesystem;
 
 // NOTE [Evaluation]: each batch of windows is one prefill of a fresh Decoder (the same forward as
 // generation's, causal, from position 0), and the loss is summed in float64 from the logits'
@@ -28,7 +22,6 @@ EvalResult evaluate(LoadedModel& m, const EvalOptions& o) {
   LOOM_CHECK(file, "evaluate: a token file");
   int64_t windows = (file->size() - 1) / seq;
   if (o.windows > 0) windows = std::min(windows, o.windows);
-  if (!o.logits.empty()) check_output_paths({{o.data, "--data"}}, {{o.logits, "--logits"}});
   EvalResult r{.windows = windows, .tokens = windows * seq};
   double nll = 0;
   for (int64_t first = 0; first < windows; first += o.batch) {
@@ -39,12 +32,7 @@ EvalResult evaluate(LoadedModel& m, const EvalOptions& o) {
     const at::Tensor logits = decoder.feed(ids.narrow(1, 0, seq));
     const at::Tensor logp = logits.to(at::kDouble).log_softmax(-1);
     nll -= logp.gather(-1, ids.narrow(1, 1, seq).unsqueeze(-1)).sum().item<double>();
-    if (first == 0 && !o.logits.empty()) {
-      const std::string temporary = OutputFile::temporary_for(o.logits);
-      ckpt::write_tensor_file(temporary, {{"ids", ids.narrow(1, 0, seq).contiguous()},
-                                          {"logits", logits.to(at::kFloat).contiguous()}});
-      fs::rename(temporary, o.logits);
-    }
+    if (first == 0 && o.keep_logits) r.ids = ids.narrow(1, 0, seq).contiguous(), r.logits = logits.to(at::kFloat);
   }
   r.loss = nll / static_cast<double>(r.tokens);
   r.perplexity = std::exp(r.loss);

@@ -52,16 +52,30 @@ LoadedModel load_model(const std::string& path, const models::ModelKinds& kinds)
   return m;
 }
 
-std::unique_ptr<data::Tokenizer> run_tokenizer(const Config& config, const std::string& override_path) {
+namespace {
+
+// The tokenizer --tokenizer names, else the run's data's.
+std::unique_ptr<data::Tokenizer> find_tokenizer(const Config& config, const std::string& override_path) {
   if (!override_path.empty()) return data::load_tokenizer(override_path);
   const std::string& source = config.data.source;
   if (source.starts_with("tokens:")) return data::tokenizer_of(source.substr(7));
   if (source.starts_with("text:")) return data::byte_tokenizer();
   LOOM_CHECK_INPUT(false,
-                   "the run trained on data.source = \"{}\", which names no tokenizer; hint: --tokenizer PATH.model "
-                   "(a SentencePiece model of `loom data prepare`)",
+                   "the run trained on data.source = \"{}\", which names no tokenizer; hint: --tokenizer PATH (a "
+                   "SentencePiece model, a tokenizer.json, or a model folder's tokenizer)",
                    source);
   return nullptr;
+}
+
+}  // namespace
+
+std::unique_ptr<data::Tokenizer> run_tokenizer(const Config& config, const std::string& override_path) {
+  std::unique_ptr<data::Tokenizer> tokenizer = find_tokenizer(config, override_path);
+  LOOM_CHECK_INPUT(tokenizer->vocab() <= config.model.vocab,
+                   "the {} tokenizer has {} ids, more than the model's vocabulary of {} (model.vocab); hint: "
+                   "--tokenizer the model of the run's own token file",
+                   tokenizer->kind(), tokenizer->vocab(), config.model.vocab);
+  return tokenizer;
 }
 
 }  // namespace loom::generate

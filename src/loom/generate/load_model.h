@@ -34,7 +34,8 @@ LoadedModel load_model(const std::string& dir, const models::ModelKinds& kinds =
 
 // The tokenizer of the saved run: `override_path` (a SentencePiece model) when given, else the
 // one of data.source: "tokens:PATH" -> the token file's (its sidecar), "text:PATH" -> byte level.
-// InputError for synthetic data (it has no text), with a hint to pass --tokenizer.
+// InputError for synthetic data (it has no text), with a hint to pass --tokenizer, and for a
+// tokenizer of more ids than model.vocab.
 std::unique_ptr<data::Tokenizer> run_tokenizer(const Config& config, const std::string& override_path);
 
 }  // namespace loom::generate

@@ -41,7 +41,8 @@ void check_left_over(const HfFolder& folder, const HfModel& hf, const std::set<s
     if (hf.arch == Arch::Gpt2 && (name.ends_with(".attn.bias") || name.ends_with(".attn.masked_bias"))) continue;
     if (name == "lm_head.weight" && hf.model.tie_embeddings) {
       const std::string table = hf.arch == Arch::Llama ? "model.embed_tokens.weight" : *stored_name(folder, "transformer.wte.weight");
-      LOOM_CHECK_INPUT(at::equal(folder.read(name), folder.read(table)), "{}: lm_head.weight differs from {}, and "
+      LOOM_CHECK_INPUT(at::equal(folder.read(name).to(at::kDouble), folder.read(table).to(at::kDouble)),
+                       "{}: lm_head.weight differs from {}, and "
                        "config.json says \"tie_word_embeddings\": true; hint: set it to false for a separate head",
                        folder.file_of(name), table);
       continue;
@@ -84,40 +85,59 @@ bool has_tokenizer(const fs::path& dir) {
          (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt"));
 }
 
-// The folder's tokenizer, checked against the model's vocabulary; "" when it has none.
-std::string check_tokenizer(const std::string& from, const HfModel& hf) {
+// The folder's tokenizer, checked against the model's vocabulary; "" when it has none, or one loom
+// cannot read (`note` then says why: the weights are imported all the same).
+std::string check_tokenizer(const std::string& from, const HfModel& hf, std::string& note) {
   if (!has_tokenizer(from)) return "";
-  const std::unique_ptr<data::Tokenizer> tokenizer = data::load_tokenizer(from);
+  std::unique_ptr<data::Tokenizer> tokenizer;
+  try {
+    tokenizer = data::load_tokenizer(from);
+  } catch (const Error& e) {  // InputError, or no SentencePiece in this build
+    note = fmt::format("the folder's tokenizer is not recorded, as loom cannot read it: {}", e.what());
+    return "";
+  }
   LOOM_CHECK_INPUT(tokenizer->vocab() <= hf.model.vocab, "{}: its tokenizer ({}) has {} pieces, more than "
                    "config.json's vocabulary of {}: ids past the embedding table", from, tokenizer->kind(),
                    tokenizer->vocab(), hf.model.vocab);
   return fs::absolute(from).string();
 }
 
+// What `loom ckpt import` recorded of the folder a checkpoint's weights came from: in its own
+// state, or in that of the checkpoint its run started from (checkpoint.init); {} when neither says.
+nlohmann::json imported_from(const ckpt::Manifest& manifest, const Config& config) {
+  if (manifest.state.contains("import")) return manifest.state.at("import");
+  if (config.checkpoint.init.empty()) return nlohmann::json::object();
+  try {
+    const ckpt::Manifest init = ckpt::read_manifest(ckpt::checkpoint_of(config.checkpoint.init));
+    return init.state.value("import", nlohmann::json::object());
+  } catch (const InputError&) {  // moved or removed since: nothing to add
+    return nlohmann::json::object();
+  }
+}
+
 // The tokenizer model's bytes for an export: the run's token file's, else the imported folder's;
 // with where it came from ("" and "" when loom has none).
-std::pair<std::string, std::string> tokenizer_for(const Config& config, const ckpt::Manifest& manifest) {
+std::pair<std::string, std::string> tokenizer_for(const Config& config, const nlohmann::json& imported) {
   const std::string& source = config.data.source;
   if (source.starts_with("tokens:")) {
     const std::string path = source.substr(7);
     const std::optional<data::TokenSidecar> sidecar = data::read_sidecar(path);
     if (sidecar && sidecar->tokenizer != "byte") return {data::read_tokenizer_model(path, *sidecar), path};
   }
-  const nlohmann::json imported = manifest.state.value("import", nlohmann::json::object());
   const std::string folder = imported.value("tokenizer", "");
   if (!folder.empty() && has_tokenizer(folder)) return {data::read_tokenizer_file(folder, "the imported folder's tokenizer"), folder};
   return {"", ""};
 }
 
-ckpt::CheckpointMeta import_meta(const HfModel& hf, const std::string& from, const std::string& tokenizer) {
+ckpt::CheckpointMeta import_meta(const HfModel& hf, const HfFolder& folder, const std::string& tokenizer) {
   Config config;
   config.model = hf.model;
   ckpt::CheckpointMeta meta{.step = 0, .config = to_toml(config)};
   meta.layout = {{"ranks", 1}, {"dp", 1}, {"tp", 1}, {"pp", 1}, {"sp", 1}, {"zero", 0}};
   meta.state = {{"run", {{"id", ckpt::new_run_id()}}},
-                {"import", {{"from", "hf"}, {"folder", fs::absolute(from).string()},
+                {"import", {{"from", "hf"}, {"folder", fs::absolute(folder.dir()).string()},
                             {"architecture", arch_name(hf.arch)}, {"torch_dtype", hf.torch_dtype},
-                            {"tokenizer", tokenizer}}}};
+                            {"tokenizer", tokenizer}, {"config", folder.config()}}}};
   return meta;
 }
 
@@ -127,7 +147,7 @@ Imported import_hf(const std::string& from, const std::string& out, const models
   const HfFolder folder(from);
   Imported result{.hf = read_hf_config(folder.config(), folder.config_path())};
   HfModel& hf = result.hf;
-  const std::string tokenizer = check_tokenizer(from, hf);
+  const std::string tokenizer = check_tokenizer(from, hf, result.note);
   ckpt::check_writable_dir(out);
   ckpt::check_dir_for_run(out, std::nullopt);
   const std::vector<TensorMap> maps = tensor_maps(hf.arch, hf.model);
@@ -150,7 +170,7 @@ Imported import_hf(const std::string& from, const std::string& out, const models
     pieces.push_back(ckpt::whole_piece(maps[i].loom, to_loom(maps[i], parts).contiguous()));
   }
   ckpt::Checkpointer writer({.dir = out, .keep = 1}, world);
-  writer.save(import_meta(hf, from, tokenizer), pieces);
+  writer.save(import_meta(hf, folder, tokenizer), pieces);
   writer.finish();
   result.checkpoint = writer.last_committed();
   result.tensors = static_cast<int64_t>(pieces.size());
@@ -164,6 +184,7 @@ Exported export_hf(const std::string& checkpoint, const std::string& out, at::Sc
   const Config config = parse_config(manifest.config, dir + "/manifest.json");
   const Arch arch = arch_of(config.model);
   ckpt::check_outside_checkpoints({{out, "--out"}}, dir);
+  check_new_folder(out);
   ckpt::TensorFiles files;
   std::vector<std::pair<std::string, at::Tensor>> tensors;
   for (const TensorMap& map : tensor_maps(arch, config.model)) {
@@ -174,10 +195,14 @@ Exported export_hf(const std::string& checkpoint, const std::string& out, at::Sc
     const std::vector<at::Tensor> parts = to_hf(map, ckpt::assemble(dir, *stored, files, &bytes));
     for (size_t i = 0; i < parts.size(); ++i) tensors.emplace_back(map.hf[i], parts[i].to(type).contiguous());
   }
-  const auto [model, from] = tokenizer_for(config, manifest);
+  const nlohmann::json imported = imported_from(manifest, config);
+  const auto [model, from] = tokenizer_for(config, imported);
   std::vector<std::pair<std::string, std::string>> extra;
   if (!model.empty()) extra.emplace_back(data::is_tokenizer_json(model) ? "tokenizer.json" : "tokenizer.model", model);
-  write_hf_folder(out, write_hf_config(config.model, weight_type_name(type)), tensors, shard_bytes, extra);
+  // A Llama's context: the imported model's, which a fine-tune at a shorter seq_len keeps.
+  const nlohmann::json original = imported.value("config", nlohmann::json::object());
+  const int64_t context = std::max(config.model.seq_len, original.value("max_position_embeddings", int64_t{0}));
+  write_hf_folder(out, write_hf_config(config.model, weight_type_name(type), context), tensors, shard_bytes, extra);
   return {static_cast<int64_t>(tensors.size()), from};
 }
 

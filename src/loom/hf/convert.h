@@ -16,6 +16,7 @@ struct Imported {
   HfModel hf;              // what config.json described, as loom's model
   std::string checkpoint;  // the step-0000000 directory written
   int64_t tensors = 0;     // loom parameters written
+  std::string note;        // why the folder's tokenizer was not recorded ("" when it was, or there is none)
 };
 
 // Reads the folder `from` whole and checks it against its config.json (every tensor's name,
@@ -23,8 +24,9 @@ struct Imported {
 // the token table) before anything is written; then writes the weights (float32, or float64
 // when every stored tensor is) as the checkpoint of step 0 into the checkpoint folder `out`,
 // which must hold no checkpoint yet. A tokenizer in the folder (tokenizer.model, tokenizer.json, or
-// vocab.json and merges.txt) must fit the vocabulary; the checkpoint records where it is, for the
-// export. InputError naming the key or file otherwise.
+// vocab.json and merges.txt) must fit the vocabulary; the checkpoint records where it is and the
+// folder's config.json, for the export (a tokenizer loom cannot read is left out, with a note).
+// InputError naming the key or file otherwise.
 Imported import_hf(const std::string& from, const std::string& out,
                    const models::ModelKinds& kinds = models::ModelKinds::builtin());
 

@@ -50,6 +50,7 @@ class Keys {
                      path_, key, json_.at(key).dump(), nlohmann::json(expected).dump(), why);
   }
   void set_arch(std::string_view arch) { arch_ = arch; }
+  const nlohmann::json& json() const { return json_; }
   const std::string& path() const { return path_; }
 
  private:
@@ -110,6 +111,18 @@ std::pair<int64_t, int64_t> swiglu_keys(int64_t d_model, int64_t hidden, const K
   return {};
 }
 
+// Newer config.json files keep the rotary settings in "rope_parameters": its theta, and no scaling.
+double rope_parameters(const Keys& keys, double theta) {
+  const nlohmann::json& p = keys.json().at("rope_parameters");
+  LOOM_CHECK_INPUT(p.is_object(), "{}: \"rope_parameters\" is {}, not an object", keys.path(), p.dump());
+  const std::string type = p.value("rope_type", p.value("type", std::string("default")));
+  LOOM_CHECK_INPUT(type == "default", "{}: \"rope_parameters\" has rope_type \"{}\", and loom supports only "
+                   "rotary positions without scaling (\"default\")", keys.path(), type);
+  const nlohmann::json t = p.value("rope_theta", nlohmann::json(theta));
+  LOOM_CHECK_INPUT(t.is_number(), "{}: rope_parameters.rope_theta is {}, not a number", keys.path(), t.dump());
+  return t.get<double>();
+}
+
 ModelConfig llama_model(Keys& keys) {
   keys.set_arch("Llama");
   ModelConfig m;
@@ -129,6 +142,7 @@ ModelConfig llama_model(Keys& keys) {
   std::tie(m.ffn_mult, m.ffn_multiple_of) = swiglu_keys(m.d_model, keys.count("intermediate_size"), keys);
   m.seq_len = keys.count_or("max_position_embeddings", 2048);
   m.rope_theta = keys.number_or("rope_theta", 10000.0);
+  if (keys.has("rope_parameters")) m.rope_theta = rope_parameters(keys, m.rope_theta);
   m.tie_embeddings = keys.flag_or("tie_word_embeddings", false);
   check_eps(keys, "rms_norm_eps", 1e-6);
   keys.require("rope_scaling", nullptr, "rotary positions without scaling");
@@ -169,12 +183,17 @@ ModelConfig gpt2_model(Keys& keys) {
 std::string_view arch_name(Arch arch) { return arch == Arch::Llama ? "llama" : "gpt2"; }
 
 HfModel read_hf_config(const nlohmann::json& config, const std::string& path) {
-  Keys keys(config, path);
-  HfModel out;
-  out.arch = find_arch(config, keys);
-  out.model = out.arch == Arch::Llama ? llama_model(keys) : gpt2_model(keys);
-  out.torch_dtype = keys.text_or("torch_dtype", "");
-  return out;
+  try {
+    Keys keys(config, path);
+    HfModel out;
+    out.arch = find_arch(config, keys);
+    out.model = out.arch == Arch::Llama ? llama_model(keys) : gpt2_model(keys);
+    out.torch_dtype = keys.text_or("torch_dtype", "");
+    return out;
+  } catch (const nlohmann::json::exception& e) {  // a nested field of another type than expected
+    LOOM_CHECK_INPUT(false, "{}: {}", path, e.what());
+  }
+  return {};
 }
 
 Arch arch_of(const ModelConfig& m) {
@@ -185,14 +204,14 @@ Arch arch_of(const ModelConfig& m) {
   return m.kind == "llama" ? Arch::Llama : Arch::Gpt2;
 }
 
-nlohmann::json write_hf_config(const ModelConfig& m, const std::string& torch_dtype) {
+nlohmann::json write_hf_config(const ModelConfig& m, const std::string& torch_dtype, int64_t context) {
   if (arch_of(m) == Arch::Llama) {
     const int64_t kv = m.n_kv_heads > 0 ? m.n_kv_heads : m.n_heads;
     return {{"architectures", {"LlamaForCausalLM"}}, {"model_type", "llama"}, {"vocab_size", m.vocab},
             {"hidden_size", m.d_model}, {"num_hidden_layers", m.n_layers}, {"num_attention_heads", m.n_heads},
             {"num_key_value_heads", kv}, {"head_dim", m.d_model / m.n_heads},
             {"intermediate_size", nn::swiglu_hidden(m.d_model, m.ffn_mult, m.ffn_multiple_of)},
-            {"max_position_embeddings", m.seq_len}, {"rope_theta", m.rope_theta}, {"rope_scaling", nullptr},
+            {"max_position_embeddings", context}, {"rope_theta", m.rope_theta}, {"rope_scaling", nullptr},
             {"rms_norm_eps", kLoomNormEps}, {"hidden_act", "silu"}, {"attention_bias", false}, {"mlp_bias", false},
             {"tie_word_embeddings", m.tie_embeddings}, {"torch_dtype", torch_dtype}};
   }

@@ -31,9 +31,10 @@ struct HfModel {
 // config.json (read from `path`, named in errors) as loom's model: InputError naming the key for
 // a missing, mistyped or contradicting key, an unknown architecture, or what loom cannot compute.
 HfModel read_hf_config(const nlohmann::json& config, const std::string& path);
-// The config.json of loom's `model` (kind "llama" or "gpt") with weights of `torch_dtype`;
-// InputError for another kind or what the architecture cannot express (mixture of experts).
-nlohmann::json write_hf_config(const ModelConfig& model, const std::string& torch_dtype);
+// The config.json of loom's `model` (kind "llama" or "gpt") with weights of `torch_dtype` and, for
+// a Llama, a context of `context` positions (max_position_embeddings); InputError for another kind
+// or what the architecture cannot express (mixture of experts).
+nlohmann::json write_hf_config(const ModelConfig& model, const std::string& torch_dtype, int64_t context);
 // The architecture of loom's model kind; InputError for a kind with none.
 Arch arch_of(const ModelConfig& model);
 

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -89,12 +91,27 @@ std::vector<std::string> HfFolder::files() const {
   return out;
 }
 
+// `dir` as an absolute path without a trailing separator ("out/" and "out" are one folder).
+fs::path folder_path(const std::string& dir) {
+  fs::path p = fs::absolute(dir).lexically_normal();
+  return p.has_filename() ? p : p.parent_path();
+}
+
+void check_new_folder(const std::string& dir) {
+  const fs::path target = folder_path(dir);
+  std::error_code ec;
+  LOOM_CHECK_INPUT(!fs::exists(target, ec) || (fs::is_directory(target, ec) && fs::is_empty(target, ec)),
+                   "--out {} exists and is not an empty folder; hint: loom writes a new model folder and never over "
+                   "files that are there", dir);
+  const fs::path parent = target.parent_path();
+  LOOM_CHECK_INPUT(fs::is_directory(parent, ec) && ::access(parent.c_str(), W_OK) == 0,
+                   "--out {}: its parent folder {} does not exist or cannot be written", dir, parent.string());
+}
+
 void write_hf_folder(const std::string& dir, const nlohmann::json& config,
                      const std::vector<std::pair<std::string, at::Tensor>>& tensors, int64_t shard_bytes,
                      const std::vector<std::pair<std::string, std::string>>& files) {
-  LOOM_CHECK_INPUT(!fs::exists(dir) || (fs::is_directory(dir) && fs::is_empty(dir)),
-                   "--out {} exists and is not an empty folder; hint: loom writes a new model folder and never over "
-                   "files that are there", dir);
+  check_new_folder(dir);
   // Shards: tensors in order, a new file once the current one would pass shard_bytes.
   std::vector<std::vector<size_t>> shards(1);
   int64_t in_shard = 0, total = 0;
@@ -103,7 +120,7 @@ void write_hf_folder(const std::string& dir, const nlohmann::json& config,
     if (!shards.back().empty() && in_shard + bytes > shard_bytes) shards.emplace_back(), in_shard = 0;
     shards.back().push_back(i), in_shard += bytes, total += bytes;
   }
-  const fs::path target = fs::absolute(dir);
+  const fs::path target = folder_path(dir);
   const fs::path partial = target.parent_path() / fmt::format(".{}.loom-partial", target.filename().string());
   fs::remove_all(partial);
   fs::create_directories(partial);

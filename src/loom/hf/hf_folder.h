@@ -40,7 +40,10 @@ class HfFolder {
   std::map<std::string, const ckpt::TensorFileReader*> where_;
 };
 
-// Writes a model folder `dir` (which must not exist, or be empty): config.json and the tensors in
+// InputError unless `dir` ("out" or "out/") is a new or empty folder whose parent can be written.
+void check_new_folder(const std::string& dir);
+
+// Writes a model folder `dir` (check_new_folder): config.json and the tensors in
 // their order, as model.safetensors, or, past `shard_bytes` in one file, as shards
 // model-0000K-of-0000N.safetensors with model.safetensors.index.json. Written into a temporary
 // folder beside `dir` and renamed into place, so a failure leaves nothing under `dir`.
