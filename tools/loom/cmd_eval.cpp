@@ -3,7 +3,6 @@
 // figure computed before an output (--logits, --scores) is written.
 #include <nlohmann/json.hpp>
 
-#include <filesystem>
 #include <iostream>
 
 #include "commands.h"
@@ -31,18 +30,6 @@ void check_paths(const EvalFlags& f) {
   if (!f.logits.empty()) outputs.push_back({f.logits, "--logits"});
   if (!f.scores.empty()) outputs.push_back({f.scores, "--scores"});
   check_output_paths(inputs, outputs);
-}
-
-void write_logits(const std::string& path, const generate::EvalResult& r) {
-  const std::string temporary = OutputFile::temporary_for(path);
-  try {
-    ckpt::write_tensor_file(temporary, {{"ids", r.ids}, {"logits", r.logits.contiguous()}});
-    std::filesystem::rename(temporary, path);
-  } catch (...) {
-    std::error_code ec;
-    std::filesystem::remove(temporary, ec);
-    throw;
-  }
 }
 
 void write_scores(const std::string& path, const generate::ChoiceResult& r) {
@@ -75,7 +62,7 @@ void run_eval(EvalFlags& f) {
     r = generate::evaluate(model, f.options);
     out.update({{"windows", r.windows}, {"tokens", r.tokens}, {"loss", r.loss}, {"perplexity", r.perplexity}});
   }
-  if (!f.logits.empty()) write_logits(f.logits, r);
+  if (!f.logits.empty()) ckpt::write_tensor_file_replacing(f.logits, {{"ids", r.ids}, {"logits", r.logits.contiguous()}});
   if (!f.scores.empty()) write_scores(f.scores, c);
   std::cout << out.dump() << "\n";
 }

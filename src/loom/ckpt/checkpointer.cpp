@@ -303,6 +303,8 @@ struct LoadPlan {
 LoadPlan read_needed(const std::string& dir, const Manifest& manifest, const std::vector<TensorPiece>& pieces) {
   LoadPlan plan;
   TensorFiles files;
+  std::string last_source;  // the box read last, kept for the next piece that needs it too
+  at::Tensor last_data;
   for (const TensorPiece& piece : pieces) {
     const StoredTensor* t = manifest.find(piece.name);
     LOOM_CHECK_INPUT(t != nullptr, "checkpoint {} has no tensor {}; hint: it was saved from another model", dir, piece.name);
@@ -313,8 +315,13 @@ LoadPlan read_needed(const std::string& dir, const Manifest& manifest, const std
     for (const StoredBox& b : t->boxes) {
       const std::optional<Box> part = intersect(b.box, piece.box);
       if (!part) continue;
-      const at::Tensor data = read_box(dir, *t, b, files);
-      plan.bytes += static_cast<int64_t>(data.nbytes());
+      const std::string source = b.file + "/" + b.key;
+      if (source != last_source) {
+        last_data = read_box(dir, *t, b, files);
+        last_source = source;
+        plan.bytes += static_cast<int64_t>(last_data.nbytes());
+      }
+      const at::Tensor& data = last_data;
       view_of(covered, piece.box, *part).fill_(true);
       plan.copies.push_back({&piece, *part, *part == b.box ? data : view_of(data, b.box, *part).clone()});
     }

@@ -96,16 +96,8 @@ int64_t export_weights(const std::string& dir, const std::string& out, at::Scala
     int64_t bytes = 0;
     entries.emplace_back(t.name, assemble(dir, t, readers, &bytes).to(type).contiguous());
   }
-  const std::string temporary = OutputFile::temporary_for(out);
-  try {
-    write_tensor_file(temporary, entries, {{"format", "pt"}, {"source", "loom checkpoint"}, {"step", std::to_string(m.step)},
-                                            {"config", model_toml(m.config, dir)}});
-    fs::rename(temporary, out);
-  } catch (...) {
-    std::error_code ec;
-    fs::remove(temporary, ec);
-    throw;
-  }
+  write_tensor_file_replacing(out, entries, {{"format", "pt"}, {"source", "loom checkpoint"},
+                                             {"step", std::to_string(m.step)}, {"config", model_toml(m.config, dir)}});
   return static_cast<int64_t>(entries.size());
 }
 

@@ -6,11 +6,13 @@
 #include <xxhash.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <cstring>
 #include <limits>
 #include <nlohmann/json.hpp>
 
 #include "loom/core/error.h"
+#include "loom/core/output_file.h"
 #include "loom/core/json_integer.h"
 
 namespace loom::ckpt {
@@ -180,6 +182,20 @@ at::Tensor TensorFileReader::read(const std::string& key) const {
   at::Tensor out = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
   read_all(fd_, static_cast<char*>(out.data_ptr()), static_cast<size_t>(e.end - e.begin), e.begin, path_);
   return out;
+}
+
+void write_tensor_file_replacing(const std::string& path,
+                                 const std::vector<std::pair<std::string, at::Tensor>>& entries,
+                                 const std::map<std::string, std::string>& metadata) {
+  const std::string temporary = OutputFile::temporary_for(path);
+  try {
+    write_tensor_file(temporary, entries, metadata);
+    std::filesystem::rename(temporary, path);
+  } catch (...) {
+    std::error_code ec;
+    std::filesystem::remove(temporary, ec);
+    throw;
+  }
 }
 
 }  // namespace loom::ckpt

@@ -33,6 +33,12 @@ std::vector<WrittenEntry> write_tensor_file(const std::string& path,
                                             const std::vector<std::pair<std::string, at::Tensor>>& entries,
                                             const std::map<std::string, std::string>& metadata = {});
 
+// write_tensor_file for a file the user named: written beside `path` under OutputFile's temporary
+// name and renamed over it only once whole (NOTE [Output files]); the temporary is removed on failure.
+void write_tensor_file_replacing(const std::string& path,
+                                 const std::vector<std::pair<std::string, at::Tensor>>& entries,
+                                 const std::map<std::string, std::string>& metadata = {});
+
 // Reads a tensor file's header, checked against the file's size before anything is allocated:
 // a header that is not JSON, too large, or whose entries run past the data is InputError naming
 // the file.

@@ -204,7 +204,10 @@ const std::vector<int64_t>& ByteBpe::encode_pre_token(std::string_view bytes) co
 
 void ByteBpe::encode_text(std::string_view text, std::vector<int64_t>& ids) const {
   std::string prefixed;  // add_prefix_space: each piece between added tokens starts with a space
-  if (prefix_space_ && !text.empty() && text.front() != ' ') text = prefixed = " " + std::string(text);
+  if (prefix_space_ && !text.empty() && text.front() != ' ') {
+    prefixed.assign(1, ' ').append(text);
+    text = prefixed;
+  }
   std::vector<char32_t> cp;
   std::vector<size_t> at;
   for (size_t i = 0; i < text.size();) at.push_back(i), cp.push_back(next_code_point(text, i));

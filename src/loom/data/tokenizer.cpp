@@ -336,6 +336,13 @@ std::string read_tokenizer_file(const std::string& path, const std::string& role
                        read_file_bytes({(dir / "merges.txt").string(), role}), path);
 }
 
+bool has_tokenizer_files(const std::string& dir) {
+  const std::filesystem::path d(dir);
+  std::error_code ec;
+  return std::filesystem::exists(d / "tokenizer.model", ec) || std::filesystem::exists(d / "tokenizer.json", ec) ||
+         (std::filesystem::exists(d / "vocab.json", ec) && std::filesystem::exists(d / "merges.txt", ec));
+}
+
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path) {
   return tokenizer_from_model(read_tokenizer_file(path, "tokenizer model"), path);
 }

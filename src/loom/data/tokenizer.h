@@ -33,6 +33,8 @@ bool sentencepiece_available();
 // same model), else its tokenizer.json, else its vocab.json and merges.txt as the text of a
 // tokenizer.json (NOTE [Byte-level BPE]). InputError naming what is missing, and `role`.
 std::string read_tokenizer_file(const std::string& path, const std::string& role);
+// Whether the folder `dir` holds tokenizer files read_tokenizer_file reads.
+bool has_tokenizer_files(const std::string& dir);
 // The tokenizer of read_tokenizer_file(path); InputError naming `path` when it is missing or not a
 // model.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& path);

@@ -80,15 +80,10 @@ std::vector<std::vector<std::string>> find_tensors(const HfFolder& folder, const
   return found;
 }
 
-bool has_tokenizer(const fs::path& dir) {
-  return fs::exists(dir / "tokenizer.model") || fs::exists(dir / "tokenizer.json") ||
-         (fs::exists(dir / "vocab.json") && fs::exists(dir / "merges.txt"));
-}
-
 // The folder's tokenizer, checked against the model's vocabulary; "" when it has none, or one loom
 // cannot read (`note` then says why: the weights are imported all the same).
 std::string check_tokenizer(const std::string& from, const HfModel& hf, std::string& note) {
-  if (!has_tokenizer(from)) return "";
+  if (!data::has_tokenizer_files(from)) return "";
   std::unique_ptr<data::Tokenizer> tokenizer;
   try {
     tokenizer = data::load_tokenizer(from);
@@ -125,7 +120,7 @@ std::pair<std::string, std::string> tokenizer_for(const Config& config, const nl
     if (sidecar && sidecar->tokenizer != "byte") return {data::read_tokenizer_model(path, *sidecar), path};
   }
   const std::string folder = imported.value("tokenizer", "");
-  if (!folder.empty() && has_tokenizer(folder)) return {data::read_tokenizer_file(folder, "the imported folder's tokenizer"), folder};
+  if (!folder.empty() && data::has_tokenizer_files(folder)) return {data::read_tokenizer_file(folder, "the imported folder's tokenizer"), folder};
   return {"", ""};
 }
 
