@@ -8,6 +8,7 @@
 # libsentencepiece-dev: `loom data prepare --tokenizer bpe|unigram`; libicu-dev: byte-level BPE's
 # character classes. librsvg2-bin: the picture tests
 # render loom's SVGs to PNG. slurm-wlm, munge: the Slurm test runs a one-node Slurm here.
+# iproute2, util-linux, nftables: the test cluster of network namespaces and its lossy links.
 # libfuzzer-14-dev: `make fuzz` links libFuzzer's runtime into gcc-built targets (tests/fuzz/README.md).
 set -euo pipefail
 
@@ -36,6 +37,7 @@ packages=(
   libsentencepiece-dev libicu-dev
   librsvg2-bin
   slurm-wlm munge
+  iproute2 util-linux nftables
   libfuzzer-14-dev
 )
 

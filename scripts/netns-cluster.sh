@@ -5,18 +5,23 @@
 # TCP between hosts and through shared memory within one, as on real machines. The file system is
 # the machine's: every host sees the same checkpoint directory, as a shared one on real hosts.
 #
-#   scripts/netns-cluster.sh up N [--slots S] [--rate RATE]   N hosts of S slots (default 2)
+#   scripts/netns-cluster.sh up N [--slots S] [--rate RATE] [--loss PCT]
+#                                                             N hosts of S slots (default 2)
 #   scripts/netns-cluster.sh down                             removes what `up` made
 #   scripts/netns-cluster.sh mpirun ARGS...                   mpirun over the cluster's hosts (or
 #                                                             over those of a --hostfile in ARGS)
+#   scripts/netns-cluster.sh dropped                          the packets --loss has dropped
 #
-# --rate shapes each host's outgoing link (tc tbf, e.g. 1gbit). `up` writes the hostfile, the
+# --rate shapes each host's outgoing link (tc tbf, e.g. 1gbit). --loss drops PCT percent of the
+# IP packets each host receives, chosen at random (an nftables rule on the link's ingress; this
+# kernel has no netem, so --loss adds no delay): every packet between two hosts, either way, is
+# lost with that chance, as on a lossy link. `up` writes the hostfile, the
 # launcher agent and mpirun's options into the state folder (LOOM_CLUSTER_DIR, default
 # /tmp/loom-cluster-$LOOM_CLUSTER). LOOM_CLUSTER (default "loom", 1 to 8 of a-z and 0-9) names
 # the namespaces ($LOOM_CLUSTER-h1 ...), the bridge and the links, LOOM_CLUSTER_SUBNET (default
 # 10.77.0) their addresses: two clusters side by side need two of each (`up` refuses a subnet in
 # use). Needs root (namespaces need CAP_SYS_ADMIN and CAP_NET_ADMIN), iproute2, util-linux's
-# unshare and Open MPI; exits 77 with the reason where any of them is missing.
+# unshare and Open MPI, and nftables for --loss; exits 77 with the reason where any is missing.
 set -euo pipefail
 
 die() { echo "loom: error: $*" >&2; exit 2; }
@@ -54,16 +59,36 @@ EOF
   chmod +x "$dir/agent"
 }
 
+# Drops $2 in 10000 of the IP packets host namespace $1 receives on its link (see --loss).
+add_loss() {
+  ip netns exec "$1" nft -f - <<EOF
+table netdev loomloss {
+  chain ingress {
+    type filter hook ingress device "eth0" priority 0;
+    meta protocol ip numgen random mod 10000 < $2 counter drop
+  }
+}
+EOF
+}
+
 up() {
-  local hosts=$1 slots=2 rate=""
+  local hosts=$1 slots=2 rate="" loss=""
   shift
   while [ $# -gt 0 ]; do
     case "$1" in
       --slots) slots=$2; shift 2;;
       --rate) rate=$2; shift 2;;
-      *) die "netns-cluster.sh up: unknown option '$1'; hint: up N [--slots S] [--rate RATE]";;
+      --loss) loss=$2; shift 2;;
+      *) die "netns-cluster.sh up: unknown option '$1'; hint: up N [--slots S] [--rate RATE] [--loss PCT]";;
     esac
   done
+  local loss_in_10k=""
+  if [ -n "$loss" ]; then
+    loss_in_10k=$(awk -v p="$loss" 'BEGIN { if (p ~ /^[0-9]+(\.[0-9]+)?$/ && p > 0 && p < 100) printf "%d", p * 100 + 0.5 }')
+    [ -n "$loss_in_10k" ] && [ "$loss_in_10k" -ge 1 ] ||
+      die "netns-cluster.sh up: --loss '$loss'; hint: a percentage above 0 and below 100, e.g. 5 or 0.5"
+    command -v nft >/dev/null || skip "nft is not installed (nftables), which --loss needs"
+  fi
   [[ "$hosts" =~ ^[0-9]+$ && "$hosts" -ge 1 && "$hosts" -le 200 ]] || die "netns-cluster.sh up: N = '$hosts' hosts; hint: 1 to 200"
   [[ "$slots" =~ ^[0-9]+$ && "$slots" -ge 1 ]] || die "netns-cluster.sh up: --slots '$slots' must be a positive count"
   local tool
@@ -96,6 +121,9 @@ up() {
       ip netns exec "$ns" tc qdisc add dev eth0 root tbf rate "$rate" burst 256kb latency 100ms ||
         die "netns-cluster.sh: tc could not shape $ns's link to $rate"
     fi
+    if [ -n "$loss_in_10k" ]; then
+      add_loss "$ns" "$loss_in_10k" || die "netns-cluster.sh: nft could not make $ns's link lose $loss%"
+    fi
     echo "$subnet.$i slots=$slots" >> "$dir/hostfile"
   done
   write_agent
@@ -120,9 +148,18 @@ run_mpirun() {
   exec mpirun --allow-run-as-root $options "$@"
 }
 
+# The packets --loss has dropped so far, over every host.
+dropped() {
+  local ns
+  for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${cluster}-h[0-9]+$" || true); do
+    ip netns exec "$ns" nft list table netdev loomloss 2>/dev/null | sed -nE 's/.*counter packets ([0-9]+) .*/\1/p'
+  done | awk '{ n += $1 } END { print n + 0 }'
+}
+
 case "${1:-}" in
+  dropped) dropped;;
   up) shift; [ $# -ge 1 ] || die "netns-cluster.sh up: how many hosts? hint: up N [--slots S] [--rate RATE]"; up "$@";;
   down) down;;
   mpirun) shift; run_mpirun "$@";;
-  *) die "netns-cluster.sh: '${1:-}' is not one of: up, down, mpirun; hint: scripts/netns-cluster.sh up 2";;
+  *) die "netns-cluster.sh: '${1:-}' is not one of: up, down, mpirun, dropped; hint: scripts/netns-cluster.sh up 2";;
 esac
