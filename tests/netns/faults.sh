@@ -7,6 +7,10 @@
 #          processes frozen (SIGSTOP), so that nothing of it reaches the others, not even the end of
 #          its connections that a killed process's kernel would send (the cluster's `down` kills
 #          them). Its rank counts as gone.
+#   cut13  3 hosts x 1 rank: hosts 1 and 3 no longer reach each other (nftables drops what each
+#          receives from the other); host 2 still reaches both, and the launcher all three.
+#   cut23  the same between hosts 2 and 3: neither side prints (each hears host 1, lower), so
+#          host 1 reports what one of them told it (NOTE [Heartbeat]).
 # Each must end every rank of every host, with one `loom: error:` line on the launcher's output
 # naming the reporting rank and host and the lost host and its ranks; the metrics file holds only
 # whole records (closed, NOTE [Live output files]); the latest checkpoint verifies. The times from
@@ -27,9 +31,21 @@ survivors() {
   done | awk '{ n += $1 } END { print n + 0 }'
 }
 
-# run_case NAME HOSTS SLOTS LOST_HOST: the run, the fault on host LOST_HOST, the checks.
+# cut A B: hosts A and B drop what they receive from each other.
+cut() {
+  local a=$1 b=$2
+  local rule='table inet loomcut { chain input { type filter hook input priority 0; ip saddr %s drop; }; }\n'
+  # shellcheck disable=SC2059
+  printf "$rule" "$LOOM_CLUSTER_SUBNET.$b" | ip netns exec "$LOOM_CLUSTER-h$a" nft -f -
+  # shellcheck disable=SC2059
+  printf "$rule" "$LOOM_CLUSTER_SUBNET.$a" | ip netns exec "$LOOM_CLUSTER-h$b" nft -f -
+}
+
+# run_case NAME HOSTS SLOTS LOST_HOST [EXPECTED]: the run, the fault on host LOST_HOST (cutNM: the
+# cut between hosts N and M), the checks; EXPECTED, an extended regular expression, replaces the
+# line expected of a lost host.
 run_case() {
-  local name=$1 hosts=$2 slots=$3 lost=$4 ranks=$(($2 * $3))
+  local name=$1 hosts=$2 slots=$3 lost=$4 ranks=$(($2 * $3)) pattern=${5:-}
   local rc=0
   "$cluster" up "$hosts" --slots "$slots" >/dev/null || rc=$?
   [ "$rc" -eq 0 ] || exit "$rc"
@@ -43,7 +59,7 @@ run_case() {
   [ -e ck/latest ] || fail "$name: no checkpoint within 120 s"
   local link="${LOOM_CLUSTER}v$lost" t0
   t0=$(now)
-  ip link set "$link" down
+  case "$name" in cut*) cut "${name:3:1}" "${name:4:1}";; *) ip link set "$link" down;; esac
   local gone=0
   [ "$name" = host ] && { gone=$lost; ip netns pids "$LOOM_CLUSTER-h$lost" | xargs -r kill -STOP; }
   local line="" ended=""
@@ -66,7 +82,12 @@ run_case() {
   [ "$slots" -eq 1 ] && lost_ranks="rank $lost_ranks" || lost_ranks="ranks $lost_ranks"
   expected="loom: error: [rank 0 on $LOOM_CLUSTER-h1] no heartbeat from host $LOOM_CLUSTER-h$lost ($lost_ranks) for 10 s"
   [ "$(grep -c '^loom: error:' err.txt)" -eq 1 ] || fail "$name: not one loom error line"
-  grep -qF "$expected" err.txt || fail "$name: expected the line: $expected"
+  if [ -n "$pattern" ]; then
+    grep -qE "$pattern" err.txt || fail "$name: expected a line matching: $pattern"
+    expected=$(grep '^loom: error:' err.txt)
+  else
+    grep -qF "$expected" err.txt || fail "$name: expected the line: $expected"
+  fi
   python3 -c "import json,sys; [json.loads(l) for l in open(sys.argv[1])]" metrics.jsonl ||
     fail "$name: the metrics file holds a broken record"
   "$loom" ckpt verify ck > verify.txt 2>&1 || { cat verify.txt; fail "$name: the latest checkpoint does not verify"; }
@@ -77,3 +98,10 @@ run_case() {
 
 run_case link 2 2 2
 run_case host 3 1 3
+if command -v nft > /dev/null; then
+  run_case cut13 3 1 3
+  c="$LOOM_CLUSTER"
+  run_case cut23 3 1 0 "^loom: error: \[rank 0 on $c-h1\] host $c-h(2 has had no heartbeat from host $c-h3 \(rank 2\)|3 has had no heartbeat from host $c-h2 \(rank 1\)) for 10 s"
+else
+  echo "skipped: the cut cases: nft is not installed (nftables, scripts/install-deps.sh)"
+fi

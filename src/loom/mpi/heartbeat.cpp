@@ -16,8 +16,10 @@
 namespace loom::dist::detail {
 namespace {
 
-constexpr int kBeat = 1, kGoodbye = 2;  // the message tags; the payload means nothing
-constexpr int64_t kPayload = 1;
+constexpr int kBeat = 1, kGoodbye = 2, kEnding = 3;  // the message tags
+constexpr int64_t kPayload = 1;                      // of beats and goodbyes: it means nothing
+// An ending message's payload: (the lost host's leader + 1) x 4 + one of these.
+enum Note : int64_t { kNothing = 0, kYouReport = 1, kReported = 2 };
 constexpr double kActionWaitS = 5;     // how long a host's ranks wait for each other's peer-loss actions
 constexpr double kLauncherWaitS = 20;  // then how long they leave the launcher to end the job
 
@@ -42,6 +44,7 @@ struct Heartbeat::Peer {
   int world = 0;       // its world rank
   double heard = 0;    // when its last message came
   bool left = false;   // it said goodbye
+  bool ending = false; // it is ending its host; `in` holds its note
   int64_t in = 0;
   MPI_Request recv = MPI_REQUEST_NULL;
 };
@@ -113,6 +116,7 @@ void Heartbeat::loop() {
     }
     const double now = seconds_now();
     listen(now);
+    if (follow_endings(now)) continue;
     if (leaving_ && !said_goodbye_) say_goodbye();
     if (!said_goodbye_ && now >= next_beat_) beat(now);
     declare_lost(now);
@@ -146,8 +150,9 @@ void Heartbeat::listen(double now) {
     // order of one sender's messages that match the same receive).
     while (p.recv != MPI_REQUEST_NULL && (MPI_Test(&p.recv, &done, &status), done != 0)) {
       p.heard = now;
-      if (status.MPI_TAG == kGoodbye) {
-        p.left = true;
+      if (status.MPI_TAG == kGoodbye || status.MPI_TAG == kEnding) {
+        p.left = status.MPI_TAG == kGoodbye;
+        p.ending = status.MPI_TAG == kEnding;
         break;
       }
       MPI_Irecv(&p.in, 1, MPI_INT64_T, p.leader, MPI_ANY_TAG, leaders_, &p.recv);
@@ -170,13 +175,13 @@ bool Heartbeat::everyone_left() const {
 
 void Heartbeat::declare_lost(double now) {
   std::vector<std::string> lost;
-  int first_lost = -1;
+  const Peer* first_lost = nullptr;
   bool lowest_heard = true;  // no peer still heard has a lower rank than this leader
   for (const Peer& p : peers_) {
-    if (p.left) continue;
+    if (p.left || p.ending) continue;
     if (now - p.heard > limit_s_) {
       lost.push_back(fmt::format("{} ({})", names_[p.leader], ranks_of(host_of_, p.world)));
-      if (first_lost < 0) first_lost = p.world;
+      if (first_lost == nullptr) first_lost = &p;
     } else if (p.world < rank_) {
       lowest_heard = false;
     }
@@ -189,7 +194,58 @@ void Heartbeat::declare_lost(double now) {
         rank_, names_[me_], lost.size() > 1 ? "s" : "", fmt::join(lost, " and "), limit_s_);
     [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
   }
-  std::atomic_ref<int64_t>(*verdict_).store(first_lost + 1);
+  tell_ending(now, first_lost->leader, lowest_heard ? kReported : kYouReport);
+  std::atomic_ref<int64_t>(*verdict_).store(first_lost->world + 1);
+}
+
+bool Heartbeat::follow_endings(double now) {
+  bool told = false, reported = false;
+  for (const Peer& p : peers_) {
+    if (!p.ending) continue;
+    told = true;
+    reported = reported || p.in % 4 == kReported;
+    if (p.in % 4 == kYouReport && relay_from_ == nullptr) {
+      relay_from_ = &p;
+      relay_until_ = now + 2 * interval_s_;
+    }
+  }
+  if (!told) return false;
+  int64_t lost = -1;
+  if (relay_from_ != nullptr && !reported) {
+    if (now < relay_until_) return false;  // it may find the same loss itself first (declare_lost)
+    lost = relay_from_->in / 4 - 1;
+    const auto of = std::find_if(peers_.begin(), peers_.end(), [&](const Peer& p) { return p.leader == lost; });
+    const std::string line = fmt::format(
+        "loom: error: [rank {} on {}] host {} has had no heartbeat from host {} ({}) for {:g} s: the network "
+        "between them is down; ending the job (LOOM_HEARTBEAT_S sets the limit)\n",
+        rank_, names_[me_], names_[relay_from_->leader], names_[lost],
+        of == peers_.end() ? "?" : ranks_of(host_of_, of->world), limit_s_);
+    [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
+  }
+  tell_ending(now, lost, relay_from_ != nullptr && !reported ? kReported : kNothing);
+  std::atomic_ref<int64_t>(*verdict_).store(rank_ + 1);
+  return true;
+}
+
+void Heartbeat::tell_ending(double now, int64_t lost, int64_t note) {
+  const MpiOwnAccesses own;
+  const Peer* lowest = nullptr;  // the lowest leader still heard: asked to report when no one has
+  for (const Peer& p : peers_)
+    if (!p.left && !p.ending && now - p.heard <= limit_s_ && (lowest == nullptr || p.leader < lowest->leader))
+      lowest = &p;
+  std::vector<MPI_Request> sent;
+  ending_notes_.assign(peers_.size(), 0);  // called once: each send's payload lives on with the object
+  for (size_t i = 0; i < peers_.size(); ++i) {
+    const Peer& p = peers_[i];
+    if (p.left || p.ending || now - p.heard > limit_s_) continue;
+    ending_notes_[i] = (lost + 1) * 4 + (note == kYouReport && &p != lowest ? kNothing : note);
+    sent.emplace_back(MPI_REQUEST_NULL);
+    MPI_Isend(&ending_notes_[i], 1, MPI_INT64_T, p.leader, kEnding, leaders_, &sent.back());
+  }
+  // On their way before this thread stops calling MPI (one to a host cut off since may stay).
+  int done = 0;
+  for (const double until = now + 1; !done && seconds_now() < until; sleep_s(0.01))
+    MPI_Testall(static_cast<int>(sent.size()), sent.data(), &done, MPI_STATUSES_IGNORE);
 }
 
 void Heartbeat::end_host() {

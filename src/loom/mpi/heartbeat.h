@@ -8,6 +8,11 @@
 //   - the lowest leader among the hosts it still hears prints one line naming itself, the lost
 //     host and its ranks: `loom: error: [rank 0 on h1] no heartbeat from host h2 (ranks 2, 3) for
 //     10 s; ...`;
+//   - it tells every leader it still hears that it is ending, and they end their hosts too,
+//     without a line of their own: once it ends, a leader that heard both sides of a partial
+//     partition (h1 and h3 cut apart, h2 reaching both) would find them both silent. Where no
+//     line was printed (each side hears a lower leader), the lowest leader it hears is asked to
+//     report the loss, and does, naming both, unless it finds a loss itself within 2 intervals;
 //   - it writes the verdict into a word its host's ranks share (an MPI shared-memory window);
 //   - each rank of the host, seeing the verdict, runs its peer-loss action (closing its live
 //     outputs, NOTE [Live output files]), and once all have (or after 5 s), they leave the launcher
@@ -59,6 +64,8 @@ class Heartbeat {
   void say_goodbye();
   bool everyone_left() const;
   void declare_lost(double now);
+  bool follow_endings(double now);  // true: this host ends
+  void tell_ending(double now, int64_t lost, int64_t note);
   [[noreturn]] void end_host();
 
   std::vector<int> host_of_;
@@ -74,8 +81,12 @@ class Heartbeat {
   std::vector<MPI_Request> sends_;    // beats and goodbyes under way
   double next_beat_ = 0;
   bool said_goodbye_ = false;
+  const Peer* relay_from_ = nullptr;  // the leader that asked this one to report its loss
+  double relay_until_ = 0;            // when this one reports it, unless it finds a loss itself
+  std::vector<int64_t> ending_notes_; // the ending messages' payloads
   MPI_Win window_ = MPI_WIN_NULL;      // the host's shared words:
-  int64_t* verdict_ = nullptr;         //   0, or the lost host's leader rank + 1
+  int64_t* verdict_ = nullptr;         //   0, or (the host ends) a lost host's leader rank + 1, or
+                                       //   the leader's own when another told it of a loss
   int64_t* acted_ = nullptr;           //   the host's ranks that ran their peer-loss action
   std::atomic<bool> leaving_{false};
   std::thread thread_;  // last: started once every member above is set
