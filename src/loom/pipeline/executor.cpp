@@ -108,6 +108,7 @@ struct PipelineExecutor::Step {
     return t;
   }
   SendProgress sends;                                      // NOTE [Message progress]
+  std::vector<char> posted_early;                          // per action: a receive posted by post_early
   ActionTimes times;                                       // NOTE [Step clock]
   StepResult result;
 };
@@ -149,6 +150,17 @@ PipelineExecutor::PipelineExecutor(const schedule::Schedule& schedule, dist::Com
     while (j < actions_.size() && actions_[j].is_message()) ++j;
     posted_ahead_[i] = j == actions_.size() || actions_[j].mb != a.mb || actions_[j].chunk != a.chunk;
   }
+  // A receive from another rank is posted when the compute action before it starts (NOTE
+  // [Message progress]).
+  early_receives_.assign(actions_.size(), {});
+  std::optional<size_t> last_compute;
+  for (size_t i = 0; i < actions_.size(); ++i) {
+    const schedule::Action& a = actions_[i];
+    if (!a.is_message()) last_compute = i;
+    else if ((a.op == schedule::Op::RecvF || a.op == schedule::Op::RecvB) && last_compute &&
+             peer_of(sender_of(a)) != pp.rank())
+      early_receives_[*last_compute].push_back(i);
+  }
   LOOM_CHECK(schedule.virtual_stages() == 1 || schedule::message_tags(schedule) <= schedule::kMaxTags,
              "[pp] {} micro-batches x {} virtual stages exceed the message tags", schedule.microbatches,
              schedule.virtual_stages());
@@ -156,6 +168,10 @@ PipelineExecutor::PipelineExecutor(const schedule::Schedule& schedule, dist::Com
 
 int PipelineExecutor::peer_of(int64_t virtual_stage) const {
   return static_cast<int>(schedule_.rank_of(virtual_stage));
+}
+
+int64_t PipelineExecutor::sender_of(const schedule::Action& receive) const {
+  return chunks_[receive.chunk].virtual_stage + (receive.op == schedule::Op::RecvB ? 1 : -1);
 }
 
 // A message is named by its sender's (micro-batch, virtual stage) and direction.
@@ -173,6 +189,7 @@ void PipelineExecutor::check_boundary(const at::Tensor& t, const char* what) con
 StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
   Step step(pp_.concurrent_progress(), hooks.clock ? *hooks.clock : *host_clock_, chunks_.size(),
             static_cast<bool>(hooks.trace));
+  step.posted_early.assign(actions_.size(), 0);
   times_ = &step.times;
   struct Forget {  // a step that fails leaves no pointer to its times
     ActionTimes*& times;
@@ -194,10 +211,13 @@ void PipelineExecutor::run_action(Step& step, const schedule::Action& a, const E
   if ((f.arriving || f.arriving_handed) && !a.is_message()) arrive(step, a, f);
   const size_t start = step.times.mark();
   const auto index = static_cast<size_t>(&a - actions_.data());
+  post_early(step, index);
   if (swapper_) prefetch(step, index);
   switch (a.op) {
     case Op::RecvF:
-    case Op::RecvB: receive(step, a, f, posted_ahead_[index]); break;
+    case Op::RecvB:
+      if (!step.posted_early[index]) receive(step, a, f, posted_ahead_[index]);
+      break;
     case Op::SendF:
     case Op::SendB: send(step, a, f); break;
     case Op::F: forward(step, a, f, hooks); break;
@@ -217,12 +237,24 @@ void PipelineExecutor::run_action(Step& step, const schedule::Action& a, const E
   if (f.weights_done && !f.dx.defined()) step.flights.erase({a.mb, a.chunk});
 }
 
+// The receives early_receives_ gives this compute action, each waited for at its own: but one
+// whose flight still waits for another message is left to its place in the list.
+void PipelineExecutor::post_early(Step& step, size_t action) {
+  for (const size_t i : early_receives_[action]) {
+    const schedule::Action& r = actions_[i];
+    Flight& g = step.flights[{r.mb, r.chunk}];
+    if (g.arriving || g.arriving_handed) continue;
+    receive(step, r, g, true);
+    step.posted_early[i] = true;
+  }
+}
+
 // RecvF: the activation from the previous virtual stage; RecvB: the gradient from the next. From
 // this rank itself (the V's turn) it is handed over, not sent: its send came earlier in the list.
 // Posted `ahead`, it is waited for at its action.
 void PipelineExecutor::receive(Step& step, const schedule::Action& a, Flight& f, bool ahead) {
   const bool gradient = a.op == schedule::Op::RecvB;
-  const int64_t from = chunks_[a.chunk].virtual_stage + (gradient ? 1 : -1);
+  const int64_t from = sender_of(a);
   at::Tensor& into = gradient ? f.dy : f.input;
   const int tag = tag_of(a.mb, from, gradient);
   if (peer_of(from) == pp_.rank()) {

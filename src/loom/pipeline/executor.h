@@ -2,8 +2,9 @@
 // Runs one rank's schedule with real layers (NOTE [Pipeline schedules are data]): the lowered
 // list of this rank, F/R/B/W/BW on its chunks of the chain and point-to-point messages between
 // neighbouring stages over the pp communicator. Sends are non-blocking, driven by a helper thread
-// while the stage computes (NOTE [Message progress]) and waited for when the step ends; a receive
-// waits (an overlapped pair's backward's, posted ahead, at that backward: NOTE [Overlapped pairs]),
+// while the stage computes (NOTE [Message progress]) and waited for when the step ends; a receive,
+// posted as the compute action before it starts, is waited for at its action (an overlapped
+// pair's backward's at that backward: NOTE [Overlapped pairs]),
 // which is what the simulator's dependencies model, so a
 // schedule the simulator accepts cannot deadlock here (sends keep moving while a stage
 // computes). One rank alone (pp = 1) runs the same code without messages.
@@ -84,6 +85,7 @@ class PipelineExecutor {
   struct Flight;  // one (micro-batch, chunk) between its F and its last backward action
   struct Step;    // one run_step's flights, sends in progress and measured times
   int peer_of(int64_t virtual_stage) const;
+  int64_t sender_of(const schedule::Action& receive) const;  // the virtual stage it comes from
   int tag_of(int64_t mb, int64_t virtual_stage, bool gradient) const;
   void check_boundary(const at::Tensor& t, const char* what) const;
   // A layer's pass, named in its errors, timed for the trace (NOTE [Step clock]).
@@ -107,6 +109,7 @@ class PipelineExecutor {
   void prefetch(Step& step, size_t action);
   void bring_back(const StageChunk& chunk, Flight& f, size_t layer, const ExecutorHooks& hooks);
   StepResult finish_step(Step& step, const ExecutorHooks& hooks);
+  void post_early(Step& step, size_t action);
 
   schedule::Schedule schedule_;
   dist::Communicator& pp_;
@@ -118,6 +121,8 @@ class PipelineExecutor {
   at::Device device_;  // where the boundary tensors live: the stage's device
   std::vector<int64_t> next_backward_;  // per action: the next compute action if it is a B or BW, else -1
   std::vector<bool> posted_ahead_;      // per action: a receive posted before an action that is not its own
+  // Per compute action: the receives from other ranks posted as it starts (NOTE [Message progress]).
+  std::vector<std::vector<size_t>> early_receives_;
   std::unique_ptr<memory::SwapTier> tier_;     // when a layer swaps
   std::unique_ptr<memory::Swapper> swapper_;
   memory::SwapTicket last_out_;  // the latest copy out queued: a forward starts once it has ended
