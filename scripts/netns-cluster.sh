@@ -75,6 +75,7 @@ up() {
   local hosts=$1 slots=2 rate="" loss=""
   shift
   while [ $# -gt 0 ]; do
+    case "$1" in --slots|--rate|--loss) [ $# -ge 2 ] || die "netns-cluster.sh up: $1 needs a value; hint: up N [--slots S] [--rate RATE] [--loss PCT]";; esac
     case "$1" in
       --slots) slots=$2; shift 2;;
       --rate) rate=$2; shift 2;;
@@ -122,7 +123,7 @@ up() {
         die "netns-cluster.sh: tc could not shape $ns's link to $rate"
     fi
     if [ -n "$loss_in_10k" ]; then
-      add_loss "$ns" "$loss_in_10k" || die "netns-cluster.sh: nft could not make $ns's link lose $loss%"
+      add_loss "$ns" "$loss_in_10k" || skip "nft could not make $ns's link lose $loss% (the kernel needs nf_tables with netdev and numgen)"
     fi
     echo "$subnet.$i slots=$slots" >> "$dir/hostfile"
   done
@@ -161,5 +162,5 @@ case "${1:-}" in
   up) shift; [ $# -ge 1 ] || die "netns-cluster.sh up: how many hosts? hint: up N [--slots S] [--rate RATE]"; up "$@";;
   down) down;;
   mpirun) shift; run_mpirun "$@";;
-  *) die "netns-cluster.sh: '${1:-}' is not one of: up, down, mpirun, dropped; hint: scripts/netns-cluster.sh up 2";;
+  *) die "netns-cluster.sh: '${1:-}' is not one of: up, down, mpirun, dropped; hint: scripts/netns-cluster.sh up 2 [--slots S] [--rate RATE] [--loss PCT]";;
 esac

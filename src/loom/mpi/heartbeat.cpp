@@ -22,6 +22,7 @@ constexpr int64_t kPayload = 1;                      // of beats and goodbyes: i
 enum Note : int64_t { kNothing = 0, kYouReport = 1, kReported = 2 };
 constexpr double kActionWaitS = 5;     // how long a host's ranks wait for each other's peer-loss actions
 constexpr double kLauncherWaitS = 20;  // then how long they leave the launcher to end the job
+constexpr double kRelayWaitIntervals = 3;  // how long a leader told of a loss waits for more (the NOTE)
 
 double seconds_now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -199,20 +200,20 @@ void Heartbeat::declare_lost(double now) {
 }
 
 bool Heartbeat::follow_endings(double now) {
-  bool told = false, reported = false;
+  bool reported = false;
   for (const Peer& p : peers_) {
     if (!p.ending) continue;
-    told = true;
+    if (told_at_ < 0) told_at_ = now;
     reported = reported || p.in % 4 == kReported;
-    if (p.in % 4 == kYouReport && relay_from_ == nullptr) {
-      relay_from_ = &p;
-      relay_until_ = now + 2 * interval_s_;
-    }
+    if (p.in % 4 == kYouReport && relay_from_ == nullptr) relay_from_ = &p;
   }
-  if (!told) return false;
+  if (told_at_ < 0) return false;
+  // Unless a line was printed, a request to report may still come, by a slower path than the
+  // first message: this leader waits, and goes on watching (it may find a loss itself first).
+  if (!reported && now < told_at_ + kRelayWaitIntervals * interval_s_) return false;
+  const bool relay = relay_from_ != nullptr && !reported;
   int64_t lost = -1;
-  if (relay_from_ != nullptr && !reported) {
-    if (now < relay_until_) return false;  // it may find the same loss itself first (declare_lost)
+  if (relay) {
     lost = relay_from_->in / 4 - 1;
     const auto of = std::find_if(peers_.begin(), peers_.end(), [&](const Peer& p) { return p.leader == lost; });
     const std::string line = fmt::format(
@@ -222,7 +223,7 @@ bool Heartbeat::follow_endings(double now) {
         of == peers_.end() ? "?" : ranks_of(host_of_, of->world), limit_s_);
     [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
   }
-  tell_ending(now, lost, relay_from_ != nullptr && !reported ? kReported : kNothing);
+  tell_ending(now, lost, relay ? kReported : kNothing);
   std::atomic_ref<int64_t>(*verdict_).store(rank_ + 1);
   return true;
 }

@@ -10,9 +10,14 @@
 //     10 s; ...`;
 //   - it tells every leader it still hears that it is ending, and they end their hosts too,
 //     without a line of their own: once it ends, a leader that heard both sides of a partial
-//     partition (h1 and h3 cut apart, h2 reaching both) would find them both silent. Where no
-//     line was printed (each side hears a lower leader), the lowest leader it hears is asked to
-//     report the loss, and does, naming both, unless it finds a loss itself within 2 intervals;
+//     partition (h1 and h3 cut apart, h2 reaching both) would find them both silent. Where it
+//     printed no line (it hears a lower leader), it asks the lowest leader it hears to report
+//     the loss, naming both hosts. A leader told waits 3 intervals for such a request, which may
+//     come later than another's message, unless told that a line was printed; it reports the
+//     first request, unless it finds a loss itself meanwhile, and then tells those it hears
+//     (so one leader's request, and another's "printed", reach the rest in time). A leader that
+//     has said goodbye (its run ended) is not listened to any more: a loss it finds then, while
+//     it waits for the others to finish, is found again by them, with a line of their own;
 //   - it writes the verdict into a word its host's ranks share (an MPI shared-memory window);
 //   - each rank of the host, seeing the verdict, runs its peer-loss action (closing its live
 //     outputs, NOTE [Live output files]), and once all have (or after 5 s), they leave the launcher
@@ -82,7 +87,7 @@ class Heartbeat {
   double next_beat_ = 0;
   bool said_goodbye_ = false;
   const Peer* relay_from_ = nullptr;  // the leader that asked this one to report its loss
-  double relay_until_ = 0;            // when this one reports it, unless it finds a loss itself
+  double told_at_ = -1;               // when another leader first told this one it was ending
   std::vector<int64_t> ending_notes_; // the ending messages' payloads
   MPI_Win window_ = MPI_WIN_NULL;      // the host's shared words:
   int64_t* verdict_ = nullptr;         //   0, or (the host ends) a lost host's leader rank + 1, or
