@@ -125,42 +125,14 @@ PipelineExecutor::PipelineExecutor(const schedule::Schedule& schedule, dist::Com
   for (const StageChunk& chunk : chunks_)
     LOOM_CHECK(chunk.policy.size() == chunk.layers.size(), "[pp] virtual stage {}: {} memory policies for {} layers",
                chunk.virtual_stage, chunk.policy.size(), chunk.layers.size());
-  actions_ = schedule::lower(schedule)[pp.rank()];
-  next_backward_.assign(actions_.size(), -1);
-  for (size_t i = 0; i < actions_.size(); ++i)
-    for (size_t j = i + 1; j < actions_.size(); ++j) {
-      if (actions_[j].is_message()) continue;
-      if (actions_[j].op == schedule::Op::B || actions_[j].op == schedule::Op::BW) next_backward_[i] = static_cast<int64_t>(j);
-      break;
-    }
+  for (const StageChunk& chunk : chunks_) virtual_stages_.push_back(chunk.virtual_stage);
+  list_ = read_rank_list(schedule, pp.rank(), virtual_stages_);
   for (const StageChunk& chunk : chunks_)
     for (nn::MemoryPolicy p : chunk.policy)
       if (p == nn::MemoryPolicy::Swap && !swapper_) {
         tier_ = swap_tier();
         swapper_ = std::make_unique<memory::Swapper>(*tier_);
       }
-  for (const schedule::Action& a : schedule.ranks[pp.rank()])
-    if (a.op == schedule::Op::W || a.op == schedule::Op::BW) last_backward_[a.chunk] = a.mb;
-  // A receive whose action is not the next compute one is posted ahead, waited for at its action.
-  posted_ahead_.assign(actions_.size(), false);
-  for (size_t i = 0; i < actions_.size(); ++i) {
-    const schedule::Action& a = actions_[i];
-    if (a.op != schedule::Op::RecvF && a.op != schedule::Op::RecvB) continue;
-    size_t j = i + 1;
-    while (j < actions_.size() && actions_[j].is_message()) ++j;
-    posted_ahead_[i] = j == actions_.size() || actions_[j].mb != a.mb || actions_[j].chunk != a.chunk;
-  }
-  // A receive from another rank is posted when the compute action before it starts (NOTE
-  // [Message progress]).
-  early_receives_.assign(actions_.size(), {});
-  std::optional<size_t> last_compute;
-  for (size_t i = 0; i < actions_.size(); ++i) {
-    const schedule::Action& a = actions_[i];
-    if (!a.is_message()) last_compute = i;
-    else if ((a.op == schedule::Op::RecvF || a.op == schedule::Op::RecvB) && last_compute &&
-             peer_of(sender_of(a)) != pp.rank())
-      early_receives_[*last_compute].push_back(i);
-  }
   LOOM_CHECK(schedule.virtual_stages() == 1 || schedule::message_tags(schedule) <= schedule::kMaxTags,
              "[pp] {} micro-batches x {} virtual stages exceed the message tags", schedule.microbatches,
              schedule.virtual_stages());
@@ -168,10 +140,6 @@ PipelineExecutor::PipelineExecutor(const schedule::Schedule& schedule, dist::Com
 
 int PipelineExecutor::peer_of(int64_t virtual_stage) const {
   return static_cast<int>(schedule_.rank_of(virtual_stage));
-}
-
-int64_t PipelineExecutor::sender_of(const schedule::Action& receive) const {
-  return chunks_[receive.chunk].virtual_stage + (receive.op == schedule::Op::RecvB ? 1 : -1);
 }
 
 // A message is named by its sender's (micro-batch, virtual stage) and direction.
@@ -189,13 +157,13 @@ void PipelineExecutor::check_boundary(const at::Tensor& t, const char* what) con
 StepResult PipelineExecutor::run_step(const ExecutorHooks& hooks) {
   Step step(pp_.concurrent_progress(), hooks.clock ? *hooks.clock : *host_clock_, chunks_.size(),
             static_cast<bool>(hooks.trace));
-  step.posted_early.assign(actions_.size(), 0);
+  step.posted_early.assign(list_.actions.size(), 0);
   times_ = &step.times;
   struct Forget {  // a step that fails leaves no pointer to its times
     ActionTimes*& times;
     ~Forget() { times = nullptr; }
   } forget{times_};
-  for (const schedule::Action& a : actions_) run_action(step, a, hooks);
+  for (const schedule::Action& a : list_.actions) run_action(step, a, hooks);
   return finish_step(step, hooks);
 }
 
@@ -210,13 +178,13 @@ void PipelineExecutor::run_action(Step& step, const schedule::Action& a, const E
   Flight& f = step.flights[{a.mb, a.chunk}];
   if ((f.arriving || f.arriving_handed) && !a.is_message()) arrive(step, a, f);
   const size_t start = step.times.mark();
-  const auto index = static_cast<size_t>(&a - actions_.data());
+  const auto index = static_cast<size_t>(&a - list_.actions.data());
   post_early(step, index);
   if (swapper_) prefetch(step, index);
   switch (a.op) {
     case Op::RecvF:
     case Op::RecvB:
-      if (!step.posted_early[index]) receive(step, a, f, posted_ahead_[index]);
+      if (!step.posted_early[index]) receive(step, a, f, list_.posted_ahead[index]);
       break;
     case Op::SendF:
     case Op::SendB: send(step, a, f); break;
@@ -237,11 +205,11 @@ void PipelineExecutor::run_action(Step& step, const schedule::Action& a, const E
   if (f.weights_done && !f.dx.defined()) step.flights.erase({a.mb, a.chunk});
 }
 
-// The receives early_receives_ gives this compute action, each waited for at its own: but one
+// The receives list_.early_receives gives this compute action, each waited for at its own: but one
 // whose flight still waits for another message is left to its place in the list.
 void PipelineExecutor::post_early(Step& step, size_t action) {
-  for (const size_t i : early_receives_[action]) {
-    const schedule::Action& r = actions_[i];
+  for (const size_t i : list_.early_receives[action]) {
+    const schedule::Action& r = list_.actions[i];
     Flight& g = step.flights[{r.mb, r.chunk}];
     if (g.arriving || g.arriving_handed) continue;
     receive(step, r, g, true);
@@ -254,7 +222,7 @@ void PipelineExecutor::post_early(Step& step, size_t action) {
 // Posted `ahead`, it is waited for at its action.
 void PipelineExecutor::receive(Step& step, const schedule::Action& a, Flight& f, bool ahead) {
   const bool gradient = a.op == schedule::Op::RecvB;
-  const int64_t from = sender_of(a);
+  const int64_t from = sender_of(a, virtual_stages_);
   at::Tensor& into = gradient ? f.dy : f.input;
   const int tag = tag_of(a.mb, from, gradient);
   if (peer_of(from) == pp_.rank()) {
@@ -337,7 +305,7 @@ void PipelineExecutor::backward(Step& step, const schedule::Action& a, Flight& f
   const StageChunk& chunk = chunks_[a.chunk];
   const int64_t v = chunk.virtual_stage;
   at::Tensor dy = v == schedule_.virtual_stages() - 1 ? at::Tensor() : std::move(f.dy);
-  const bool weights = a.op == schedule::Op::BW, final_pass = weights && last_backward_[a.chunk] == a.mb;
+  const bool weights = a.op == schedule::Op::BW, final_pass = weights && list_.last_backward[a.chunk] == a.mb;
   for (size_t l = chunk.layers.size(); l-- > 0;) {
     nn::Layer& layer = *chunk.layers[l];
     // Not recomputed ahead: each layer just before its backward, so one layer's activations
@@ -360,7 +328,7 @@ void PipelineExecutor::backward(Step& step, const schedule::Action& a, Flight& f
 // W: the chunk's weight gradients, layers in reverse.
 void PipelineExecutor::weight_gradients(const schedule::Action& a, Flight& f, const ExecutorHooks& hooks) {
   const StageChunk& chunk = chunks_[a.chunk];
-  const bool final_pass = last_backward_[a.chunk] == a.mb;
+  const bool final_pass = list_.last_backward[a.chunk] == a.mb;
   for (size_t l = chunk.layers.size(); l-- > 0;) weight_gradient(chunk, l, final_pass, f, hooks);
   f.weights_done = true;
 }
@@ -407,9 +375,9 @@ void PipelineExecutor::swap_out(Flight& f, size_t layer) {
 // Before compute action `action` and after it: the copy back of every swapped layer of the
 // micro-batch whose backward is the next compute action, last layer first (backward's order).
 void PipelineExecutor::prefetch(Step& step, size_t action) {
-  const int64_t next = next_backward_[action];
+  const int64_t next = list_.next_backward[action];
   if (next < 0) return;
-  const auto it = step.flights.find({actions_[next].mb, actions_[next].chunk});
+  const auto it = step.flights.find({list_.actions[next].mb, list_.actions[next].chunk});
   if (it == step.flights.end()) return;
   for (size_t l = it->second.swapped.size(); l-- > 0;)
     if (it->second.swapped[l]) swapper_->swap_in(it->second.swapped[l]);

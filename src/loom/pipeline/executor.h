@@ -16,6 +16,7 @@
 #include "loom/dist/communicator.h"
 #include "loom/memory/swap.h"
 #include "loom/pipeline/action_times.h"
+#include "loom/pipeline/rank_list.h"
 #include "loom/nn/layer.h"
 #include "loom/nn/memory_policy.h"
 #include "loom/nn/param_residency.h"
@@ -85,7 +86,6 @@ class PipelineExecutor {
   struct Flight;  // one (micro-batch, chunk) between its F and its last backward action
   struct Step;    // one run_step's flights, sends in progress and measured times
   int peer_of(int64_t virtual_stage) const;
-  int64_t sender_of(const schedule::Action& receive) const;  // the virtual stage it comes from
   int tag_of(int64_t mb, int64_t virtual_stage, bool gradient) const;
   void check_boundary(const at::Tensor& t, const char* what) const;
   // A layer's pass, named in its errors, timed for the trace (NOTE [Step clock]).
@@ -114,15 +114,11 @@ class PipelineExecutor {
   schedule::Schedule schedule_;
   dist::Communicator& pp_;
   std::vector<StageChunk> chunks_;
-  std::vector<schedule::Action> actions_;           // this rank's lowered list
-  std::map<int64_t, int64_t> last_backward_;  // chunk -> the micro-batch whose W (or BW) ends it
+  std::vector<int64_t> virtual_stages_;  // per chunk
+  RankList list_;                        // this rank's lowered list, read once
   std::vector<int64_t> boundary_shape_;
   at::ScalarType dtype_;
   at::Device device_;  // where the boundary tensors live: the stage's device
-  std::vector<int64_t> next_backward_;  // per action: the next compute action if it is a B or BW, else -1
-  std::vector<bool> posted_ahead_;      // per action: a receive posted before an action that is not its own
-  // Per compute action: the receives from other ranks posted as it starts (NOTE [Message progress]).
-  std::vector<std::vector<size_t>> early_receives_;
   std::unique_ptr<memory::SwapTier> tier_;     // when a layer swaps
   std::unique_ptr<memory::Swapper> swapper_;
   memory::SwapTicket last_out_;  // the latest copy out queued: a forward starts once it has ended

@@ -11,9 +11,10 @@
 // the receiver's next MPI call (a zb-v trace: 2.4 ms from send to arrival, the link alone 0.2
 // ms). So the executor posts each receive from another rank as the compute action before it
 // starts, and the message moves whenever the receiver is inside MPI meanwhile (its helper testing
-// its own sends included): gpt-small pp = 2, 2 runs each, steps 0.97-0.99x as long under every
-// schedule, one boundary buffer more per rank. The helper does not poll the receives themselves:
-// polling through whole compute actions took 1F1B's step to 1.16x on 2 shared cores.
+// its own sends included): gpt-small pp = 2 (docs/benchmarks.md), steps 0.98x as long under
+// zb-h1, zb-v and dualpipe-v, 1.00x under 1F1B, one boundary buffer more per rank. The helper does
+// not poll the receives themselves: polling through whole compute actions took 1F1B's step to
+// 1.16x on 2 shared cores.
 #include <condition_variable>
 #include <exception>
 #include <mutex>
