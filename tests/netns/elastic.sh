@@ -14,9 +14,7 @@ source "$(dirname "$0")/cluster_test.sh"
 cluster_test loome 10.74.0 "$1"
 cd "$work"
 fail() { echo "FAIL: $*"; for f in err.txt elastic.txt; do [ -s $f ] && { echo "--- $f"; tail -25 $f; }; done; exit 1; }
-tiny=(-c "$root/configs/gpt-tiny.toml" --set model.n_layers=2 --set model.d_model=64 --set model.seq_len=32
-      --set model.vocab=256 --set model.dtype=float64 --set train.threads=1 --set train.warmup=2
-      --set train.global_batch=8 --set train.micro_batch=2 --set parallel.sparse=off --set train.steps=12)
+tiny_model --set train.global_batch=8 --set train.micro_batch=2 --set train.steps=12
 
 "$loom" train "${tiny[@]}" --quiet --set checkpoint.dir=serial 2> err.txt || fail "the serial run"
 "$loom" ckpt export serial --dtype float64 --out serial.safetensors > /dev/null

@@ -16,9 +16,7 @@ cd "$work"
 fail() { echo "FAIL: $*"; [ -s err.txt ] && tail -20 err.txt; exit 1; }
 now() { date +%s.%N; }
 since() { awk -v a="$(now)" -v b="$1" 'BEGIN { printf "%.1f", a - b }'; }
-tiny=(-c "$root/configs/gpt-tiny.toml" --quiet --set model.n_layers=2 --set model.d_model=64 --set model.seq_len=32
-      --set model.vocab=256 --set model.dtype=float64 --set train.threads=1 --set train.warmup=2
-      --set train.global_batch=8 --set train.micro_batch=1 --set parallel.sparse=off --set train.steps=8)
+tiny_model --quiet --set train.global_batch=8 --set train.micro_batch=1 --set train.steps=8
 
 "$loom" train "${tiny[@]}" --set checkpoint.dir=serial --metrics serial.jsonl 2> err.txt || fail "the serial run"
 "$loom" ckpt export serial --dtype float64 --out serial.safetensors > /dev/null

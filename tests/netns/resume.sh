@@ -13,9 +13,7 @@ cluster_test loomr 10.75.0 "$1"
 cd "$work"
 fail() { echo "FAIL: $*"; [ -s err.txt ] && tail -20 err.txt; exit 1; }
 # 6 micro-batches a step, so dp can be 1, 2, 3 or 6.
-tiny=(-c "$root/configs/gpt-tiny.toml" --quiet --set model.n_layers=2 --set model.d_model=64 --set model.seq_len=32
-      --set model.vocab=256 --set model.dtype=float64 --set train.threads=1 --set train.warmup=2
-      --set train.global_batch=12 --set train.micro_batch=2 --set parallel.sparse=off)
+tiny_model --quiet --set train.global_batch=12 --set train.micro_batch=2
 # on HOSTS SLOTS ARGS...: `loom train` on a cluster of HOSTS x SLOTS, one rank per slot.
 on() {
   local hosts=$1 slots=$2 rc=0

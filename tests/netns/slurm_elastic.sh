@@ -14,12 +14,10 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 fail() { echo "FAIL: $*"; for f in job.out err.txt; do [ -s $f ] && { echo "--- $f"; tail -30 $f; }; done; exit 1; }
-tiny=(-c "$root/configs/gpt-tiny.toml" --set model.n_layers=2 --set model.d_model=64 --set model.seq_len=32
-      --set model.vocab=256 --set model.dtype=float64 --set train.threads=1 --set train.warmup=2
-      --set train.global_batch=8 --set train.micro_batch=2 --set parallel.sparse=off --set train.steps=12)
+source "$root/tests/netns/cluster_test.sh"
+tiny_model --set train.global_batch=8 --set train.micro_batch=2 --set train.steps=12
 
 if [ "${2:-}" != --on-slurm ]; then
-  source "$root/tests/netns/cluster_test.sh"
   cluster_test looms 10.71.0 "$1"
   cd "$work"
   "$loom" train "${tiny[@]}" --quiet --set checkpoint.dir=serial 2> err.txt || fail "the serial run"
