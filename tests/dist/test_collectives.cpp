@@ -131,6 +131,35 @@ void any_wait_order_cases(Communicator& c) {
   expect_equal(b, at::full({5}, 2.0 * n, at::kDouble), "b");
 }
 
+// NOTE [Pair all-reduce]: a group of 2's non-blocking all-reduce equals its blocking one (MPI's) bit
+// for bit, on both ranks, for every dtype and op, over values whose sums round.
+TEST(Collectives, PairAllReduceWithoutBlockingEqualsTheBlockingOneBitForBit) {
+  Communicator& w = world();
+  if (w.size() < 2) GTEST_SKIP() << "2 ranks or more";
+  const int pairs = w.size() / 2;
+  const bool paired = w.rank() < 2 * pairs;
+  const std::unique_ptr<Communicator> pair = w.split(paired ? w.rank() / 2 : pairs, w.rank(), "pair");
+  if (!paired) return;
+  ASSERT_EQ(pair->size(), 2);
+  for (auto type : kTypes) {
+    for (int64_t size : {int64_t{0}, int64_t{1}, int64_t{13}, (int64_t{1} << 16) + 3}) {
+      const at::Tensor x = iota(size, at::kDouble);
+      const at::Tensor mine = type == at::kLong ? (x * (w.rank() + 3)).to(type) : (x * 0.37 + 1.1 * w.rank()).sin().to(type);
+      for (ReduceOp op : {ReduceOp::Sum, ReduceOp::Avg, ReduceOp::Max}) {
+        if (op == ReduceOp::Avg && type == at::kLong) continue;
+        const std::string what = fmt::format("{} x {}, op {}", c10::toString(type), size, static_cast<int>(op));
+        at::Tensor async = mine.clone(), blocking = mine.clone();
+        pair->all_reduce_async(async, op)->wait();
+        pair->all_reduce(blocking, op);
+        EXPECT_TRUE(at::equal(async, blocking)) << what;
+        at::Tensor both = at::empty({2 * size}, async.options());
+        pair->all_gather(async, both);
+        EXPECT_TRUE(at::equal(both.narrow(0, 0, size), both.narrow(0, size, size))) << what;
+      }
+    }
+  }
+}
+
 TEST(Collectives, AllReduceSumAvgMax) { all_reduce_cases(world()); }
 TEST(Collectives, ReduceScatterAndAllGather) { scatter_gather_cases(world()); }
 TEST(Collectives, AllToAllAndAllToAllV) { all_to_all_cases(world()); }
@@ -146,29 +175,29 @@ void through_host_staging(void (*cases)(Communicator&)) {
 // NOTE [Hierarchical all-reduce] on one machine: the world's ranks taken as hosts of 2 (ranks 0 and
 // 1, 2 and 3, ...), against the closed forms; several under way at once, a blocking one among
 // them, finished newest first, so that the ranks' steps must keep one order; uneven hosts get no
-// levels.
+// levels. Pieces of 4 KiB: the larger tensors go through the steps in many, the last one short.
 TEST(Collectives, HierarchicalAllReduceAsOnHostsOfTwo) {
   Communicator& w = world();
   const int r = w.rank(), n = w.size();
   if (n < 4 || n % 2 != 0) GTEST_SKIP() << "2 hosts of 2 ranks or more";
-  const std::shared_ptr<HostLevels> levels = host_levels(w, r / 2 * 2);
+  const std::shared_ptr<HostLevels> levels = host_levels(w, r / 2 * 2, /*piece_bytes=*/4096);
   ASSERT_NE(levels, nullptr);
   EXPECT_EQ(levels->node->size(), 2);
   EXPECT_EQ(levels->cross != nullptr, r % 2 == 0);  // the hosts' leaders
   if (levels->cross) EXPECT_EQ(levels->cross->size(), n / 2);
   for (auto type : kTypes) {
-    for (int64_t size : {int64_t{1}, int64_t{7}, int64_t{13}, (int64_t{1} << 16) + 3}) {
+    for (int64_t size : {int64_t{1}, int64_t{7}, int64_t{13}, int64_t{1000}, (int64_t{1} << 16) + 3}) {
       const std::string what = fmt::format("{} x {}", c10::toString(type), size);
       const at::Tensor base = iota(size, type).remainder(50) + 1;
       at::Tensor sum = base * (r + 1);
-      hierarchical_all_reduce(*levels, sum, ReduceOp::Sum);
+      hierarchical_all_reduce(levels, sum, ReduceOp::Sum);
       expect_equal(sum, base * (n * (n + 1) / 2), "sum " + what);
       at::Tensor max = base * (r + 1);
-      hierarchical_all_reduce(*levels, max, ReduceOp::Max);
+      hierarchical_all_reduce(levels, max, ReduceOp::Max);
       expect_equal(max, base * n, "max " + what);
       if (type == at::kLong) continue;
       at::Tensor avg = (base * (2 * r + 1)).to(type);
-      hierarchical_all_reduce(*levels, avg, ReduceOp::Avg);
+      hierarchical_all_reduce(levels, avg, ReduceOp::Avg);
       expect_equal(avg, base * n, "avg " + what);
     }
   }
@@ -177,7 +206,7 @@ TEST(Collectives, HierarchicalAllReduceAsOnHostsOfTwo) {
   auto wa = hierarchical_all_reduce_async(levels, a, ReduceOp::Sum);
   auto wb = hierarchical_all_reduce_async(levels, b, ReduceOp::Avg);
   at::Tensor d = at::full({9}, static_cast<double>(r), at::kDouble);
-  hierarchical_all_reduce(*levels, d, ReduceOp::Max);  // blocking, behind the two under way
+  hierarchical_all_reduce(levels, d, ReduceOp::Max);  // blocking, behind the two under way
   expect_equal(d, at::full({9}, n - 1.0, at::kDouble), "d");
   auto wc = hierarchical_all_reduce_async(levels, c, ReduceOp::Sum);
   while (!wc->test()) {

@@ -230,6 +230,38 @@ TEST(Cluster, GroupsSpanNodesByTheMeshOrder) {
   EXPECT_TRUE(group_spans_nodes(dist::MeshDegrees{.dp = 2, .sp = 2, .tp = 2}, {"dp", "sp"}, 4));
 }
 
+// NOTE [Hierarchical all-reduce]: a group takes the levels where it lies on 2 nodes or more with as
+// many of its ranks on each, 2 or more.
+TEST(Cluster, GroupsTakeTheLevelsWhereEachNodeHoldsAsManyOfThem) {
+  EXPECT_EQ(group_levels_nodes(dist::MeshDegrees{.dp = 4}, {"dp"}, 2), 2);
+  EXPECT_EQ(group_levels_nodes(dist::MeshDegrees{.dp = 8}, {"dp"}, 2), 4);
+  EXPECT_EQ(group_levels_nodes(dist::MeshDegrees{.dp = 4}, {"dp"}, 4), 0);          // one node
+  EXPECT_EQ(group_levels_nodes(dist::MeshDegrees{.dp = 4}, {"dp"}, 1), 0);          // one rank per node
+  EXPECT_EQ(group_levels_nodes(dist::MeshDegrees{.dp = 2, .tp = 2}, {"dp"}, 2), 0);  // {0, 2}: one on each
+  EXPECT_EQ(group_levels_nodes(dist::MeshDegrees{.dp = 3}, {"dp"}, 2), 0);          // 2 and 1
+  EXPECT_EQ(group_levels_nodes(dist::MeshDegrees{.dp = 2, .sp = 2, .tp = 2}, {"dp", "sp"}, 4), 2);
+}
+
+// The levels: the leaders' ring over the nodes' link, S for a buffer of S at 2 nodes where the flat
+// ring sends 1.5 S, while the within-node steps hide under it; they cost more where they are longer.
+TEST(Cluster, LevelsCostTheLinkOnceWhereTheNodeIsFaster) {
+  Cluster c = full_cluster();
+  c.collectives.clear();
+  const double bytes = 1e9, inter = 25e9, lat = 10e-6;
+  const double flat = c.collective_seconds(CommOp::AllReduce, 4, bytes, true);
+  EXPECT_DOUBLE_EQ(flat, 2 * (0.75 * bytes / inter + 3 * lat));
+  const double levels = c.collective_seconds(CommOp::AllReduce, 4, bytes, true, 2);
+  const double cross = bytes / inter + 2 * lat;
+  EXPECT_DOUBLE_EQ(levels, c.levels_all_reduce_seconds(4, 2, bytes));
+  EXPECT_GT(levels, cross);  // a piece's within-node steps before and after
+  EXPECT_LT(levels, cross * 1.01);
+  EXPECT_NEAR(flat / levels, 1.5, 0.02);
+  c.intra_node.bytes_per_s = inter / 4;  // a node slower than the link: its steps set the time
+  EXPECT_GT(c.collective_seconds(CommOp::AllReduce, 4, bytes, true, 2), 2 * cross);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 4, bytes, false, 2),
+                   c.collective_seconds(CommOp::AllReduce, 4, bytes, false));  // within one node: no levels
+}
+
 // `loom profile --cluster-out`'s curve: a measured e(d) = 0.9 d / (d + 100) is recovered; one above
 // the peak clamps gemm_max to 1; one falling with d clamps the half dimension to (about) 0.
 TEST(Cluster, FitsTheGemmCurve) {

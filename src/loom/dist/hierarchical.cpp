@@ -2,77 +2,100 @@
 
 #include <algorithm>
 #include <map>
+#include <thread>
 
 namespace loom::dist {
 namespace {
 
 ReduceOp step_op(ReduceOp op) { return op == ReduceOp::Avg ? ReduceOp::Sum : op; }
 
-// An average divided, once the sum is in.
-void divide(at::Tensor& t, ReduceOp op, int size) {
-  if (op == ReduceOp::Avg) t.div_(size);
-}
+constexpr int kDone = 3;  // a piece's step once broadcast (0 within the host, 1 across, 2 broadcast)
 
 }  // namespace
 
-// One all-reduce through the levels: its step (0 within the host, 1 across the hosts' leaders,
-// 2 the leader's broadcast, 3 done) and the Work of the step under way.
+// One all-reduce through the levels, cut into pieces; each piece's step and the Work of its step
+// under way. Every piece's first step is posted as the all-reduce starts; a piece posts its next
+// step once its own is done and the piece before it (in this all-reduce or the older one before)
+// has posted that step, so each communicator sees the pieces in one order on every rank.
 class LevelsWork final : public Work {
  public:
   LevelsWork(std::shared_ptr<HostLevels> owner, at::Tensor& t, ReduceOp op)
       : owner_(std::move(owner)), levels_(*owner_), t_(t), op_(op) {
+    const at::Tensor flat = t_.view({-1});
+    const int64_t per = std::max<int64_t>(1, levels_.piece_bytes / t_.element_size());
     const std::lock_guard lock(levels_.mutex);
-    current_ = levels_.node->all_reduce_async(t_, step_op(op));
+    for (int64_t start = 0; start < flat.numel(); start += per) {
+      Piece& p = pieces_.emplace_back(Piece{.part = flat.narrow(0, start, std::min(per, flat.numel() - start))});
+      p.current = levels_.node->all_reduce_async(p.part, step_op(op_));
+    }
     levels_.flight.push_back(this);
   }
-  ~LevelsWork() override {  // unfinished only while an error unwinds: its step is abandoned
+  ~LevelsWork() override {  // unfinished only while an error unwinds: its steps are abandoned
     const std::lock_guard lock(levels_.mutex);
     std::erase(levels_.flight, this);
   }
   LevelsWork(const LevelsWork&) = delete;
   LevelsWork& operator=(const LevelsWork&) = delete;
 
-  // Under the mutex: every all-reduce of the group under way finished, oldest first.
-  static void finish_all(HostLevels& levels) {
-    while (advance(levels, true)) {
-    }
-  }
-
   bool test() override {
     const std::lock_guard lock(levels_.mutex);
-    while (advance(levels_, false)) {
-    }
-    return step_ == 3;
+    advance(levels_);
+    return done();
   }
+  // Moves every piece that can move; where none can, waits on the oldest piece's step (the one
+  // nothing else holds back), whose Work bounds the wait (the communicator's time-out).
   void wait() override {
     const std::lock_guard lock(levels_.mutex);
-    while (step_ < 3) advance(levels_, true);
+    while (!done()) {
+      if (!advance(levels_)) levels_.flight.front()->oldest().current->wait();
+    }
   }
 
  private:
-  // Under the mutex: the oldest all-reduce one step on, once its step under way is done (waited
-  // for when `block`); false when nothing moved.
-  static bool advance(HostLevels& levels, bool block) {
-    if (levels.flight.empty()) return false;
-    LevelsWork& head = *levels.flight.front();
-    if (block) {
-      head.current_->wait();
-    } else if (!head.current_->test()) {
-      return false;
+  struct Piece {
+    at::Tensor part;  // a view of the buffer
+    int step = 0;
+    WorkPtr current;
+  };
+
+  bool done() const { return finished_ == pieces_.size(); }
+  Piece& oldest() { return pieces_[finished_]; }
+
+  // Under the mutex: every piece of the group's all-reduces under way moved on as far as the order
+  // allows; false when none moved.
+  static bool advance(HostLevels& levels) {
+    bool moved = false;
+    int before = kDone;  // the step the piece before has posted (none before the oldest)
+    for (size_t w = 0; w < levels.flight.size();) {
+      LevelsWork& work = *levels.flight[w];
+      for (size_t i = work.finished_; i < work.pieces_.size(); ++i) {
+        Piece& p = work.pieces_[i];
+        while (p.step < kDone && before > p.step && p.current->test()) {
+          work.next(p);
+          moved = true;
+        }
+        before = p.step;
+        if (before == 0) return moved;  // steps never rise along the order: none after can move
+      }
+      while (!work.done() && work.oldest().step == kDone) ++work.finished_;
+      if (work.done()) {
+        levels.flight.erase(levels.flight.begin() + static_cast<std::ptrdiff_t>(w));
+      } else {
+        ++w;
+      }
     }
-    head.next();
-    if (head.step_ == 3) levels.flight.pop_front();
-    return true;
+    return moved;
   }
-  void next() {
-    ++step_;
-    if (step_ == 1) {
-      current_ = levels_.cross ? levels_.cross->all_reduce_async(t_, step_op(op_)) : std::make_unique<DoneWork>();
-    } else if (step_ == 2) {
-      current_ = levels_.node_share->broadcast_async(t_, 0);
+
+  void next(Piece& p) {
+    ++p.step;
+    if (p.step == 1) {
+      p.current = levels_.cross ? levels_.cross->all_reduce_async(p.part, step_op(op_)) : std::make_unique<DoneWork>();
+    } else if (p.step == 2) {
+      p.current = levels_.node_share->broadcast_async(p.part, 0);
     } else {
-      current_.reset();
-      divide(t_, op_, levels_.size);
+      p.current.reset();
+      if (op_ == ReduceOp::Avg) p.part.div_(levels_.size);
     }
   }
 
@@ -80,11 +103,11 @@ class LevelsWork final : public Work {
   HostLevels& levels_;
   at::Tensor t_;
   ReduceOp op_;
-  int step_ = 0;
-  WorkPtr current_;
+  std::vector<Piece> pieces_;
+  size_t finished_ = 0;  // pieces_[0, finished_) are done
 };
 
-std::shared_ptr<HostLevels> host_levels(Communicator& group, int host) {
+std::shared_ptr<HostLevels> host_levels(Communicator& group, int host, int64_t piece_bytes) {
   if (group.size() < 4) return nullptr;  // 2 hosts x 2 ranks at least
   at::Tensor mine = at::full({1}, host, at::kLong), all = at::empty({group.size()}, at::kLong);
   group.all_gather(mine, all);
@@ -104,16 +127,12 @@ std::shared_ptr<HostLevels> host_levels(Communicator& group, int host) {
   std::unique_ptr<Communicator> cross = group.split(index, group.rank(), group.axis() + " across hosts");
   if (index == 0) levels->cross = std::move(cross);
   levels->size = group.size();
+  levels->piece_bytes = piece_bytes;
   return levels;
 }
 
-void hierarchical_all_reduce(HostLevels& levels, at::Tensor& t, ReduceOp op) {
-  const std::lock_guard lock(levels.mutex);
-  LevelsWork::finish_all(levels);  // the group's earlier all-reduces first: one order on every rank
-  levels.node->all_reduce(t, step_op(op));
-  if (levels.cross) levels.cross->all_reduce(t, step_op(op));
-  levels.node_share->broadcast(t, 0);
-  divide(t, op, levels.size);
+void hierarchical_all_reduce(const std::shared_ptr<HostLevels>& levels, at::Tensor& t, ReduceOp op) {
+  hierarchical_all_reduce_async(levels, t, op)->wait();
 }
 
 WorkPtr hierarchical_all_reduce_async(const std::shared_ptr<HostLevels>& levels, at::Tensor& t, ReduceOp op) {

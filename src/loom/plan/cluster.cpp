@@ -7,12 +7,14 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <set>
 #include <sstream>
 
 #include "loom/core/error.h"
 #include "loom/core/install_dirs.h"
+#include "loom/dist/hierarchical.h"
 
 #ifndef LOOM_CLUSTER_DIR
 #define LOOM_CLUSTER_DIR "clusters"
@@ -41,8 +43,11 @@ double Cluster::compute_seconds(const PassWork& w, DType dtype) const {
          bytes / (memory_bytes_per_s * memory_efficiency);
 }
 
-double Cluster::collective_seconds(nn::CommOp op, int64_t ranks, double bytes, bool spans_nodes) const {
+double Cluster::collective_seconds(nn::CommOp op, int64_t ranks, double bytes, bool spans_nodes,
+                                   int64_t levels_nodes) const {
   if (ranks <= 1 || bytes <= 0) return 0;
+  if (op == nn::CommOp::AllReduce && spans_nodes && levels_nodes >= 2)
+    return levels_all_reduce_seconds(ranks, levels_nodes, bytes);
   if (!spans_nodes) {  // this machine's measured costs, the nearest group size at or above
     const MeasuredCollective* best = nullptr;
     for (const MeasuredCollective& m : collectives)
@@ -62,17 +67,48 @@ double Cluster::collective_seconds(nn::CommOp op, int64_t ranks, double bytes, b
   return std::min(ring, tree);
 }
 
-bool group_spans_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
-                       int64_t devices_per_node) {
-  // The group of rank 0 holds rank 0 and, as its last member, the rank whose coordinate on each
-  // of `axes` is the largest (NOTE [Mesh axes]: each axis' stride is the product of those inside it).
-  int64_t last = 0;
+double Cluster::levels_all_reduce_seconds(int64_t ranks, int64_t nodes, double bytes) const {
+  const int64_t per_node = ranks / nodes;
+  auto within = [&](double b) {  // the all-reduce within the node, then the leader's broadcast
+    return collective_seconds(nn::CommOp::AllReduce, per_node, b, false) +
+           collective_seconds(nn::CommOp::SendRecv, 2, b, false);
+  };
+  const double cross = collective_seconds(nn::CommOp::AllReduce, nodes, bytes, true);
+  return std::max(cross, within(bytes)) + within(std::min(bytes, static_cast<double>(dist::kLevelsPieceBytes)));
+}
+
+namespace {
+
+// The ranks of the group over `axes` containing rank 0, in rising order (NOTE [Mesh axes]: each
+// axis' stride is the product of those inside it).
+std::vector<int64_t> group_of_rank0(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes) {
+  std::vector<int64_t> ranks{0};
   for (std::string_view axis : axes) {
     LOOM_CHECK(std::any_of(mesh.axes().begin(), mesh.axes().end(), [&](const dist::MeshAxis& a) { return a.name == axis; }),
                "unknown mesh axis {}", axis);
-    last += static_cast<int64_t>(mesh.size(axis) - 1) * mesh.stride(axis);
+    std::vector<int64_t> more;
+    for (int64_t r : ranks)
+      for (int64_t i = 0; i < mesh.size(axis); ++i) more.push_back(r + i * mesh.stride(axis));
+    ranks = std::move(more);
   }
-  return last / devices_per_node != 0;
+  std::sort(ranks.begin(), ranks.end());
+  return ranks;
+}
+
+}  // namespace
+
+int64_t group_levels_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
+                           int64_t devices_per_node) {
+  std::map<int64_t, int64_t> on_node;  // node -> the group's ranks there
+  for (int64_t r : group_of_rank0(mesh, axes)) ++on_node[r / devices_per_node];
+  const int64_t per = on_node.begin()->second;
+  const bool even = std::all_of(on_node.begin(), on_node.end(), [per](const auto& e) { return e.second == per; });
+  return on_node.size() >= 2 && per >= 2 && even ? static_cast<int64_t>(on_node.size()) : 0;
+}
+
+bool group_spans_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
+                       int64_t devices_per_node) {
+  return group_of_rank0(mesh, axes).back() / devices_per_node != 0;
 }
 
 namespace {

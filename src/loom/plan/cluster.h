@@ -104,8 +104,13 @@ struct Cluster {
   double gemm_efficiency(double gemm_dim) const;
   // One pass of a layer on this cluster's kernels.
   double compute_seconds(const PassWork& work, DType dtype) const;
-  // One collective of `bytes` over `ranks` ranks whose group lies inside one node or not.
-  double collective_seconds(nn::CommOp op, int64_t ranks, double bytes, bool spans_nodes) const;
+  // One collective of `bytes` over `ranks` ranks whose group lies inside one node or not; an
+  // all-reduce over `levels_nodes` nodes (group_levels_nodes: 2 or more) through the levels.
+  double collective_seconds(nn::CommOp op, int64_t ranks, double bytes, bool spans_nodes,
+                            int64_t levels_nodes = 0) const;
+  // NOTE [Hierarchical all-reduce]: the leaders' all-reduce across the nodes, with the within-node
+  // steps under it (the longer of the two), and one piece's within-node steps before and after.
+  double levels_all_reduce_seconds(int64_t ranks, int64_t nodes, double bytes) const;
 };
 
 // The mesh's groups on nodes of `devices_per_node` consecutive ranks (NOTE [Mesh axes]' order):
@@ -113,6 +118,10 @@ struct Cluster {
 // spans more than one node ({"pp"}: whether the pipeline's stages sit on different nodes).
 bool group_spans_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
                        int64_t devices_per_node);
+// The nodes that group spans when its all-reduce takes the levels (NOTE [Hierarchical all-reduce]:
+// 2 nodes or more, as many of its ranks on each, 2 or more); 0 when it does not.
+int64_t group_levels_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
+                           int64_t devices_per_node);
 
 // A cluster by name (clusters/NAME.toml in the working directory, then in loom's own clusters/)
 // or by path (containing '/' or ending in ".toml"). InputError for a missing or malformed file,

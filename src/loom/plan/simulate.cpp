@@ -133,13 +133,14 @@ RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, 
   const int64_t replicas = c.parallel.dp * c.parallel.sp;
   if (c.parallel.zero >= 2 && replicas > 1) return finish_sharded(plan, cluster, rank, timeline);
   const bool spans = group_spans_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node);
+  const int64_t levels = group_levels_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node);
   const CommOp reduce = c.parallel.zero == 1 ? CommOp::ReduceScatter : CommOp::AllReduce;
   const double bucket_bytes = c.parallel.bucket_mb * 1024 * 1024;
   double channel = 0, pending = 0, pending_ready = 0, params = 0;
   auto send = [&]() {
     if (pending <= 0 || replicas <= 1) return;
     const double start = std::max(channel, pending_ready);
-    channel = start + cluster.collective_seconds(reduce, replicas, pending, spans);
+    channel = start + cluster.collective_seconds(reduce, replicas, pending, spans, levels);
     timeline.push_back({rank, "gradients", fmt::format("{} {}", name_of(reduce), format_bytes(pending)), start, channel});
     pending = 0;
   };
