@@ -2,7 +2,8 @@
 (scripts/netns-cluster.sh; needs root), each host's link shaped to BENCH_RATE (1gbit). Prints JSON
 lines:
   allreduce  loom_bench_allreduce's bus bandwidth per size: loom's all-reduce (hierarchical across
-             hosts, NOTE [Hierarchical all-reduce]) against Open MPI's flat ring (coll/tuned,
+             hosts, NOTE [Hierarchical all-reduce]; blocking, and non-blocking as gradient buckets
+             run it) against Open MPI's flat ring (coll/tuned,
              algorithm 4) on the same buffers, same run; and whether Open MPI's own hierarchical
              component (coll/han) runs;
   profile    `loom profile --cluster-out` of gpt-small across the hosts: the cluster file;

@@ -236,6 +236,30 @@ TEST(ProfileFit, RecoversALineAndClampsANegativeIntercept) {
   EXPECT_EQ(fit.beta_s_per_byte, 1e-15);
 }
 
+// A shaped link (a token bucket of 256 KiB at 125 MB/s behind a 4 GB/s wire, as the test cluster's)
+// carries each message's first 256 KiB at once: the line fit reads it faster than it is, the
+// sustained fit reads its rate, and the line again where the largest two tie.
+TEST(ProfileFit, ReadsAShapedLinksSustainedRate) {
+  const double bucket = 262144, rate = 125e6, wire = 4e9, latency = 20e-6;
+  std::vector<double> bytes, seconds;
+  for (double b = 4096; b <= 16777216; b *= 4) {
+    bytes.push_back(b);
+    seconds.push_back(latency + std::min(b, bucket) / wire + std::max(0.0, b - bucket) / rate);
+  }
+  EXPECT_GT(1 / train::fit_alpha_beta(bytes, seconds).beta_s_per_byte, 1.3 * rate);
+  const train::LineFit fit = train::fit_sustained(bytes, seconds);
+  EXPECT_NEAR(1 / fit.beta_s_per_byte, rate, 1e-6 * rate);
+  EXPECT_EQ(fit.alpha_s, 1e-7);  // the bucket's bytes came faster than the rate: no latency left
+  const std::vector<double> sizes{4096, 65536, 1048576};
+  std::vector<double> plain_seconds;  // an unshaped link: the line itself
+  for (double b : sizes) plain_seconds.push_back(latency + b / rate);
+  const train::LineFit plain = train::fit_sustained(sizes, plain_seconds);
+  EXPECT_NEAR(plain.beta_s_per_byte, 1 / rate, 1e-6 / rate);
+  EXPECT_NEAR(plain.alpha_s, latency, 1e-9);
+  const train::LineFit tied = train::fit_sustained({4096, 65536, 1048576}, {25e-6, 1e-3, 1e-3});
+  EXPECT_EQ(tied.beta_s_per_byte, train::fit_alpha_beta({4096, 65536, 1048576}, {25e-6, 1e-3, 1e-3}).beta_s_per_byte);
+}
+
 // One process measures a small chain: every layer of the chain in order, positive times, and each
 // layer's parameter and saved bytes, which for a float32 GPT equal the plan's analytic ones (the
 // measured bytes are the storages the saved states hold; the estimate is a formula per layer).

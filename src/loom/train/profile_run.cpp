@@ -28,6 +28,8 @@ namespace {
 using Clock = ProfileClock;
 
 constexpr int64_t kCopyBytes = int64_t{64} << 20;
+// The line's floors (fit_alpha_beta) lie far below any latency and time per byte a link gives.
+constexpr double kAlphaFloor = 1e-7, kBetaFloor = 1e-15;
 constexpr int64_t kSmallestMessage = int64_t{4} << 10, kLargestMessage = int64_t{16} << 20;
 
 // ---- layers ----
@@ -185,9 +187,12 @@ std::pair<double, std::function<void()>> collective(dist::Communicator& group, c
           }};
 }
 
-// Seconds of one `op` at each message size (rank 0's clock; the group starts each sample together).
-plan::CollectiveProfile measure_op(dist::Communicator& group, const std::string& op, int64_t repeats,
-                                   const ProfileDevice& device) {
+// The bytes each message size counts and the seconds of one `op` at it (rank 0's clock; the group
+// starts each sample together), from the smallest size to the largest.
+struct OpTimes {
+  std::vector<double> sizes, seconds;
+};
+OpTimes time_op(dist::Communicator& group, const std::string& op, int64_t repeats, const ProfileDevice& device) {
   std::vector<double> sizes, seconds;
   for (int64_t bytes = kSmallestMessage; bytes <= kLargestMessage; bytes *= 4) {
     const auto [counted, run] = collective(group, op, bytes, device);
@@ -204,7 +209,13 @@ plan::CollectiveProfile measure_op(dist::Communicator& group, const std::string&
     sizes.push_back(counted);
     seconds.push_back(median(samples) / (op == "send_recv" ? 2.0 : 1.0));
   }
-  const LineFit fit = fit_alpha_beta(sizes, seconds);
+  return {std::move(sizes), std::move(seconds)};
+}
+
+plan::CollectiveProfile measure_op(dist::Communicator& group, const std::string& op, int64_t repeats,
+                                   const ProfileDevice& device) {
+  const OpTimes t = time_op(group, op, repeats, device);
+  const LineFit fit = fit_alpha_beta(t.sizes, t.seconds);
   return {.op = op, .ranks = group.size(), .alpha_s = fit.alpha_s, .beta_s_per_byte = fit.beta_s_per_byte};
 }
 
@@ -236,7 +247,11 @@ plan::CollectiveProfile measure_hosts_link(dist::Communicator& world, int64_t re
   const bool pair = world.rank() == 0 || world.rank() == other;
   const std::unique_ptr<dist::Communicator> group = world.split(pair ? 0 : 1, world.rank(), "hosts link");
   plan::CollectiveProfile link;
-  if (pair) link = measure_op(*group, "send_recv", repeats, device);
+  if (pair) {
+    const OpTimes t = time_op(*group, "send_recv", repeats, device);
+    const LineFit fit = fit_sustained(t.sizes, t.seconds);
+    link = {.op = "send_recv", .ranks = 2, .alpha_s = fit.alpha_s, .beta_s_per_byte = fit.beta_s_per_byte};
+  }
   wait_quietly(world);
   return link;
 }
@@ -284,6 +299,15 @@ plan::Profile measure_profile(const Config& config, dist::Communicator& world, c
   return profile;
 }
 
+LineFit fit_sustained(const std::vector<double>& bytes, const std::vector<double>& seconds) {
+  const size_t n = bytes.size();
+  LOOM_CHECK(n == seconds.size() && n >= 2 && bytes[n - 1] > bytes[n - 2],
+             "[profile] a sustained rate needs two sizes or more, rising, got {}", n);
+  const double beta = (seconds[n - 1] - seconds[n - 2]) / (bytes[n - 1] - bytes[n - 2]);
+  if (!(beta > 0)) return fit_alpha_beta(bytes, seconds);  // noise larger than the bytes' time
+  return {.alpha_s = std::max(kAlphaFloor, seconds[0] - beta * bytes[0]), .beta_s_per_byte = beta};
+}
+
 LineFit fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds) {
   LOOM_CHECK(bytes.size() == seconds.size() && bytes.size() >= 2, "[profile] a line needs two points or more, got {}",
              bytes.size());
@@ -296,7 +320,6 @@ LineFit fit_alpha_beta(const std::vector<double>& bytes, const std::vector<doubl
   LOOM_CHECK(det > 0, "[profile] a line needs two distinct message sizes");
   LineFit fit{.beta_s_per_byte = (s * sxy - sx * sy) / det};
   fit.alpha_s = (sy - fit.beta_s_per_byte * sx) / s;
-  constexpr double kAlphaFloor = 1e-7, kBetaFloor = 1e-15;
   if (fit.alpha_s < kAlphaFloor) {
     fit.alpha_s = kAlphaFloor;
     fit.beta_s_per_byte = (sxy - kAlphaFloor * sx) / sxx;

@@ -50,8 +50,9 @@ void check_cluster_input(int world_size, int per_host, bool gpu, const std::stri
 // The ranks on each host in the job's order, for that message: "2, 1, 1". `host_of`: dist::hosts_of_ranks.
 std::string host_counts(const std::vector<int>& host_of);
 
-// The link between hosts: send_recv between world rank 0 and the first rank of the second host,
-// complete on those two ranks. A collective over the world, whose hosts hold as many ranks each.
+// The link between hosts: send_recv between world rank 0 and the first rank of the second host, its
+// rate sustained (fit_sustained: the test cluster's shaped links carry 256 KiB of each message at
+// once, which the line fit read as twice the rate), complete on those two ranks. A collective over the world, whose hosts hold as many ranks each.
 plan::CollectiveProfile measure_hosts_link(dist::Communicator& world, int64_t repeats, const ProfileDevice& device);
 
 // The whole profile, complete on world rank 0, measured on options.placement's device (NOTE
@@ -114,5 +115,10 @@ struct LineFit {
   double alpha_s = 0, beta_s_per_byte = 0;
 };
 LineFit fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds);
+// A link's sustained rate: the time per byte the two largest messages differ by, which a shaper's
+// burst or a switch's buffer (carrying the first bytes of each message at once) cancels out of;
+// the latency what the smallest message takes beyond its bytes. The line fit where the two largest
+// differ by no time (noise). `bytes` rising.
+LineFit fit_sustained(const std::vector<double>& bytes, const std::vector<double>& seconds);
 
 }  // namespace loom::train
