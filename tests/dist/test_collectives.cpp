@@ -7,6 +7,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <stdexcept>
 #include <thread>
 
 #include "loom/core/error.h"
@@ -218,6 +219,92 @@ TEST(Collectives, HierarchicalAllReduceAsOnHostsOfTwo) {
   expect_equal(b, at::full({2, 5}, 2.0, at::kDouble), "b");
   expect_equal(c, at::full({3}, static_cast<double>(n), at::kDouble), "c");
   EXPECT_EQ(host_levels(w, r == 0 ? 0 : 1), nullptr);  // 1 rank and n - 1
+}
+
+// One rank's side of the levels' three communicators: each all-reduce or broadcast finishes when
+// the test says so, or when waited on; `posted` holds each one's first element's address and state.
+class ManualCommunicator final : public Communicator {
+ public:
+  struct Posted {
+    const void* data;
+    std::shared_ptr<bool> done;
+  };
+  std::vector<Posted> posted;
+
+  int rank() const override { return 0; }
+  int size() const override { return 2; }
+  const std::string& axis() const override { return axis_; }
+  WorkPtr all_reduce_async(at::Tensor& t, ReduceOp) override { return post(t); }
+  WorkPtr broadcast_async(at::Tensor& t, int) override { return post(t); }
+  WorkPtr reduce_scatter_async(const at::Tensor&, at::Tensor&, ReduceOp) override { return unused(); }
+  WorkPtr all_gather_async(const at::Tensor&, at::Tensor&) override { return unused(); }
+  WorkPtr all_to_all_async(const at::Tensor&, at::Tensor&) override { return unused(); }
+  WorkPtr all_to_allv_async(const at::Tensor&, const std::vector<int64_t>&, at::Tensor&,
+                            const std::vector<int64_t>&) override {
+    return unused();
+  }
+  WorkPtr send_async(const at::Tensor&, int, int) override { return unused(); }
+  WorkPtr recv_async(at::Tensor&, int, int) override { return unused(); }
+  void barrier() override {}
+  std::unique_ptr<Communicator> split(int, int, const std::string&) override { throw std::logic_error("split"); }
+
+ private:
+  class ManualWork final : public Work {
+   public:
+    explicit ManualWork(std::shared_ptr<bool> done) : done_(std::move(done)) {}
+    void wait() override { *done_ = true; }
+    bool test() override { return *done_; }
+
+   private:
+    std::shared_ptr<bool> done_;
+  };
+  WorkPtr post(const at::Tensor& t) {
+    posted.push_back({t.data_ptr(), std::make_shared<bool>(false)});
+    return std::make_unique<ManualWork>(posted.back().done);
+  }
+  static WorkPtr unused() { throw std::logic_error("not a step of the levels"); }
+  std::string axis_ = "manual";
+};
+
+// NOTE [Hierarchical all-reduce]'s order, on a leader whose steps finish when the test says: a
+// piece crosses the hosts only after the piece before it has, whatever order their steps end in;
+// a wait with the first piece done and the next held back within the host waits on that one; an
+// average is divided once, by the group's size.
+TEST(Collectives, HierarchicalPiecesKeepTheirOrderOnEachCommunicator) {
+  auto levels = std::make_shared<HostLevels>();
+  auto node = std::make_unique<ManualCommunicator>(), share = std::make_unique<ManualCommunicator>(),
+       cross = std::make_unique<ManualCommunicator>();
+  ManualCommunicator &within = *node, &broadcast = *share, &across = *cross;
+  levels->node = std::move(node), levels->node_share = std::move(share), levels->cross = std::move(cross);
+  levels->size = 4;
+  levels->piece_bytes = 8;  // two floats: a tensor of 5 goes in 3 pieces, the last one short
+  at::Tensor t = at::full({5}, 8.0f);
+  const WorkPtr work = hierarchical_all_reduce_async(levels, t, ReduceOp::Avg);
+  ASSERT_EQ(within.posted.size(), 3u);  // every piece's first step at once
+  const std::vector<const void*> pieces{t.data_ptr<float>(), t.data_ptr<float>() + 2, t.data_ptr<float>() + 4};
+  *within.posted[1].done = true;  // the second piece's first step ends first: it waits for the first
+  EXPECT_FALSE(work->test());
+  EXPECT_TRUE(across.posted.empty());
+  *within.posted[0].done = true;
+  EXPECT_FALSE(work->test());
+  ASSERT_EQ(across.posted.size(), 2u);
+  EXPECT_EQ(across.posted[0].data, pieces[0]);
+  EXPECT_EQ(across.posted[1].data, pieces[1]);
+  *across.posted[0].done = true;
+  EXPECT_FALSE(work->test());
+  ASSERT_EQ(broadcast.posted.size(), 1u);
+  *broadcast.posted[0].done = true;
+  EXPECT_FALSE(work->test());  // the first piece done; the third still within its host
+  EXPECT_EQ(t[0].item<float>(), 2.0f);
+  EXPECT_EQ(t[2].item<float>(), 8.0f);
+  work->wait();  // waits on the held-back steps in order
+  ASSERT_EQ(across.posted.size(), 3u);
+  EXPECT_EQ(across.posted[2].data, pieces[2]);
+  ASSERT_EQ(broadcast.posted.size(), 3u);
+  EXPECT_EQ(broadcast.posted[1].data, pieces[1]);
+  EXPECT_EQ(broadcast.posted[2].data, pieces[2]);
+  EXPECT_TRUE(work->test());
+  EXPECT_TRUE(at::equal(t, at::full({5}, 2.0f)));
 }
 
 TEST(HostStaging, AllReduceSumAvgMax) { through_host_staging(all_reduce_cases); }

@@ -242,22 +242,26 @@ TEST(Cluster, GroupsTakeTheLevelsWhereEachNodeHoldsAsManyOfThem) {
   EXPECT_EQ(group_levels_nodes(dist::MeshDegrees{.dp = 2, .sp = 2, .tp = 2}, {"dp", "sp"}, 4), 2);
 }
 
-// The levels: the leaders' ring over the nodes' link, S for a buffer of S at 2 nodes where the flat
-// ring sends 1.5 S, while the within-node steps hide under it; they cost more where they are longer.
-TEST(Cluster, LevelsCostTheLinkOnceWhereTheNodeIsFaster) {
+// The levels: the leaders' ring over the nodes' link once per piece, S for a buffer of S at 2 nodes
+// where the flat ring sends 1.5 S, while the within-node steps hide under it; each piece's
+// latencies count; a node slower than the link sets the time.
+TEST(Cluster, LevelsCostTheLinkOncePerPieceWhereTheNodeIsFaster) {
   Cluster c = full_cluster();
   c.collectives.clear();
-  const double bytes = 1e9, inter = 25e9, lat = 10e-6;
+  c.inter_node = {.bytes_per_s = 125e6, .latency_s = 50e-6};  // the test cluster's shaped link
+  const double bytes = 64.0 * (1 << 20), piece = 1 << 20, pieces = 64;
   const double flat = c.collective_seconds(CommOp::AllReduce, 4, bytes, true);
-  EXPECT_DOUBLE_EQ(flat, 2 * (0.75 * bytes / inter + 3 * lat));
+  EXPECT_DOUBLE_EQ(flat, 2 * (0.75 * bytes / 125e6 + 3 * 50e-6));
   const double levels = c.collective_seconds(CommOp::AllReduce, 4, bytes, true, 2);
-  const double cross = bytes / inter + 2 * lat;
   EXPECT_DOUBLE_EQ(levels, c.levels_all_reduce_seconds(4, 2, bytes));
-  EXPECT_GT(levels, cross);  // a piece's within-node steps before and after
+  const double cross = pieces * 2 * (0.5 * piece / 125e6 + 50e-6);  // each piece's ring of 2 leaders
+  EXPECT_GT(levels, cross);
   EXPECT_LT(levels, cross * 1.01);
-  EXPECT_NEAR(flat / levels, 1.5, 0.02);
-  c.intra_node.bytes_per_s = inter / 4;  // a node slower than the link: its steps set the time
-  EXPECT_GT(c.collective_seconds(CommOp::AllReduce, 4, bytes, true, 2), 2 * cross);
+  EXPECT_NEAR(flat / levels, 1.5, 0.03);
+  c.inter_node = {.bytes_per_s = 25e9, .latency_s = 10e-6};  // fast: the pieces' latencies show
+  EXPECT_GT(c.collective_seconds(CommOp::AllReduce, 4, bytes, true, 2), bytes / 25e9 + pieces * 2 * 10e-6);
+  c.intra_node.bytes_per_s = 1e9;  // a node slower than the link: each piece's copies within it
+  EXPECT_GT(c.collective_seconds(CommOp::AllReduce, 4, bytes, true, 2), 2 * bytes / 1e9);
   EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 4, bytes, false, 2),
                    c.collective_seconds(CommOp::AllReduce, 4, bytes, false));  // within one node: no levels
 }

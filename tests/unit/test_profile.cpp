@@ -249,7 +249,7 @@ TEST(ProfileFit, ReadsAShapedLinksSustainedRate) {
   EXPECT_GT(1 / train::fit_alpha_beta(bytes, seconds).beta_s_per_byte, 1.3 * rate);
   const train::LineFit fit = train::fit_sustained(bytes, seconds);
   EXPECT_NEAR(1 / fit.beta_s_per_byte, rate, 1e-6 * rate);
-  EXPECT_EQ(fit.alpha_s, 1e-7);  // the bucket's bytes came faster than the rate: no latency left
+  EXPECT_EQ(fit.alpha_s, seconds[0]);  // the bucket's bytes came faster than the rate: all latency
   const std::vector<double> sizes{4096, 65536, 1048576};
   std::vector<double> plain_seconds;  // an unshaped link: the line itself
   for (double b : sizes) plain_seconds.push_back(latency + b / rate);

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <map>
-#include <thread>
 
 namespace loom::dist {
 namespace {
@@ -62,20 +61,20 @@ class LevelsWork final : public Work {
   Piece& oldest() { return pieces_[finished_]; }
 
   // Under the mutex: every piece of the group's all-reduces under way moved on as far as the order
-  // allows; false when none moved.
+  // allows; false when none moved. Steps never rise along the order, so past a piece at step 0 none
+  // can move.
   static bool advance(HostLevels& levels) {
     bool moved = false;
     int before = kDone;  // the step the piece before has posted (none before the oldest)
-    for (size_t w = 0; w < levels.flight.size();) {
+    for (size_t w = 0; w < levels.flight.size() && before > 0;) {
       LevelsWork& work = *levels.flight[w];
-      for (size_t i = work.finished_; i < work.pieces_.size(); ++i) {
+      for (size_t i = work.finished_; i < work.pieces_.size() && before > 0; ++i) {
         Piece& p = work.pieces_[i];
         while (p.step < kDone && before > p.step && p.current->test()) {
           work.next(p);
           moved = true;
         }
         before = p.step;
-        if (before == 0) return moved;  // steps never rise along the order: none after can move
       }
       while (!work.done() && work.oldest().step == kDone) ++work.finished_;
       if (work.done()) {

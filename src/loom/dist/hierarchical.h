@@ -19,7 +19,7 @@
 // and the within-host steps hide under it, as the flat ring keeps every link busy at once. Run one
 // after the other over the whole buffer, the steps lost to the ring above 4 MiB; in 1 MiB pieces
 // they beat it at every size measured, 1 to 64 MiB (the test cluster: docs/benchmarks.md). The
-// planner prices them so (plan::Cluster::levels_all_reduce_seconds).
+// planner prices gradient buckets so (plan::Cluster::levels_all_reduce_seconds).
 // The sums are added in another order than the flat algorithm's, as any other reduction
 // algorithm's: equal up to rounding, and the same from one launch to the next on the same hosts
 // (the pieces are cut by size alone).

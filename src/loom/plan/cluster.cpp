@@ -68,13 +68,13 @@ double Cluster::collective_seconds(nn::CommOp op, int64_t ranks, double bytes, b
 }
 
 double Cluster::levels_all_reduce_seconds(int64_t ranks, int64_t nodes, double bytes) const {
-  const int64_t per_node = ranks / nodes;
-  auto within = [&](double b) {  // the all-reduce within the node, then the leader's broadcast
-    return collective_seconds(nn::CommOp::AllReduce, per_node, b, false) +
-           collective_seconds(nn::CommOp::SendRecv, 2, b, false);
-  };
-  const double cross = collective_seconds(nn::CommOp::AllReduce, nodes, bytes, true);
-  return std::max(cross, within(bytes)) + within(std::min(bytes, static_cast<double>(dist::kLevelsPieceBytes)));
+  const double pieces = std::ceil(bytes / static_cast<double>(dist::kLevelsPieceBytes)), piece = bytes / pieces;
+  // A piece's all-reduce within the node and its leader's broadcast; its leaders' all-reduce.
+  const double within = collective_seconds(nn::CommOp::AllReduce, ranks / nodes, piece, false) +
+                        collective_seconds(nn::CommOp::SendRecv, 2, piece, false);
+  const double cross = collective_seconds(nn::CommOp::AllReduce, nodes, piece, true);
+  // The pieces through the two stages: the slower stage's time for each, the faster one's once.
+  return pieces * std::max(cross, within) + std::min(cross, within);
 }
 
 namespace {

@@ -108,8 +108,9 @@ struct Cluster {
   // all-reduce over `levels_nodes` nodes (group_levels_nodes: 2 or more) through the levels.
   double collective_seconds(nn::CommOp op, int64_t ranks, double bytes, bool spans_nodes,
                             int64_t levels_nodes = 0) const;
-  // NOTE [Hierarchical all-reduce]: the leaders' all-reduce across the nodes, with the within-node
-  // steps under it (the longer of the two), and one piece's within-node steps before and after.
+  // NOTE [Hierarchical all-reduce]: the pieces through the within-node steps and the leaders'
+  // all-reduce across the nodes, one stage under the other: the slower stage's time for each piece
+  // (its latencies included), the faster one's once.
   double levels_all_reduce_seconds(int64_t ranks, int64_t nodes, double bytes) const;
 };
 
@@ -119,7 +120,8 @@ struct Cluster {
 bool group_spans_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
                        int64_t devices_per_node);
 // The nodes that group spans when its all-reduce takes the levels (NOTE [Hierarchical all-reduce]:
-// 2 nodes or more, as many of its ranks on each, 2 or more); 0 when it does not.
+// 2 nodes or more, as many of its ranks on each, 2 or more); 0 when it does not. The levels are
+// the MPI backend's: only a CPU cluster's groups take them (GPU tensors all-reduce through NCCL).
 int64_t group_levels_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
                            int64_t devices_per_node);
 

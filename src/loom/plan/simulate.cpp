@@ -133,7 +133,8 @@ RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, 
   const int64_t replicas = c.parallel.dp * c.parallel.sp;
   if (c.parallel.zero >= 2 && replicas > 1) return finish_sharded(plan, cluster, rank, timeline);
   const bool spans = group_spans_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node);
-  const int64_t levels = group_levels_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node);
+  const int64_t levels =
+      cluster.kind == DeviceKind::Cpu ? group_levels_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node) : 0;
   const CommOp reduce = c.parallel.zero == 1 ? CommOp::ReduceScatter : CommOp::AllReduce;
   const double bucket_bytes = c.parallel.bucket_mb * 1024 * 1024;
   double channel = 0, pending = 0, pending_ready = 0, params = 0;

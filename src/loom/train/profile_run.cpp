@@ -305,7 +305,9 @@ LineFit fit_sustained(const std::vector<double>& bytes, const std::vector<double
              "[profile] a sustained rate needs two sizes or more, rising, got {}", n);
   const double beta = (seconds[n - 1] - seconds[n - 2]) / (bytes[n - 1] - bytes[n - 2]);
   if (!(beta > 0)) return fit_alpha_beta(bytes, seconds);  // noise larger than the bytes' time
-  return {.alpha_s = std::max(kAlphaFloor, seconds[0] - beta * bytes[0]), .beta_s_per_byte = beta};
+  // The smallest message's bytes may have come faster than the rate (a burst): it is then all latency.
+  const double alpha = seconds[0] - beta * bytes[0];
+  return {.alpha_s = alpha > kAlphaFloor ? alpha : std::max(kAlphaFloor, seconds[0]), .beta_s_per_byte = beta};
 }
 
 LineFit fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds) {

@@ -117,8 +117,9 @@ struct LineFit {
 LineFit fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds);
 // A link's sustained rate: the time per byte the two largest messages differ by, which a shaper's
 // burst or a switch's buffer (carrying the first bytes of each message at once) cancels out of;
-// the latency what the smallest message takes beyond its bytes. The line fit where the two largest
-// differ by no time (noise). `bytes` rising.
+// the latency what the smallest message takes beyond its bytes at that rate (all of its time where
+// that is less: a burst carried it). The line fit where the two largest differ by no time (noise).
+// `bytes` rising.
 LineFit fit_sustained(const std::vector<double>& bytes, const std::vector<double>& seconds);
 
 }  // namespace loom::train
