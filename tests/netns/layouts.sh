@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # NOTE [Test cluster]: the layout-equivalence suites across hosts. A cluster of 2 hosts x 2 ranks,
-# then 4 hosts x 1 rank (scripts/netns-cluster.sh), each running loom_dist_tests at 4 ranks:
+# then 4 hosts x 1 rank (scripts/netns-cluster.sh), each running loom_dist_tests at 4 ranks: the
+# collectives' closed forms (over TCP between hosts, the levels and a pair's exchange among them),
 # dp and ZeRO, tp (within a host at 2 x 2), pp (across hosts), sp, the sparse exchange and the
 # validation pass, each against the serial run in float64 at 1e-9 as on one machine. And NOTE
 # [Hosts in the mesh]: `loom train` at dp 2 x tp 2 warns that its tp groups span hosts on 4 x 1,
@@ -16,7 +17,7 @@ export LOOM_CLUSTER=${LOOM_CLUSTER:-loomt}
 export LOOM_CLUSTER_DIR=${LOOM_CLUSTER_DIR:-/tmp/loom-cluster-$LOOM_CLUSTER}
 work=$(mktemp -d)
 trap '"$cluster" down || true; rm -rf "$work"' EXIT
-filters="*DataParallel*:*FullySharded*:*TensorParallel*:*PipelineGpt*:*SequenceParallelGpt*:*SparseParallel*:*Validation*"
+filters="Collectives.*:*DataParallel*:*FullySharded*:*TensorParallel*:*PipelineGpt*:*SequenceParallelGpt*:*SparseParallel*:*Validation*"
 for shape in "2 2" "4 1"; do
   read -r hosts slots <<< "$shape"
   rc=0
