@@ -19,9 +19,9 @@ constexpr int kDone = 3;  // a piece's step once broadcast (0 within the host, 1
 class LevelsWork final : public Work {
  public:
   LevelsWork(std::shared_ptr<HostLevels> owner, at::Tensor& t, ReduceOp op)
-      : owner_(std::move(owner)), levels_(*owner_), t_(t), op_(op) {
-    const at::Tensor flat = t_.view({-1});
-    const int64_t per = std::max<int64_t>(1, levels_.piece_bytes / t_.element_size());
+      : owner_(std::move(owner)), levels_(*owner_), op_(op) {
+    const at::Tensor flat = t.view({-1});
+    const int64_t per = std::max<int64_t>(1, levels_.piece_bytes / t.element_size());
     const std::lock_guard lock(levels_.mutex);
     for (int64_t start = 0; start < flat.numel(); start += per) {
       Piece& p = pieces_.emplace_back(Piece{.part = flat.narrow(0, start, std::min(per, flat.numel() - start))});
@@ -100,26 +100,30 @@ class LevelsWork final : public Work {
 
   std::shared_ptr<HostLevels> owner_;
   HostLevels& levels_;
-  at::Tensor t_;
   ReduceOp op_;
-  std::vector<Piece> pieces_;
+  std::vector<Piece> pieces_;  // views of the buffer, which keep it alive
   size_t finished_ = 0;  // pieces_[0, finished_) are done
 };
+
+int64_t levels_hosts(const std::map<int64_t, int64_t>& ranks_on) {
+  if (ranks_on.size() < 2) return 0;
+  const int64_t per = ranks_on.begin()->second;
+  const bool even = std::all_of(ranks_on.begin(), ranks_on.end(), [per](const auto& e) { return e.second == per; });
+  return per >= 2 && even ? static_cast<int64_t>(ranks_on.size()) : 0;
+}
 
 std::shared_ptr<HostLevels> host_levels(Communicator& group, int host, int64_t piece_bytes) {
   if (group.size() < 4) return nullptr;  // 2 hosts x 2 ranks at least
   at::Tensor mine = at::full({1}, host, at::kLong), all = at::empty({group.size()}, at::kLong);
   group.all_gather(mine, all);
-  std::map<int64_t, int> ranks_on;  // host -> the group's ranks there
+  std::map<int64_t, int64_t> ranks_on;  // host -> the group's ranks there
   int index = 0;                    // this rank's among its host's
   for (int r = 0; r < group.size(); ++r) {
     const int64_t h = all[r].item<int64_t>();
     if (h == host && r < group.rank()) ++index;
     ++ranks_on[h];
   }
-  const int per = ranks_on.begin()->second;
-  const bool even = std::all_of(ranks_on.begin(), ranks_on.end(), [per](const auto& e) { return e.second == per; });
-  if (ranks_on.size() < 2 || per < 2 || !even) return nullptr;
+  if (levels_hosts(ranks_on) == 0) return nullptr;
   auto levels = std::make_shared<HostLevels>();
   levels->node = group.split(host, group.rank(), group.axis() + " within a host");  // its rank 0: the leader
   levels->node_share = group.split(host, group.rank(), group.axis() + " within a host");

@@ -31,6 +31,7 @@
 // job) leaves the group's later all-reduces unusable.
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 
@@ -57,6 +58,11 @@ struct HostLevels {
 // The pieces' size (see the NOTE): large enough that a piece's three collectives cost little beside
 // its bytes, small enough that a gradient bucket (25 MB) makes many.
 constexpr int64_t kLevelsPieceBytes = int64_t{1} << 20;
+
+// The hosts a group spans where it takes the levels (2 or more, as many of its ranks on each, 2 or
+// more), from its ranks on each host; 0 where it does not. The planner asks the same of a mesh's
+// groups (plan::group_levels_nodes).
+int64_t levels_hosts(const std::map<int64_t, int64_t>& ranks_on);
 
 // Collective over `group`: the levels when its ranks lie on 2 hosts or more with as many on each,
 // 2 or more (`host`: this rank's Communicator::host()); null otherwise.

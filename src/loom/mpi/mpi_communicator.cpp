@@ -339,8 +339,9 @@ class MpiCommunicator final : public Communicator {
   // groups under 4 ranks, sending the buffer one way and then the other: half the link's rate
   // (0.057 GB/s against 0.118 at 64 MiB between the test cluster's hosts, where the blocking
   // MPI_Allreduce reaches the link). Both sides add the same two numbers, so they agree bit for
-  // bit, and with MPI's sum of two (one rounding); a maximum takes rank 0's operand first on both. The peer's copy is a temporary the size of the
-  // buffer, on its own communicator (a duplicate), so it never meets the group's own messages.
+  // bit, and with MPI's sum of two (one rounding); a maximum takes rank 0's operand first on both.
+  // The peer's copy is a temporary the size of the buffer, on its own communicator (a duplicate),
+  // so it never meets the group's own messages.
   WorkPtr pair_all_reduce_async(at::Tensor& t, ReduceOp op) {
     at::Tensor other = at::empty_like(t);
     auto finish = [t, other, op, first = rank_ == 0]() mutable {

@@ -101,9 +101,7 @@ int64_t group_levels_nodes(const dist::MeshShape& mesh, std::initializer_list<st
                            int64_t devices_per_node) {
   std::map<int64_t, int64_t> on_node;  // node -> the group's ranks there
   for (int64_t r : group_of_rank0(mesh, axes)) ++on_node[r / devices_per_node];
-  const int64_t per = on_node.begin()->second;
-  const bool even = std::all_of(on_node.begin(), on_node.end(), [per](const auto& e) { return e.second == per; });
-  return on_node.size() >= 2 && per >= 2 && even ? static_cast<int64_t>(on_node.size()) : 0;
+  return dist::levels_hosts(on_node);
 }
 
 bool group_spans_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
