@@ -78,6 +78,7 @@ e = c["efficiency"]
 for key in ("gemm_max", "attention", "memory"):
     assert 0 < e[key] <= 1, (key, e[key])
 assert e["gemm_half_dim"] >= 0, e
+assert 0 <= e["overlap"] <= 1, e  # NOTE [Overlap]: measured on the 2 ranks
 links = c["links"]
 send_recv = [m for m in c["collective"] if m["op"] == "send_recv"]
 assert len(send_recv) == 1, c["collective"]

@@ -47,6 +47,7 @@ Cluster full_cluster() {
           .gemm_half_dim = 128,
           .attention_efficiency = 0.5,
           .memory_efficiency = 0.8,
+          .overlap = 0.375,
           .collectives = {{.op = CommOp::AllReduce, .ranks = 2, .alpha_s = 4e-6, .beta_s_per_byte = 2.5e-10},
                           {.op = CommOp::SendRecv, .ranks = 2, .alpha_s = 3e-6, .beta_s_per_byte = 1e-10}},
           .measured = Measurement{.unix_time = 1796300000, .ranks = 2, .threads = 3, .loom_version = "0.2.0",
@@ -151,6 +152,23 @@ TEST(Cluster, KernelsDefaultToTheDeviceKind) {
               HasSubstr("bad.toml: device.kind = \"tpu\" is not one of: cpu, gpu"));
   EXPECT_THAT(refusal(edited("elementwise = ", "softmax = \"fused\"\nelementwise = ")),
               HasSubstr("bad.toml: unknown key kernels.softmax"));
+}
+
+// NOTE [Overlap]: optional (a spec sheet's file leaves it out: all of a collective hides), a share
+// from 0 to 1; two activities side by side take the longer plus the unhidden share of the shorter.
+TEST(Cluster, OverlapIsAShareOfTheShorterActivity) {
+  EXPECT_EQ(cluster_from_toml(edited("overlap = 0.375\n", ""), "no overlap").overlap, 1);
+  EXPECT_EQ(cluster_from_toml(edited("overlap = 0.375", "overlap = 0"), "none hides").overlap, 0);
+  EXPECT_THAT(refusal(edited("overlap = 0.375", "overlap = 1.25")),
+              HasSubstr("bad.toml: efficiency.overlap = 1.25 must be in [0, 1]"));
+  EXPECT_THAT(refusal(edited("overlap = 0.375", "overlap = -0.5")), HasSubstr("efficiency.overlap = -0.5"));
+  Cluster c = full_cluster();
+  for (const auto& [overlap, seconds] : {std::pair{1.0, 3.0}, {0.0, 5.0}, {0.375, 4.25}}) {
+    c.overlap = overlap;
+    EXPECT_DOUBLE_EQ(c.beside(3, 2), seconds) << overlap;
+    EXPECT_DOUBLE_EQ(c.beside(2, 3), seconds) << overlap;  // which of the two computes does not matter
+    EXPECT_DOUBLE_EQ(c.beside(3, 0), 3) << overlap;
+  }
 }
 
 TEST(Cluster, RefusesABadFileNamingTheKey) {

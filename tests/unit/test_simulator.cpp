@@ -181,6 +181,42 @@ TEST(Simulator, BucketsHideUnderTheBackwardWhenTheLinkIsFast) {
   EXPECT_NEAR(slow.step_s, s.back().end + slow.optimizer_s, near(slow.step_s));
 }
 
+// NOTE [Overlap]: from the first bucket on, the backward left and the buckets' busy time run side
+// by side: with overlap 1 the longer of the two (the channel's end, or the pipeline's), with 0 one
+// after the other. Overlap 1 is the cluster that leaves it out.
+TEST(Simulator, BucketsBesideTheBackwardTakeTheUnhiddenShareFromIt) {
+  Config c = gpt(2, 1);
+  c.parallel.bucket_mb = 0.05;
+  c.parallel.sparse = SparseMode::Off;
+  Cluster cluster = ideal_cluster(2e9);
+  const StepPrediction hidden = simulate_step(c, cluster, 2);
+  double first = 1e30, busy = 0, last = 0;
+  for (const Span& s : hidden.after_pipeline)
+    if (s.track == "gradients") first = std::min(first, s.start), busy += s.end - s.start, last = std::max(last, s.end);
+  // The case exercises it: the buckets start during the backward, which goes on beside them.
+  ASSERT_LT(first, hidden.pipeline_s - 0.1 * busy);
+  EXPECT_NEAR(hidden.step_s, std::max(hidden.pipeline_s, last) + hidden.optimizer_s, near(hidden.step_s));
+  for (double overlap : {0.0, 0.25, 1.0}) {
+    cluster.overlap = overlap;
+    const StepPrediction p = simulate_step(c, cluster, 2);
+    EXPECT_DOUBLE_EQ(p.pipeline_s, hidden.pipeline_s);
+    const double window = p.pipeline_s - first;
+    const double side_by_side = std::max(window, busy) + (1 - overlap) * std::min(window, busy);
+    EXPECT_NEAR(p.step_s, std::max(first + side_by_side, last) + p.optimizer_s, near(p.step_s)) << overlap;
+  }
+  cluster.overlap = 0;
+  EXPECT_NEAR(simulate_step(c, cluster, 2).step_s, hidden.pipeline_s + busy + hidden.optimizer_s, near(hidden.step_s));
+  // ZeRO-3's gathers and reduce-scatters run beside the whole pipeline: with none hidden, the step
+  // is longer.
+  c.parallel.zero = 3;
+  cluster.overlap = 1;
+  const StepPrediction sharded = simulate_step(c, cluster, 2);
+  cluster.overlap = 0;
+  const StepPrediction serial = simulate_step(c, cluster, 2);
+  EXPECT_DOUBLE_EQ(serial.pipeline_s, sharded.pipeline_s);
+  EXPECT_GT(serial.step_s, sharded.step_s);
+}
+
 // NOTE [Fully sharded data parallelism] in the plan: at dp = 4 in float32, ZeRO-1 keeps a quarter
 // of the moments, ZeRO-2 of the gradients too, ZeRO-3 of everything; the working set is only
 // ZeRO-2/3's, held by the largest layer's neighbourhood; a hybrid group of 2 keeps half.

@@ -43,6 +43,10 @@ double Cluster::compute_seconds(const PassWork& w, DType dtype) const {
          bytes / (memory_bytes_per_s * memory_efficiency);
 }
 
+double Cluster::beside(double compute_s, double comm_s) const {
+  return std::max(compute_s, comm_s) + (1 - overlap) * std::min(compute_s, comm_s);
+}
+
 double Cluster::collective_seconds(nn::CommOp op, int64_t ranks, double bytes, bool spans_nodes,
                                    int64_t levels_nodes) const {
   if (ranks <= 1 || bytes <= 0) return 0;
@@ -127,6 +131,13 @@ class Reader {
   double fraction(const std::string& key) {
     const double v = number(key);
     LOOM_CHECK_INPUT(v > 0 && v <= 1, "{}: {}{} = {} must be in (0, 1]", where_, prefix_, key, v);
+    return v;
+  }
+  // A share in [0, 1] (`fallback` when absent).
+  double share(const std::string& key, double fallback) {
+    if (!table_.contains(key)) return known(key), fallback;
+    const double v = number(key);
+    LOOM_CHECK_INPUT(v >= 0 && v <= 1, "{}: {}{} = {} must be in [0, 1]", where_, prefix_, key, v);
     return v;
   }
   double non_negative(const std::string& key, double fallback) {
@@ -280,6 +291,7 @@ Cluster cluster_from_toml(const std::string& text, const std::string& where) {
   c.gemm_half_dim = eff.non_negative("gemm_half_dim", 0);
   c.attention_efficiency = eff.fraction("attention");
   c.memory_efficiency = eff.fraction("memory");
+  c.overlap = eff.share("overlap", 1);
   eff.done();
   top.known("kernels");
   read_kernels(root, c, where);
@@ -324,12 +336,12 @@ std::string to_toml(const Cluster& c) {
       "name = \"{}\"\nsource = \"{}\"\n\n[device]\nkind = \"{}\"\nper_node = {}\nmax_nodes = {}\nmemory_bytes = {:.6g}\n"
       "memory_bandwidth = {:.6g}\npeak_flops = {{ {} }}\n\n[links]\nintra_node = {{ bandwidth = {:.6g}, latency = "
       "{:.6g} }}\ninter_node = {{ bandwidth = {:.6g}, latency = {:.6g} }}\nhost = {:.6g}\n\n[efficiency]\n"
-      "gemm_max = {:.6g}\ngemm_half_dim = {:.6g}\nattention = {:.6g}\nmemory = {:.6g}\n\n[kernels]\n"
+      "gemm_max = {:.6g}\ngemm_half_dim = {:.6g}\nattention = {:.6g}\nmemory = {:.6g}\noverlap = {:.6g}\n\n[kernels]\n"
       "attention = \"{}\"\nelementwise = \"{}\"\n",
       c.name, c.source, name_of(c.kind), c.devices_per_node, c.max_nodes, c.memory_bytes, c.memory_bytes_per_s, peaks,
       c.intra_node.bytes_per_s, c.intra_node.latency_s, c.inter_node.bytes_per_s, c.inter_node.latency_s,
       c.host_bytes_per_s, c.gemm_max, c.gemm_half_dim, c.attention_efficiency, c.memory_efficiency,
-      name_of(c.attention_kernel), name_of(c.elementwise_kernel));
+      c.overlap, name_of(c.attention_kernel), name_of(c.elementwise_kernel));
   if (const std::optional<Measurement>& m = c.measured)
     out += fmt::format("\n[measured]\nunix_time = {}\nranks = {}\nthreads = {}\nloom = \"{}\"\npeak_spread = {:.6g}\n",
                        m->unix_time, m->ranks, m->threads, m->loom_version, m->peak_spread);

@@ -16,8 +16,23 @@
 //               or tree (2 log2 n latency + 2 bytes / bw), whichever is faster, over the slowest
 //               link the group spans
 //   kernels     which kernels the device runs (NOTE [Kernel fusion]), by default those of its kind
+//   overlap     efficiency.overlap: the share of a collective's time that hides under compute issued
+//               beside it (NOTE [Overlap]); 1 where absent
 // A layer's pass then costs gemm + attention + elementwise + its collectives (those issued beside
-// the compute overlap it: the longer of the two).
+// the compute overlap it: Cluster::beside).
+//
+// NOTE [Overlap]
+// Communication beside compute (gradient buckets under the backward, ZeRO's gathers, a layer's
+// overlapped tp collectives) hides under it only as far as the device keeps both going. A GPU's
+// copy engines and NCCL's kernels move the bytes while the SMs compute: nearly all of it hides.
+// A CPU's ranks need their cores for both: the sums, the copies into the transport, and, with Open
+// MPI, the progress itself, which moves only inside an MPI call (NOTE [Progress]: between layers).
+// Where ranks outnumber the cores, as 4 ranks on 2 here, almost nothing hides. So the cluster says
+// how much does: two activities of a and b seconds side by side take
+//   max(a, b) + (1 - overlap) x min(a, b)
+// (overlap 1: the longer of the two; 0: one after the other). `loom profile --cluster-out` measures
+// it on the job's ranks (measure_overlap: an all-reduce over the world beside GEMMs, tested between
+// them as the reducer tests between layers); a spec sheet's file leaves it out (1).
 //
 // NOTE [Kernel fusion]
 // The same layer moves different bytes on different kernels. "unfused" prices every pass through
@@ -95,6 +110,7 @@ struct Cluster {
   double gemm_max = 1, gemm_half_dim = 0;  // GEMM efficiency curve
   double attention_efficiency = 1;
   double memory_efficiency = 1;
+  double overlap = 1;                      // NOTE [Overlap]
   std::vector<MeasuredCollective> collectives;
   std::optional<Measurement> measured;
   bool operator==(const Cluster&) const = default;
@@ -104,6 +120,8 @@ struct Cluster {
   double gemm_efficiency(double gemm_dim) const;
   // One pass of a layer on this cluster's kernels.
   double compute_seconds(const PassWork& work, DType dtype) const;
+  // NOTE [Overlap]: compute and communication of these lengths, issued side by side.
+  double beside(double compute_s, double comm_s) const;
   // One collective of `bytes` over `ranks` ranks whose group lies inside one node or not; an
   // all-reduce over `levels_nodes` nodes (group_levels_nodes: 2 or more) through the levels.
   double collective_seconds(nn::CommOp op, int64_t ranks, double bytes, bool spans_nodes,

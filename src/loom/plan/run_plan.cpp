@@ -336,8 +336,8 @@ PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, 
                                     .score_bytes = times * cost.score_bytes},
                                    dtype);
   };
-  return {.forward_s = std::max(pass(cost.forward_flops, 1), hidden[0]) + comm[0],
-          .backward_input_s = std::max(pass(cost.backward_input_flops, 2), hidden[1]) + comm[1],
+  return {.forward_s = cluster.beside(pass(cost.forward_flops, 1), hidden[0]) + comm[0],
+          .backward_input_s = cluster.beside(pass(cost.backward_input_flops, 2), hidden[1]) + comm[1],
           .backward_weight_s = pass(cost.backward_weight_flops, 0)};
 }
 

@@ -110,7 +110,8 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
                                                                       dense_numel(plan.chain[ready.back().first]) *
                                                                           grad_wire_bytes(c), spans);
   const ExpertTail experts = expert_tail(plan, cluster, rank);
-  RankTail tail{.reduced = std::max(first + channel, end + last) + experts.reduce};
+  // NOTE [Overlap]: the compute and the channel side by side from the rank's first action.
+  RankTail tail{.reduced = std::max(first + cluster.beside(end - first, channel), end + last) + experts.reduce};
   timeline.push_back({rank, "gradients", fmt::format("reduce_scatter x{:g}{}", m, p.zero == 3 ? ", all_gather" : ""),
                       first, tail.reduced});
   const double owned = params / static_cast<double>(group);
@@ -127,7 +128,8 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
 }
 
 // The replicas' buckets in reverse chain order, each reduced once ready on one channel, then the
-// optimizer (and ZeRO-1's all-gather of the updated shard).
+// optimizer (and ZeRO-1's all-gather of the updated shard). From the first bucket on, the compute
+// left and the channel's busy time run side by side (NOTE [Overlap]).
 RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, std::vector<Span>& timeline) {
   const Config& c = plan.config;
   const int64_t replicas = c.parallel.dp * c.parallel.sp;
@@ -137,12 +139,19 @@ RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, 
       cluster.kind == DeviceKind::Cpu ? group_levels_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node) : 0;
   const CommOp reduce = c.parallel.zero == 1 ? CommOp::ReduceScatter : CommOp::AllReduce;
   const double bucket_bytes = c.parallel.bucket_mb * 1024 * 1024;
-  double channel = 0, pending = 0, pending_ready = 0, params = 0;
+  const double pipeline_end = plan.prediction.simulation.ranks[rank].empty()
+                                  ? 0
+                                  : plan.prediction.simulation.ranks[rank].back().end;
+  double channel = 0, pending = 0, pending_ready = 0, params = 0, busy = 0, first = -1;
+  auto occupy = [&](double start, double seconds, std::string what) {
+    if (first < 0) first = start;
+    channel = start + seconds, busy += seconds;
+    timeline.push_back({rank, "gradients", std::move(what), start, channel});
+  };
   auto send = [&]() {
     if (pending <= 0 || replicas <= 1) return;
-    const double start = std::max(channel, pending_ready);
-    channel = start + cluster.collective_seconds(reduce, replicas, pending, spans, levels);
-    timeline.push_back({rank, "gradients", fmt::format("{} {}", name_of(reduce), format_bytes(pending)), start, channel});
+    occupy(std::max(channel, pending_ready), cluster.collective_seconds(reduce, replicas, pending, spans, levels),
+           fmt::format("{} {}", name_of(reduce), format_bytes(pending)));
     pending = 0;
   };
   for (const auto& [layer, ready] : gradient_ready(plan, rank)) {
@@ -153,14 +162,7 @@ RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, 
   }
   send();
   const ExpertTail experts = expert_tail(plan, cluster, rank);
-  if (experts.reduce > 0) {
-    const double start = channel;
-    channel += experts.reduce;
-    timeline.push_back({rank, "gradients", "all_reduce experts", start, channel});
-  }
-  const double pipeline_end = plan.prediction.simulation.ranks[rank].empty()
-                                  ? 0
-                                  : plan.prediction.simulation.ranks[rank].back().end;
+  if (experts.reduce > 0) occupy(channel, experts.reduce, "all_reduce experts");
   RankTail tail{.reduced = channel};
   const double updated = c.parallel.zero == 1 ? params / static_cast<double>(c.parallel.dp) : params;
   tail.optimizer = updated * optimizer_bytes_per_param(c.model.dtype) /
@@ -168,7 +170,10 @@ RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, 
                    experts.update;
   if (c.parallel.zero == 1 && replicas > 1)
     tail.optimizer += cluster.collective_seconds(CommOp::AllGather, replicas, params * master_bytes(c), spans);
-  const double start = std::max(pipeline_end, channel);
+  const double reduced =
+      first < 0 ? pipeline_end
+                : std::max(first + cluster.beside(std::max(0.0, pipeline_end - first), busy), channel);
+  const double start = std::max(pipeline_end, reduced);
   tail.end = start + tail.optimizer;
   timeline.push_back({rank, "compute", "optimizer", start, tail.end});
   return tail;

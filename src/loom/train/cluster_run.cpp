@@ -45,6 +45,11 @@ constexpr int64_t kAttnBatch = 2, kAttnHeads = 8, kAttnSeq = 512, kAttnHeadDim =
 // The host link's latency on one GPU: a copy this small is all latency.
 constexpr int64_t kLatencyCopyBytes = 4096;
 
+// NOTE [Overlap]'s measurement: an all-reduce of this many bytes (a gradient bucket's order) beside
+// GEMMs of the peak's larger size, which on a CPU rank take tens of milliseconds, as a layer's
+// backward does between the reducer's tests.
+constexpr int64_t kOverlapBytes = int64_t{16} << 20;
+
 // The peak is measured this many times, each for a share of kGemmSeconds per size: the median is
 // the file's, the spread tells a busy host (NOTE [Cached cluster]).
 constexpr int64_t kPeakRepeats = 3;
@@ -143,6 +148,39 @@ void measure_compute(const Config& config, plan::Cluster& c, const ProfileOption
   c.elementwise_kernel = Fusion::Unfused;
 }
 
+// NOTE [Overlap] on this job's ranks, every one at once: an all-reduce over `world` alone (comm), as
+// many GEMMs as take about as long alone (compute), then both, the all-reduce tested after each
+// GEMM as the gradient reducer tests its buckets after each layer (NOTE [Progress]). The share of
+// the shorter one that hid, (compute + comm - both) / min, in [0, 1]; the smallest rank's, which
+// a step waits for.
+double measure_overlap(dist::Communicator& world, int64_t repeats, const ProfileDevice& device) {
+  if (world.size() < 2) return 1;
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(device.torch());
+  at::Tensor buffer = at::ones({kOverlapBytes / 4}, options);
+  const int64_t n = device.gpu() ? plan::gemm_peak_sizes(device.torch()).back() : 1024;
+  const at::Tensor a = at::rand({n, n}, options), b = at::rand({n, n}, options);
+  at::Tensor c = at::empty({n, n}, options);
+  const double comm = median_time(repeats, [&] { world.all_reduce_async(buffer, dist::ReduceOp::Sum)->wait(); }, device);
+  const double gemm = median_time(repeats, [&] { at::mm_out(c, a, b); }, device);
+  const int64_t count = std::max<int64_t>(1, std::llround(comm / gemm));
+  auto compute = [&](dist::Work* beside) {
+    for (int64_t i = 0; i < count; ++i) {
+      at::mm_out(c, a, b);
+      if (beside) beside->test();
+    }
+  };
+  const double alone = median_time(repeats, [&] { compute(nullptr); }, device);
+  const double both = median_time(repeats, [&] {
+    const dist::WorkPtr work = world.all_reduce_async(buffer, dist::ReduceOp::Sum);
+    compute(work.get());
+    work->wait();
+  }, device);
+  const double hidden = std::clamp((alone + comm - both) / std::min(alone, comm), 0.0, 1.0);
+  at::Tensor least = at::full({1}, -hidden, at::kDouble);  // the smallest: the largest of the negatives
+  world.all_reduce(least, dist::ReduceOp::Max);
+  return -least.item<double>();
+}
+
 // One GPU alone has no link to another device: the links are its host link (the pinned copies'
 // rate, a small copy's time as latency), which a plan of one device never prices.
 plan::LinkSpec host_link(const plan::Cluster& c, const ProfileOptions& options, const ProfileDevice& device) {
@@ -226,15 +264,22 @@ plan::Cluster measure_cluster(const Config& config, dist::Communicator& world, c
   measure_compute(config, cluster, options, device);
   wait_quietly(world);  // none leaves (to spin in MPI) while another still measures
   const int hosts = world.size() / per_host;
+  // The links and the overlap on the devices' communicator, as the collectives (measure_profile)
+  // and a run's gradient buckets; one device alone has neither.
+  cuda::Placement placement = device.placement;
+  const std::unique_ptr<dist::Communicator> device_world =
+      world.size() > 1 ? connect_devices(world, placement, options.devices, config.train.device.name()) : nullptr;
+  dist::Communicator& devices = device_world ? *device_world : world;
   plan::CollectiveProfile hosts_link;
-  if (hosts > 1) {  // on the devices' communicator, as the collectives (measure_profile)
-    cuda::Placement placement = device.placement;
-    const std::unique_ptr<dist::Communicator> device_world =
-        connect_devices(world, placement, options.devices, config.train.device.name());
-    hosts_link = measure_hosts_link(device_world ? *device_world : world, options.repeats, device);
+  if (hosts > 1) hosts_link = measure_hosts_link(devices, options.repeats, device);
+  double overlap = 1;
+  {
+    const DeviceThreads threads(options.cluster_threads);
+    overlap = measure_overlap(devices, options.repeats, device);
   }
   if (world.rank() != 0) return {};
   describe_machine(world, hosts, machine, hosts_link, options, device, cluster);
+  cluster.overlap = overlap;
   return cluster;
 }
 
