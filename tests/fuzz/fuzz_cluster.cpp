@@ -43,7 +43,7 @@ void use(const loom::plan::Cluster& c) {
   }
   const loom::dist::MeshShape mesh = loom::dist::MeshDegrees{.dp = 2, .pp = 2, .sp = 1, .tp = 2};
   for (const auto axes : {std::initializer_list<std::string_view>{"tp"}, {"sp"}, {"pp"}, {"dp"}, {"dp", "sp"}})
-    (void)loom::plan::group_spans_nodes(mesh, axes, c.devices_per_node);
+    (void)loom::plan::group_span(mesh, axes, c);
   for (const auto& [dtype, flops] : c.peak_flops) {
     const double t = c.compute_seconds({.gemm_flops = 1e12, .gemm_dim = 1024, .attention_flops = 1e11,
                                         .elementwise_bytes = 1e9, .fusable_bytes = 5e8, .score_bytes = 1e9},
@@ -52,7 +52,7 @@ void use(const loom::plan::Cluster& c) {
   }
   for (auto op : {loom::CommOp::AllReduce, loom::CommOp::AllGather, loom::CommOp::SendRecv})
     for (bool spans : {false, true}) {
-      const double t = c.collective_seconds(op, 4, 1e6, spans);
+      const double t = c.collective_seconds(op, 4, 1e6, {.nodes = spans, .levels = spans ? 2 : 0, .sharing = 2});
       loom::fuzz::require(!std::isnan(t) && t >= 0, "a collective time is NaN or negative");
     }
 }

@@ -210,17 +210,17 @@ TEST(Cluster, CollectivesFollowTheRingOrTheTree) {
   c.collectives.clear();
   const double bytes = 1e9, n = 8, bw = 300e9, lat = 5e-6;
   const double ring = 2 * ((n - 1) / n * bytes / bw + (n - 1) * lat);
-  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 8, bytes, false), ring);
-  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::ReduceScatter, 8, bytes, false), ring / 2);
-  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllGather, 8, bytes, true),
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 8, bytes, {}), ring);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::ReduceScatter, 8, bytes, {}), ring / 2);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllGather, 8, bytes, {.nodes = true}),
                    (n - 1) / n * bytes / 25e9 + (n - 1) * 10e-6);
-  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::SendRecv, 2, bytes, true), 10e-6 + bytes / 25e9);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::SendRecv, 2, bytes, {.nodes = true}), 10e-6 + bytes / 25e9);
   // A small message over many ranks: the tree's 2 log2 n latencies beat the ring's 2 (n - 1).
   const double small = 1024, many = 64;
   const double tree = 2 * std::log2(many) * lat + 2 * small / bw;
   EXPECT_LT(tree, 2 * ((many - 1) / many * small / bw + (many - 1) * lat));
-  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 64, small, false), tree);
-  EXPECT_EQ(c.collective_seconds(CommOp::AllReduce, 1, bytes, false), 0);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 64, small, {}), tree);
+  EXPECT_EQ(c.collective_seconds(CommOp::AllReduce, 1, bytes, {}), 0);
 }
 
 // Inside a node the measured alpha / beta of the op at the nearest group size at or above; across
@@ -228,13 +228,13 @@ TEST(Cluster, CollectivesFollowTheRingOrTheTree) {
 TEST(Cluster, UsesMeasuredCollectivesInsideANode) {
   Cluster c = full_cluster();
   c.collectives.push_back({.op = CommOp::AllReduce, .ranks = 4, .alpha_s = 8e-6, .beta_s_per_byte = 5e-10});
-  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 2, 1e6, false), 4e-6 + 2.5e-10 * 1e6);
-  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 3, 1e6, false), 8e-6 + 5e-10 * 1e6);
-  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 8, 1e6, false), 8e-6 + 5e-10 * 1e6);  // the largest
-  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::SendRecv, 2, 1e6, false), 3e-6 + 1e-10 * 1e6);
-  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::SendRecv, 2, 1e6, true), 10e-6 + 1e6 / 25e9);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 2, 1e6, {}), 4e-6 + 2.5e-10 * 1e6);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 3, 1e6, {}), 8e-6 + 5e-10 * 1e6);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 8, 1e6, {}), 8e-6 + 5e-10 * 1e6);  // the largest
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::SendRecv, 2, 1e6, {}), 3e-6 + 1e-10 * 1e6);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::SendRecv, 2, 1e6, {.nodes = true}), 10e-6 + 1e6 / 25e9);
   // An op never measured: the ring over the link.
-  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllGather, 2, 1e6, false), 0.5 * 1e6 / 300e9 + 5e-6);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllGather, 2, 1e6, {}), 0.5 * 1e6 / 300e9 + 5e-6);
 }
 
 TEST(Cluster, GroupsSpanNodesByTheMeshOrder) {
@@ -268,20 +268,59 @@ TEST(Cluster, LevelsCostTheLinkOncePerPieceWhereTheNodeIsFaster) {
   c.collectives.clear();
   c.inter_node = {.bytes_per_s = 125e6, .latency_s = 50e-6};  // the test cluster's shaped link
   const double bytes = 64.0 * (1 << 20), piece = 1 << 20, pieces = 64;
-  const double flat = c.collective_seconds(CommOp::AllReduce, 4, bytes, true);
+  const double flat = c.collective_seconds(CommOp::AllReduce, 4, bytes, {.nodes = true});
   EXPECT_DOUBLE_EQ(flat, 2 * (0.75 * bytes / 125e6 + 3 * 50e-6));
-  const double levels = c.collective_seconds(CommOp::AllReduce, 4, bytes, true, 2);
+  const double levels = c.collective_seconds(CommOp::AllReduce, 4, bytes, {.nodes = true, .levels = 2});
   EXPECT_DOUBLE_EQ(levels, c.levels_all_reduce_seconds(4, 2, bytes));
   const double cross = pieces * 2 * (0.5 * piece / 125e6 + 50e-6);  // each piece's ring of 2 leaders
   EXPECT_GT(levels, cross);
   EXPECT_LT(levels, cross * 1.01);
   EXPECT_NEAR(flat / levels, 1.5, 0.03);
   c.inter_node = {.bytes_per_s = 25e9, .latency_s = 10e-6};  // fast: the pieces' latencies show
-  EXPECT_GT(c.collective_seconds(CommOp::AllReduce, 4, bytes, true, 2), bytes / 25e9 + pieces * 2 * 10e-6);
+  EXPECT_GT(c.collective_seconds(CommOp::AllReduce, 4, bytes, {.nodes = true, .levels = 2}), bytes / 25e9 + pieces * 2 * 10e-6);
   c.intra_node.bytes_per_s = 1e9;  // a node slower than the link: each piece's copies within it
-  EXPECT_GT(c.collective_seconds(CommOp::AllReduce, 4, bytes, true, 2), 2 * bytes / 1e9);
-  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 4, bytes, false, 2),
-                   c.collective_seconds(CommOp::AllReduce, 4, bytes, false));  // within one node: no levels
+  EXPECT_GT(c.collective_seconds(CommOp::AllReduce, 4, bytes, {.nodes = true, .levels = 2}), 2 * bytes / 1e9);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 4, bytes, {.levels = 2}),
+                   c.collective_seconds(CommOp::AllReduce, 4, bytes, {}));  // within one node: no levels
+}
+
+// NOTE [Node link]: the groups of an axis with ranks on a node share its link. On 2 nodes of 2
+// devices, dp 2 x tp 2's two dp groups cross at once, each at half the node's rate; dp 4's levels
+// send one flow per node, and pp 2 x dp 2's dp groups, one rank per node each, share it too. A file
+// without links.node gives each device its own link, as before; it reads back and is refused
+// negative.
+TEST(Cluster, GroupsCrossingANodeAtOnceShareItsLink) {
+  Cluster c = full_cluster();
+  c.collectives.clear();
+  c.kind = DeviceKind::Cpu;
+  c.devices_per_node = 2;
+  c.inter_node = {.bytes_per_s = 125e6, .latency_s = 0};
+  c.node_bytes_per_s = 130e6;
+  const GroupSpan dp_tp = group_span(dist::MeshDegrees{.dp = 2, .tp = 2}, {"dp"}, c);
+  EXPECT_EQ(dp_tp.nodes, true);
+  EXPECT_EQ(dp_tp.levels, 0);
+  EXPECT_EQ(dp_tp.sharing, 2);
+  const GroupSpan dp4 = group_span(dist::MeshDegrees{.dp = 4}, {"dp"}, c);
+  EXPECT_EQ(dp4.levels, 2);
+  EXPECT_EQ(dp4.sharing, 1);
+  EXPECT_EQ(group_span(dist::MeshDegrees{.dp = 2, .pp = 2}, {"dp"}, c).sharing, 2);
+  const GroupSpan tp = group_span(dist::MeshDegrees{.dp = 2, .tp = 2}, {"tp"}, c);
+  EXPECT_EQ(tp.nodes, false);
+  EXPECT_EQ(tp.sharing, 1);
+  const double bytes = 8e6;
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 2, bytes, dp_tp), bytes / 65e6);
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 2, bytes, {.nodes = true}), bytes / 125e6);
+  EXPECT_DOUBLE_EQ(c.crossing_link(4).bytes_per_s, 32.5e6);
+  // The levels' leaders of two groups per node (dp 2 x tp 2 over nodes of 4): the link-bound
+  // stage at 65 MB/s instead of 125.
+  EXPECT_NEAR(c.levels_all_reduce_seconds(4, 2, 64e6, 2) / c.levels_all_reduce_seconds(4, 2, 64e6, 1), 125.0 / 65, 0.01);
+  c.node_bytes_per_s = 0;  // each device its own link
+  EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 2, bytes, dp_tp), bytes / 125e6);
+  Cluster shared = full_cluster();
+  shared.node_bytes_per_s = 4e10;
+  EXPECT_EQ(cluster_from_toml(to_toml(shared), "written"), shared);
+  EXPECT_THAT(to_toml(full_cluster()), ::testing::Not(HasSubstr("\nnode =")));
+  EXPECT_THAT(refusal(edited("host = ", "node = -1\nhost = ")), HasSubstr("bad.toml: links.node = -1 must be zero or positive"));
 }
 
 // `loom profile --cluster-out`'s curve: a measured e(d) = 0.9 d / (d + 100) is recovered; one above

@@ -47,12 +47,18 @@ double Cluster::beside(double compute_s, double comm_s) const {
   return std::max(compute_s, comm_s) + (1 - overlap) * std::min(compute_s, comm_s);
 }
 
-double Cluster::collective_seconds(nn::CommOp op, int64_t ranks, double bytes, bool spans_nodes,
-                                   int64_t levels_nodes) const {
+LinkSpec Cluster::crossing_link(int64_t sharing) const {
+  LinkSpec link = inter_node;
+  if (node_bytes_per_s > 0)
+    link.bytes_per_s = std::min(link.bytes_per_s, node_bytes_per_s / static_cast<double>(std::max<int64_t>(1, sharing)));
+  return link;
+}
+
+double Cluster::collective_seconds(nn::CommOp op, int64_t ranks, double bytes, const GroupSpan& span) const {
   if (ranks <= 1 || bytes <= 0) return 0;
-  if (op == nn::CommOp::AllReduce && spans_nodes && levels_nodes >= 2)
-    return levels_all_reduce_seconds(ranks, levels_nodes, bytes);
-  if (!spans_nodes) {  // this machine's measured costs, the nearest group size at or above
+  if (op == nn::CommOp::AllReduce && span.nodes && span.levels >= 2)
+    return levels_all_reduce_seconds(ranks, span.levels, bytes, span.sharing);
+  if (!span.nodes) {  // this machine's measured costs, the nearest group size at or above
     const MeasuredCollective* best = nullptr;
     for (const MeasuredCollective& m : collectives)
       if (m.op == op && m.ranks >= ranks && (!best || m.ranks < best->ranks)) best = &m;
@@ -61,7 +67,7 @@ double Cluster::collective_seconds(nn::CommOp op, int64_t ranks, double bytes, b
         if (m.op == op && (!best || m.ranks > best->ranks)) best = &m;
     if (best) return best->alpha_s + best->beta_s_per_byte * bytes;
   }
-  const LinkSpec& link = spans_nodes ? inter_node : intra_node;
+  const LinkSpec link = span.nodes ? crossing_link(span.sharing) : intra_node;
   const auto n = static_cast<double>(ranks);
   if (op == nn::CommOp::SendRecv) return link.latency_s + bytes / link.bytes_per_s;
   const double half = op == nn::CommOp::AllReduce ? 2 : 1;  // all-reduce = reduce-scatter + all-gather
@@ -71,12 +77,12 @@ double Cluster::collective_seconds(nn::CommOp op, int64_t ranks, double bytes, b
   return std::min(ring, tree);
 }
 
-double Cluster::levels_all_reduce_seconds(int64_t ranks, int64_t nodes, double bytes) const {
+double Cluster::levels_all_reduce_seconds(int64_t ranks, int64_t nodes, double bytes, int64_t sharing) const {
   const double pieces = std::ceil(bytes / static_cast<double>(dist::kLevelsPieceBytes)), piece = bytes / pieces;
   // A piece's all-reduce within the node and its leader's broadcast; its leaders' all-reduce.
-  const double within = collective_seconds(nn::CommOp::AllReduce, ranks / nodes, piece, false) +
-                        collective_seconds(nn::CommOp::SendRecv, 2, piece, false);
-  const double cross = collective_seconds(nn::CommOp::AllReduce, nodes, piece, true);
+  const double within = collective_seconds(nn::CommOp::AllReduce, ranks / nodes, piece, {}) +
+                        collective_seconds(nn::CommOp::SendRecv, 2, piece, {});
+  const double cross = collective_seconds(nn::CommOp::AllReduce, nodes, piece, {.nodes = true, .sharing = sharing});
   // The pieces through the two stages: the slower stage's time for each, the faster one's once.
   return pieces * std::max(cross, within) + std::min(cross, within);
 }
@@ -111,6 +117,20 @@ int64_t group_levels_nodes(const dist::MeshShape& mesh, std::initializer_list<st
 bool group_spans_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
                        int64_t devices_per_node) {
   return group_of_rank0(mesh, axes).back() / devices_per_node != 0;
+}
+
+int64_t node_sharing(int64_t devices_per_node, int64_t on_node) {
+  return std::max<int64_t>(1, devices_per_node / std::max<int64_t>(1, on_node));
+}
+
+GroupSpan group_span(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes, const Cluster& cluster) {
+  const int64_t dpn = cluster.devices_per_node;
+  const std::vector<int64_t> group = group_of_rank0(mesh, axes);
+  if (group.back() / dpn == 0) return {};
+  const auto on_node = std::count_if(group.begin(), group.end(), [dpn](int64_t r) { return r / dpn == 0; });
+  return {.nodes = true,
+          .levels = cluster.kind == DeviceKind::Cpu ? group_levels_nodes(mesh, axes, dpn) : 0,
+          .sharing = node_sharing(dpn, on_node)};
 }
 
 namespace {
@@ -285,6 +305,7 @@ Cluster cluster_from_toml(const std::string& text, const std::string& where) {
   c.intra_node = read_link(links.table("intra_node"), where, "links.intra_node.");
   c.inter_node = read_link(links.table("inter_node"), where, "links.inter_node.");
   c.host_bytes_per_s = links.positive("host");
+  c.node_bytes_per_s = links.non_negative("node", 0);
   links.done();
   Reader eff(top.table("efficiency"), where, "efficiency.");
   c.gemm_max = eff.fraction("gemm_max");
@@ -335,12 +356,12 @@ std::string to_toml(const Cluster& c) {
   std::string out = fmt::format(
       "name = \"{}\"\nsource = \"{}\"\n\n[device]\nkind = \"{}\"\nper_node = {}\nmax_nodes = {}\nmemory_bytes = {:.6g}\n"
       "memory_bandwidth = {:.6g}\npeak_flops = {{ {} }}\n\n[links]\nintra_node = {{ bandwidth = {:.6g}, latency = "
-      "{:.6g} }}\ninter_node = {{ bandwidth = {:.6g}, latency = {:.6g} }}\nhost = {:.6g}\n\n[efficiency]\n"
+      "{:.6g} }}\ninter_node = {{ bandwidth = {:.6g}, latency = {:.6g} }}\nhost = {:.6g}\n{}\n[efficiency]\n"
       "gemm_max = {:.6g}\ngemm_half_dim = {:.6g}\nattention = {:.6g}\nmemory = {:.6g}\noverlap = {:.6g}\n\n[kernels]\n"
       "attention = \"{}\"\nelementwise = \"{}\"\n",
       c.name, c.source, name_of(c.kind), c.devices_per_node, c.max_nodes, c.memory_bytes, c.memory_bytes_per_s, peaks,
       c.intra_node.bytes_per_s, c.intra_node.latency_s, c.inter_node.bytes_per_s, c.inter_node.latency_s,
-      c.host_bytes_per_s, c.gemm_max, c.gemm_half_dim, c.attention_efficiency, c.memory_efficiency,
+      c.host_bytes_per_s, c.node_bytes_per_s > 0 ? fmt::format("node = {:.6g}\n", c.node_bytes_per_s) : "", c.gemm_max, c.gemm_half_dim, c.attention_efficiency, c.memory_efficiency,
       c.overlap, name_of(c.attention_kernel), name_of(c.elementwise_kernel));
   if (const std::optional<Measurement>& m = c.measured)
     out += fmt::format("\n[measured]\nunix_time = {}\nranks = {}\nthreads = {}\nloom = \"{}\"\npeak_spread = {:.6g}\n",

@@ -16,10 +16,22 @@
 //               or tree (2 log2 n latency + 2 bytes / bw), whichever is faster, over the slowest
 //               link the group spans
 //   kernels     which kernels the device runs (NOTE [Kernel fusion]), by default those of its kind
+//   node link   links.node: a node's link to the others, each direction, which the devices that
+//               cross at once share (NOTE [Node link]); absent, each device has its own
 //   overlap     efficiency.overlap: the share of a collective's time that hides under compute issued
 //               beside it (NOTE [Overlap]); 1 where absent
 // A layer's pass then costs gemm + attention + elementwise + its collectives (those issued beside
 // the compute overlap it: Cluster::beside).
+//
+// NOTE [Node link]
+// links.inter_node is one device's link, each direction. Where the devices of a node share one
+// network link (a host of several CPU ranks, GPUs behind one NIC), the groups of an axis that cross
+// at once split it: dp 2 x tp 2 on 2 hosts of 2 ranks runs two dp all-reduces between the hosts at
+// once, each at half the host's rate, where dp 4's levels send one flow per host. links.node is
+// that whole rate; a group's collective across nodes gets min(inter_node, node / sharing), sharing
+// being how many groups of its axis have ranks on a node (GroupSpan: each crosses a node's link
+// once, a ring's pass or the levels' leader). `loom profile --cluster-out` measures it with every
+// rank of the first host sending to its peer on the second at once.
 //
 // NOTE [Overlap]
 // Communication beside compute (gradient buckets under the backward, ZeRO's gathers, a layer's
@@ -95,6 +107,13 @@ struct PassWork {
   double score_bytes = 0;        // the attention scores' passes, which fused attention does not make
 };
 
+// Where a collective's group lies on the nodes (group_span).
+struct GroupSpan {
+  bool nodes = false;   // it spans more than one node
+  int64_t levels = 0;   // group_levels_nodes: its all-reduce takes the levels over this many nodes
+  int64_t sharing = 1;  // the groups of its axis whose flows cross a node's link at once (NOTE [Node link])
+};
+
 struct Cluster {
   std::string name;
   std::string source;  // where the numbers come from
@@ -106,6 +125,7 @@ struct Cluster {
   double memory_bytes = 0;                 // per device
   double memory_bytes_per_s = 0;
   LinkSpec intra_node, inter_node;
+  double node_bytes_per_s = 0;             // NOTE [Node link]; 0: each device has its own
   double host_bytes_per_s = 0;             // the swap tier's copies, each way
   double gemm_max = 1, gemm_half_dim = 0;  // GEMM efficiency curve
   double attention_efficiency = 1;
@@ -122,14 +142,16 @@ struct Cluster {
   double compute_seconds(const PassWork& work, DType dtype) const;
   // NOTE [Overlap]: compute and communication of these lengths, issued side by side.
   double beside(double compute_s, double comm_s) const;
-  // One collective of `bytes` over `ranks` ranks whose group lies inside one node or not; an
-  // all-reduce over `levels_nodes` nodes (group_levels_nodes: 2 or more) through the levels.
-  double collective_seconds(nn::CommOp op, int64_t ranks, double bytes, bool spans_nodes,
-                            int64_t levels_nodes = 0) const;
+  // One collective of `bytes` over `ranks` ranks whose group lies as `span` says: inside one node,
+  // or across nodes (each device's link, or its share of the node's), through the levels where its
+  // all-reduce takes them (span.levels: 2 or more).
+  double collective_seconds(nn::CommOp op, int64_t ranks, double bytes, const GroupSpan& span) const;
+  // The link a group across nodes crosses, its bandwidth the device's or its share of the node's.
+  LinkSpec crossing_link(int64_t sharing) const;
   // NOTE [Hierarchical all-reduce]: the pieces through the within-node steps and the leaders'
   // all-reduce across the nodes, one stage under the other: the slower stage's time for each piece
   // (its latencies included), the faster one's once.
-  double levels_all_reduce_seconds(int64_t ranks, int64_t nodes, double bytes) const;
+  double levels_all_reduce_seconds(int64_t ranks, int64_t nodes, double bytes, int64_t sharing = 1) const;
 };
 
 // The mesh's groups on nodes of `devices_per_node` consecutive ranks (NOTE [Mesh axes]' order):
@@ -142,6 +164,11 @@ bool group_spans_nodes(const dist::MeshShape& mesh, std::initializer_list<std::s
 // the MPI backend's: only a CPU cluster's groups take them (GPU tensors all-reduce through NCCL).
 int64_t group_levels_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
                            int64_t devices_per_node);
+
+// How the group over `axes` containing rank 0 lies on `cluster`'s nodes (the three above).
+GroupSpan group_span(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes, const Cluster& cluster);
+// The groups whose flows share a node's link, for a group with `on_node` of its ranks on a node.
+int64_t node_sharing(int64_t devices_per_node, int64_t on_node);
 
 // A cluster by name (clusters/NAME.toml in the working directory, then in loom's own clusters/)
 // or by path (containing '/' or ending in ".toml"). InputError for a missing or malformed file,

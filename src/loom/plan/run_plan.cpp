@@ -316,13 +316,14 @@ void refuse_unfit(const RunPlan& plan) {
 PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, const dist::MeshShape& mesh, int ep) {
   const int64_t dpn = cluster.devices_per_node;
   // An expert group is ep consecutive dp ranks, each pp x sp x tp ranks apart (NOTE [Mesh axes]).
-  const bool ep_spans = static_cast<int64_t>(ep) * mesh.size("pp") * mesh.size("sp") * mesh.size("tp") > dpn;
+  const int64_t ep_stride = int64_t{mesh.size("pp")} * mesh.size("sp") * mesh.size("tp");
+  const GroupSpan ep_span{.nodes = ep * ep_stride > dpn,
+                          .sharing = node_sharing(dpn, std::clamp<int64_t>(dpn / ep_stride, 1, ep))};
+  const GroupSpan tp_span = group_span(mesh, {"tp"}, cluster), sp_span = group_span(mesh, {"sp"}, cluster);
   double comm[2] = {0, 0}, hidden[2] = {0, 0};  // per pass: serial, and beside the compute
   for (const nn::CommUse& u : cost.comm) {
     const int ranks = u.axis == nn::CommAxis::Tp ? mesh.tp() : u.axis == nn::CommAxis::Sp ? mesh.sp() : ep;
-    const bool spans = u.axis == nn::CommAxis::Tp   ? group_spans_nodes(mesh, {"tp"}, dpn)
-                       : u.axis == nn::CommAxis::Sp ? group_spans_nodes(mesh, {"sp"}, dpn)
-                                                    : ep_spans;
+    const GroupSpan& spans = u.axis == nn::CommAxis::Tp ? tp_span : u.axis == nn::CommAxis::Sp ? sp_span : ep_span;
     const double t = static_cast<double>(u.count) * cluster.collective_seconds(u.op, ranks, u.bytes, spans);
     (u.overlapped ? hidden : comm)[u.pass == nn::CommPass::Forward ? 0 : 1] += t;
   }
@@ -364,8 +365,8 @@ RunPlan make_plan(const Config& config, int world_size, const CostModel& costs, 
   plan.copy_bytes_per_s = costs.time(config, plan.chain);
   if (cluster != nullptr && p.pp > 1)
     plan.p2p_s = cluster->collective_seconds(CommOp::SendRecv, 2, input_bytes(plan),
-                                             group_spans_nodes(plan.mesh, {"pp"}, cluster->devices_per_node) &&
-                                                 p.sp * p.tp % cluster->devices_per_node == 0);
+                                             {.nodes = group_spans_nodes(plan.mesh, {"pp"}, cluster->devices_per_node) &&
+                                                       p.sp * p.tp % cluster->devices_per_node == 0});
   plan.schedule = schedule::schedule_for(p.schedule, p.pp, config.microbatch_count() / p.dp, p.chunks);
   LOOM_CHECK_INPUT(cluster != nullptr || p.pp == 1 || schedule::message_tags(plan.schedule) <= schedule::kMaxTags,
                    "{} micro-batches per data-parallel rank x {} virtual stages need {} message tags, more than "

@@ -52,6 +52,14 @@ std::vector<std::pair<int64_t, double>> gradient_ready(const RunPlan& plan, int6
   return ready;
 }
 
+// A group inside the dp x sp one (the experts' replicas, ZeRO's groups across the shard groups):
+// its links and their sharing, not the levels, which run over the whole group's hosts.
+GroupSpan within_replicas(const RunPlan& plan, const Cluster& cluster) {
+  GroupSpan span = group_span(plan.mesh, {"dp", "sp"}, cluster);
+  span.levels = 0;
+  return span;
+}
+
 struct RankTail {
   double end = 0;       // when the rank's step ends
   double reduced = 0;   // when its last bucket was reduced
@@ -72,13 +80,13 @@ ExpertTail expert_tail(const RunPlan& plan, const Cluster& cluster, int64_t rank
   const int64_t replicas = c.parallel.dp * c.parallel.sp / c.parallel.ep;
   ExpertTail t;
   t.update = experts * optimizer_bytes_per_param(c.model.dtype) / (cluster.memory_bytes_per_s * cluster.memory_efficiency);
+  const GroupSpan replica_span = within_replicas(plan, cluster);
   if (experts > 0 && replicas > 1)
-    t.reduce = cluster.collective_seconds(CommOp::AllReduce, replicas, experts * grad_wire_bytes(c),
-                                          group_spans_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node));
+    t.reduce = cluster.collective_seconds(CommOp::AllReduce, replicas, experts * grad_wire_bytes(c), replica_span);
   if (experts > 0 && c.parallel.tp > 1)
     t.reduce += cluster.collective_seconds(CommOp::AllReduce, static_cast<int>(c.parallel.tp),
                                            experts * static_cast<double>(master_bytes(c)),
-                                           group_spans_nodes(plan.mesh, {"tp"}, cluster.devices_per_node));
+                                           group_span(plan.mesh, {"tp"}, cluster));
   return t;
 }
 
@@ -96,7 +104,9 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
   // A dp rank's ranks are pp x sp x tp consecutive ones (dp outermost): a group of g of them spans
   // nodes when g x pp x sp x tp ranks do.
   const int64_t group_ranks = group / p.sp * p.pp * p.sp * p.tp;
-  const bool spans = group_ranks > cluster.devices_per_node;
+  const int64_t dpn = cluster.devices_per_node;
+  const GroupSpan spans{.nodes = group_ranks > dpn,
+                        .sharing = node_sharing(dpn, std::clamp<int64_t>(dpn * group / group_ranks, 1, group))};
   const auto m = static_cast<double>(plan.schedule.microbatches);
   const std::vector<std::pair<int64_t, double>> ready = gradient_ready(plan, rank);
   double params = 0;
@@ -119,7 +129,7 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
                    experts.update;
   if (across > 1)
     tail.optimizer += cluster.collective_seconds(CommOp::AllReduce, across, owned * master_bytes(c),
-                                                 group_spans_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node));
+                                                 within_replicas(plan, cluster));
   if (p.zero == 2) tail.optimizer += gather;
   const double start = std::max(end, tail.reduced);
   tail.end = start + tail.optimizer;
@@ -134,9 +144,7 @@ RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, 
   const Config& c = plan.config;
   const int64_t replicas = c.parallel.dp * c.parallel.sp;
   if (c.parallel.zero >= 2 && replicas > 1) return finish_sharded(plan, cluster, rank, timeline);
-  const bool spans = group_spans_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node);
-  const int64_t levels =
-      cluster.kind == DeviceKind::Cpu ? group_levels_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node) : 0;
+  const GroupSpan spans = group_span(plan.mesh, {"dp", "sp"}, cluster);
   const CommOp reduce = c.parallel.zero == 1 ? CommOp::ReduceScatter : CommOp::AllReduce;
   const double bucket_bytes = c.parallel.bucket_mb * 1024 * 1024;
   const double pipeline_end = plan.prediction.simulation.ranks[rank].empty()
@@ -150,7 +158,7 @@ RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, 
   };
   auto send = [&]() {
     if (pending <= 0 || replicas <= 1) return;
-    occupy(std::max(channel, pending_ready), cluster.collective_seconds(reduce, replicas, pending, spans, levels),
+    occupy(std::max(channel, pending_ready), cluster.collective_seconds(reduce, replicas, pending, spans),
            fmt::format("{} {}", name_of(reduce), format_bytes(pending)));
     pending = 0;
   };
@@ -191,8 +199,7 @@ double sparse_exchange_s(const RunPlan& plan, const Cluster& cluster) {
   for (const LayerPlan& layer : plan.chain)
     for (const ParamInfo& p : layer.params)
       if (p.table) bytes += static_cast<double>(std::min(lookups, p.numel / p.row_width) * p.row_width) * master_bytes(c);
-  const bool spans = group_spans_nodes(plan.mesh, {"dp", "sp"}, cluster.devices_per_node);
-  return 2 * cluster.collective_seconds(CommOp::AllToAll, replicas, bytes, spans);
+  return 2 * cluster.collective_seconds(CommOp::AllToAll, replicas, bytes, group_span(plan.mesh, {"dp", "sp"}, cluster));
 }
 
 // FLOPs of one step on pipeline rank `rank` beyond the model's (NOTE [MFU]): the forwards its

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <functional>
 #include <map>
 
 #include "loom/core/error.h"
@@ -71,11 +72,12 @@ class DeviceThreads {
 
 // Per dtype the device multiplies fast: on a CPU bfloat16 only where native (emulated it is slower
 // than float32, and a plan should not count on it). `spread`: the float32 peak's.
-std::map<DType, double> measure_peaks(double& spread, const ProfileDevice& device) {
+std::map<DType, double> measure_peaks(double& spread, const ProfileDevice& device, const std::function<void()>& together) {
   std::map<DType, double> peaks;
   const std::vector<int64_t> sizes = device.gpu() ? plan::gemm_peak_sizes(device.torch()) : std::vector<int64_t>{1024, 2048};
   for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16}) {
     if (dtype == DType::BFloat16 && !device.gpu() && !plan::native_bfloat16()) continue;
+    together();
     const plan::PeakMeasurement peak = plan::measure_gemm_peak_repeated(
         nn::activation_type(dtype), kGemmSeconds / kPeakRepeats, kPeakRepeats, sizes, device.torch());
     peaks[dtype] = peak.flops_per_s;
@@ -84,10 +86,11 @@ std::map<DType, double> measure_peaks(double& spread, const ProfileDevice& devic
   return peaks;
 }
 
-GemmCurve measure_gemm_curve(double peak, const ProfileDevice& device) {
+GemmCurve measure_gemm_curve(double peak, const ProfileDevice& device, const std::function<void()>& together) {
   const CurveShapes& shapes = device.gpu() ? kGpuCurve : kCpuCurve;
   std::vector<double> dims, efficiency;
   for (int64_t d : shapes.dims) {
+    together();
     dims.push_back(static_cast<double>(d));
     efficiency.push_back(plan::measure_gemm_rate(shapes.rows, d, d, at::kFloat, kGemmSeconds, device.torch()) / peak);
   }
@@ -130,15 +133,22 @@ double measure_memory_bandwidth(int64_t repeats, const ProfileDevice& device) {
 // What one device computes and moves: peaks, the GEMM curve, attention, memory; the kernels it ran
 // (NOTE [Kernel fusion]): loom's elementwise passes are libtorch's eager kernels on either device,
 // each a pass over memory; attention is fused where the config's kernel ran fused.
-void measure_compute(const Config& config, plan::Cluster& c, const ProfileOptions& options, const ProfileDevice& device) {
+// Every rank measures each of them at the same time (`world`'s ranks start each together): a rank
+// that ran ahead into lighter work would leave the cores to the others, which would then read
+// faster than a run's ranks get.
+void measure_compute(const Config& config, dist::Communicator& world, plan::Cluster& c, const ProfileOptions& options,
+                     const ProfileDevice& device) {
   const int64_t repeats = options.repeats;
   const DeviceThreads threads(options.cluster_threads);
+  const std::function<void()> together = [&world] { wait_quietly(world); };
   c.measured = plan::Measurement{.threads = options.cluster_threads};
-  c.peak_flops = measure_peaks(c.measured->peak_spread, device);
+  c.peak_flops = measure_peaks(c.measured->peak_spread, device, together);
   const double peak = c.peak_flops.at(DType::Float32);
-  const GemmCurve curve = measure_gemm_curve(peak, device);
+  const GemmCurve curve = measure_gemm_curve(peak, device, together);
   c.gemm_max = curve.gemm_max, c.gemm_half_dim = curve.gemm_half_dim;
+  together();
   c.memory_bytes_per_s = measure_memory_bandwidth(repeats, device);
+  together();
   bool fused = false;
   c.attention_efficiency = measure_attention(models::attention_kernel(config.model), peak, c.memory_bytes_per_s,
                                              repeats, device, fused);
@@ -201,7 +211,7 @@ std::string measured_on(const dist::Communicator& world, int hosts) {
 // The devices, links and collectives from the job and `machine`'s copies and collectives;
 // `hosts_link`: measure_hosts_link's, on several hosts.
 void describe_machine(const dist::Communicator& world, int hosts, const plan::Profile& machine,
-                      const plan::CollectiveProfile& hosts_link, const ProfileOptions& options,
+                      const HostsLink& hosts_link, const ProfileOptions& options,
                       const ProfileDevice& device, plan::Cluster& c) {
   c.name = "local";
   c.source = device.gpu() ? fmt::format("{} on {} on GPUs", plan::kMeasuredSource, measured_on(world, hosts))
@@ -223,7 +233,8 @@ void describe_machine(const dist::Communicator& world, int hosts, const plan::Pr
       c.intra_node = c.inter_node = {.bytes_per_s = 1 / m.beta_s_per_byte, .latency_s = m.alpha_s};
   }
   if (hosts > 1) {
-    c.inter_node = {.bytes_per_s = 1 / hosts_link.beta_s_per_byte, .latency_s = hosts_link.alpha_s};
+    c.inter_node = {.bytes_per_s = 1 / hosts_link.device.beta_s_per_byte, .latency_s = hosts_link.device.alpha_s};
+    c.node_bytes_per_s = hosts_link.node_bytes_per_s;
     if (c.devices_per_node == 1) c.intra_node = c.inter_node;  // no link within a node of one device
   }
   if (world.size() == 1 && device.gpu()) c.intra_node = c.inter_node = host_link(c, options, device);
@@ -261,7 +272,7 @@ plan::Cluster measure_cluster(const Config& config, dist::Communicator& world, c
   check_cluster_input(world.size(), per_host, device.gpu(), host_counts(host_of));
   plan::Cluster cluster;
   wait_quietly(world);  // every rank starts at once: each device computes while the others do
-  measure_compute(config, cluster, options, device);
+  measure_compute(config, world, cluster, options, device);
   wait_quietly(world);  // none leaves (to spin in MPI) while another still measures
   const int hosts = world.size() / per_host;
   // The links and the overlap on the devices' communicator, as the collectives (measure_profile)
@@ -270,7 +281,7 @@ plan::Cluster measure_cluster(const Config& config, dist::Communicator& world, c
   const std::unique_ptr<dist::Communicator> device_world =
       world.size() > 1 ? connect_devices(world, placement, options.devices, config.train.device.name()) : nullptr;
   dist::Communicator& devices = device_world ? *device_world : world;
-  plan::CollectiveProfile hosts_link;
+  HostsLink hosts_link;
   if (hosts > 1) hosts_link = measure_hosts_link(devices, options.repeats, device);
   double overlap = 1;
   {

@@ -242,17 +242,49 @@ std::vector<plan::CollectiveProfile> measure_collectives(dist::Communicator& wor
 
 }  // namespace
 
-plan::CollectiveProfile measure_hosts_link(dist::Communicator& world, int64_t repeats, const ProfileDevice& device) {
+namespace {
+
+// NOTE [Node link]: every rank of the first host sends one message of each size to its peer on the
+// second at once (the world's ranks all start together), timed on each sender; the node's rate is
+// all of their bytes over the sustained time per byte of the slowest (fit_sustained of its two
+// sizes, which cancels a shaper's burst as for the device's link).
+double measure_node_link(dist::Communicator& world, int64_t repeats, const ProfileDevice& device) {
+  const int per_host = world.local_ranks(), rank = world.rank();
+  const auto options = at::TensorOptions().dtype(at::kFloat).device(device.torch());
+  std::vector<double> sizes, seconds;
+  for (int64_t bytes : {kLargestMessage / 4, kLargestMessage}) {
+    at::Tensor buffer = at::zeros({bytes / 4}, options);
+    std::vector<double> samples;
+    for (int64_t r = 0; r <= repeats; ++r) {
+      wait_quietly(world);
+      const Clock::time_point start = Clock::now();
+      if (rank < per_host) world.send(buffer, rank + per_host);
+      if (rank >= per_host && rank < 2 * per_host) world.recv(buffer, rank - per_host);
+      device.wait();
+      at::Tensor took = at::full({1}, rank < per_host ? seconds_since(start) : 0.0, at::kDouble);
+      world.all_reduce(took, dist::ReduceOp::Max);
+      if (r > 0) samples.push_back(took.item<double>());
+    }
+    sizes.push_back(static_cast<double>(bytes));
+    seconds.push_back(median(samples));
+  }
+  return per_host / fit_sustained(sizes, seconds).beta_s_per_byte;
+}
+
+}  // namespace
+
+HostsLink measure_hosts_link(dist::Communicator& world, int64_t repeats, const ProfileDevice& device) {
   const int other = world.local_ranks();  // the first rank of the second host (ranks_per_host holds)
   const bool pair = world.rank() == 0 || world.rank() == other;
   const std::unique_ptr<dist::Communicator> group = world.split(pair ? 0 : 1, world.rank(), "hosts link");
-  plan::CollectiveProfile link;
+  HostsLink link;
   if (pair) {
     const OpTimes t = time_op(*group, "send_recv", repeats, device);
     const LineFit fit = fit_sustained(t.sizes, t.seconds);
-    link = {.op = "send_recv", .ranks = 2, .alpha_s = fit.alpha_s, .beta_s_per_byte = fit.beta_s_per_byte};
+    link.device = {.op = "send_recv", .ranks = 2, .alpha_s = fit.alpha_s, .beta_s_per_byte = fit.beta_s_per_byte};
   }
   wait_quietly(world);
+  if (world.local_ranks() > 1) link.node_bytes_per_s = measure_node_link(world, repeats, device);
   return link;
 }
 

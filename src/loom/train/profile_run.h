@@ -52,8 +52,15 @@ std::string host_counts(const std::vector<int>& host_of);
 
 // The link between hosts: send_recv between world rank 0 and the first rank of the second host, its
 // rate sustained (fit_sustained: the test cluster's shaped links carry 256 KiB of each message at
-// once, which the line fit read as twice the rate), complete on those two ranks. A collective over the world, whose hosts hold as many ranks each.
-plan::CollectiveProfile measure_hosts_link(dist::Communicator& world, int64_t repeats, const ProfileDevice& device);
+// once, which the line fit read as twice the rate), complete on those two ranks; and where a host
+// holds several ranks, the host's whole link (NOTE [Node link] in plan/cluster.h: every rank of
+// the first host sending to its peer on the second at once), complete on every rank. A collective
+// over the world, whose hosts hold as many ranks each.
+struct HostsLink {
+  plan::CollectiveProfile device;
+  double node_bytes_per_s = 0;  // 0: one rank per host
+};
+HostsLink measure_hosts_link(dist::Communicator& world, int64_t repeats, const ProfileDevice& device);
 
 // The whole profile, complete on world rank 0, measured on options.placement's device (NOTE
 // [Devices]: each timer stops once the device's queued work has run; the tensors cross the
