@@ -311,7 +311,7 @@ TEST(Cluster, GroupsCrossingANodeAtOnceShareItsLink) {
   EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 2, bytes, dp_tp), bytes / 65e6);
   EXPECT_DOUBLE_EQ(c.collective_seconds(CommOp::AllReduce, 2, bytes, {.nodes = true}), bytes / 125e6);
   EXPECT_DOUBLE_EQ(c.crossing_link(4).bytes_per_s, 32.5e6);
-  // The levels' leaders of two groups per node (dp 2 x tp 2 over nodes of 4): the link-bound
+  // The levels' leaders of two groups per node (dp 4 x tp 2 over nodes of 4): the link-bound
   // stage at 65 MB/s instead of 125.
   EXPECT_NEAR(c.levels_all_reduce_seconds(4, 2, 64e6, 2) / c.levels_all_reduce_seconds(4, 2, 64e6, 1), 125.0 / 65, 0.01);
   c.node_bytes_per_s = 0;  // each device its own link

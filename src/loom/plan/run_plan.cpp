@@ -363,10 +363,14 @@ RunPlan make_plan(const Config& config, int world_size, const CostModel& costs, 
   plan.profiled = costs.profiled();
   plan.profile_threads = costs.profile_threads();
   plan.copy_bytes_per_s = costs.time(config, plan.chain);
-  if (cluster != nullptr && p.pp > 1)
+  if (cluster != nullptr && p.pp > 1) {
+    // Across nodes where a stage's sp x tp ranks fill whole nodes: then every rank of a node sends
+    // over its link at once (NOTE [Node link]).
+    const int64_t dpn = cluster->devices_per_node;
+    const bool crosses = group_spans_nodes(plan.mesh, {"pp"}, dpn) && p.sp * p.tp % dpn == 0;
     plan.p2p_s = cluster->collective_seconds(CommOp::SendRecv, 2, input_bytes(plan),
-                                             {.nodes = group_spans_nodes(plan.mesh, {"pp"}, cluster->devices_per_node) &&
-                                                       p.sp * p.tp % cluster->devices_per_node == 0});
+                                             {.nodes = crosses, .sharing = dpn});
+  }
   plan.schedule = schedule::schedule_for(p.schedule, p.pp, config.microbatch_count() / p.dp, p.chunks);
   LOOM_CHECK_INPUT(cluster != nullptr || p.pp == 1 || schedule::message_tags(plan.schedule) <= schedule::kMaxTags,
                    "{} micro-batches per data-parallel rank x {} virtual stages need {} message tags, more than "

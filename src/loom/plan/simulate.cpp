@@ -52,11 +52,27 @@ std::vector<std::pair<int64_t, double>> gradient_ready(const RunPlan& plan, int6
   return ready;
 }
 
-// A group inside the dp x sp one (the experts' replicas, ZeRO's groups across the shard groups):
-// its links and their sharing, not the levels, which run over the whole group's hosts.
-GroupSpan within_replicas(const RunPlan& plan, const Cluster& cluster) {
+// NOTE [Overlap]: from `from` on, the rank's compute (its actions' time inside [from, until]) and
+// `busy` seconds of communication side by side: when both are done. The pipeline's idle time (its
+// bubble) takes communication without slowing the compute.
+double side_by_side_end(const RunPlan& plan, const Cluster& cluster, int64_t rank, double from, double until,
+                        double busy) {
+  double computing = 0;
+  for (const schedule::TimedAction& t : plan.prediction.simulation.ranks[rank])
+    computing += std::max(0.0, std::min(t.end, until) - std::max(t.start, from));
+  return from + std::max(until - from, cluster.beside(computing, busy));
+}
+
+// A group of every `stride`-th rank of the dp x sp group (the experts' replicas, ZeRO's groups
+// across the shard groups): over its links, not the levels (which run over the whole group's
+// hosts), shared by as many such groups as have ranks on a node (NOTE [Node link]).
+GroupSpan within_replicas(const RunPlan& plan, const Cluster& cluster, int64_t stride) {
   GroupSpan span = group_span(plan.mesh, {"dp", "sp"}, cluster);
+  if (!span.nodes) return span;
+  const int64_t whole_on_node = cluster.devices_per_node / span.sharing;  // the dp x sp group's ranks on a node
+  const int64_t on_node = (whole_on_node + stride - 1) / std::max<int64_t>(1, stride);
   span.levels = 0;
+  span.sharing = node_sharing(cluster.devices_per_node, on_node);
   return span;
 }
 
@@ -80,7 +96,7 @@ ExpertTail expert_tail(const RunPlan& plan, const Cluster& cluster, int64_t rank
   const int64_t replicas = c.parallel.dp * c.parallel.sp / c.parallel.ep;
   ExpertTail t;
   t.update = experts * optimizer_bytes_per_param(c.model.dtype) / (cluster.memory_bytes_per_s * cluster.memory_efficiency);
-  const GroupSpan replica_span = within_replicas(plan, cluster);
+  const GroupSpan replica_span = within_replicas(plan, cluster, c.parallel.ep);  // every ep-th dp rank
   if (experts > 0 && replicas > 1)
     t.reduce = cluster.collective_seconds(CommOp::AllReduce, replicas, experts * grad_wire_bytes(c), replica_span);
   if (experts > 0 && c.parallel.tp > 1)
@@ -120,8 +136,8 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
                                                                       dense_numel(plan.chain[ready.back().first]) *
                                                                           grad_wire_bytes(c), spans);
   const ExpertTail experts = expert_tail(plan, cluster, rank);
-  // NOTE [Overlap]: the compute and the channel side by side from the rank's first action.
-  RankTail tail{.reduced = std::max(first + cluster.beside(end - first, channel), end + last) + experts.reduce};
+  RankTail tail{.reduced = std::max(side_by_side_end(plan, cluster, rank, first, end, channel), end + last) +
+                           experts.reduce};
   timeline.push_back({rank, "gradients", fmt::format("reduce_scatter x{:g}{}", m, p.zero == 3 ? ", all_gather" : ""),
                       first, tail.reduced});
   const double owned = params / static_cast<double>(group);
@@ -129,7 +145,7 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
                    experts.update;
   if (across > 1)
     tail.optimizer += cluster.collective_seconds(CommOp::AllReduce, across, owned * master_bytes(c),
-                                                 within_replicas(plan, cluster));
+                                                 within_replicas(plan, cluster, group));
   if (p.zero == 2) tail.optimizer += gather;
   const double start = std::max(end, tail.reduced);
   tail.end = start + tail.optimizer;
@@ -170,7 +186,7 @@ RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, 
   }
   send();
   const ExpertTail experts = expert_tail(plan, cluster, rank);
-  if (experts.reduce > 0) occupy(channel, experts.reduce, "all_reduce experts");
+  if (experts.reduce > 0) occupy(std::max(channel, pending_ready), experts.reduce, "all_reduce experts");
   RankTail tail{.reduced = channel};
   const double updated = c.parallel.zero == 1 ? params / static_cast<double>(c.parallel.dp) : params;
   tail.optimizer = updated * optimizer_bytes_per_param(c.model.dtype) /
@@ -179,8 +195,7 @@ RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, 
   if (c.parallel.zero == 1 && replicas > 1)
     tail.optimizer += cluster.collective_seconds(CommOp::AllGather, replicas, params * master_bytes(c), spans);
   const double reduced =
-      first < 0 ? pipeline_end
-                : std::max(first + cluster.beside(std::max(0.0, pipeline_end - first), busy), channel);
+      first < 0 ? pipeline_end : std::max(side_by_side_end(plan, cluster, rank, first, pipeline_end, busy), channel);
   const double start = std::max(pipeline_end, reduced);
   tail.end = start + tail.optimizer;
   timeline.push_back({rank, "compute", "optimizer", start, tail.end});

@@ -47,8 +47,8 @@ constexpr int64_t kAttnBatch = 2, kAttnHeads = 8, kAttnSeq = 512, kAttnHeadDim =
 constexpr int64_t kLatencyCopyBytes = 4096;
 
 // NOTE [Overlap]'s measurement: an all-reduce of this many bytes (a gradient bucket's order) beside
-// GEMMs of the peak's larger size, which on a CPU rank take tens of milliseconds, as a layer's
-// backward does between the reducer's tests.
+// GEMMs of 1024 (a GPU's: its peak's larger size), which on a CPU rank take tens of milliseconds,
+// as a layer's backward does between the reducer's tests.
 constexpr int64_t kOverlapBytes = int64_t{16} << 20;
 
 // The peak is measured this many times, each for a share of kGemmSeconds per size: the median is
@@ -76,8 +76,8 @@ std::map<DType, double> measure_peaks(double& spread, const ProfileDevice& devic
   std::map<DType, double> peaks;
   const std::vector<int64_t> sizes = device.gpu() ? plan::gemm_peak_sizes(device.torch()) : std::vector<int64_t>{1024, 2048};
   for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16}) {
+    together();  // before the skip: hosts may differ in native bfloat16, and every rank must call it
     if (dtype == DType::BFloat16 && !device.gpu() && !plan::native_bfloat16()) continue;
-    together();
     const plan::PeakMeasurement peak = plan::measure_gemm_peak_repeated(
         nn::activation_type(dtype), kGemmSeconds / kPeakRepeats, kPeakRepeats, sizes, device.torch());
     peaks[dtype] = peak.flops_per_s;
@@ -166,12 +166,16 @@ void measure_compute(const Config& config, dist::Communicator& world, plan::Clus
 double measure_overlap(dist::Communicator& world, int64_t repeats, const ProfileDevice& device) {
   if (world.size() < 2) return 1;
   const auto options = at::TensorOptions().dtype(at::kFloat).device(device.torch());
-  at::Tensor buffer = at::ones({kOverlapBytes / 4}, options);
+  at::Tensor buffer = at::zeros({kOverlapBytes / 4}, options);  // sums of zeros stay finite
   const int64_t n = device.gpu() ? plan::gemm_peak_sizes(device.torch()).back() : 1024;
   const at::Tensor a = at::rand({n, n}, options), b = at::rand({n, n}, options);
   at::Tensor c = at::empty({n, n}, options);
-  const double comm = median_time(repeats, [&] { world.all_reduce_async(buffer, dist::ReduceOp::Sum)->wait(); }, device);
-  const double gemm = median_time(repeats, [&] { at::mm_out(c, a, b); }, device);
+  // Each sample starts on every rank at once, so that none times its wait for a slower one.
+  auto timed = [&](const std::function<void()>& run) {
+    return median_time(repeats, run, device, [&world] { wait_quietly(world); });
+  };
+  const double comm = timed([&] { world.all_reduce_async(buffer, dist::ReduceOp::Sum)->wait(); });
+  const double gemm = timed([&] { at::mm_out(c, a, b); });
   const int64_t count = std::max<int64_t>(1, std::llround(comm / gemm));
   auto compute = [&](dist::Work* beside) {
     for (int64_t i = 0; i < count; ++i) {
@@ -179,12 +183,12 @@ double measure_overlap(dist::Communicator& world, int64_t repeats, const Profile
       if (beside) beside->test();
     }
   };
-  const double alone = median_time(repeats, [&] { compute(nullptr); }, device);
-  const double both = median_time(repeats, [&] {
+  const double alone = timed([&] { compute(nullptr); });
+  const double both = timed([&] {
     const dist::WorkPtr work = world.all_reduce_async(buffer, dist::ReduceOp::Sum);
     compute(work.get());
     work->wait();
-  }, device);
+  });
   const double hidden = std::clamp((alone + comm - both) / std::min(alone, comm), 0.0, 1.0);
   at::Tensor least = at::full({1}, -hidden, at::kDouble);  // the smallest: the largest of the negatives
   world.all_reduce(least, dist::ReduceOp::Max);

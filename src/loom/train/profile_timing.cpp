@@ -18,9 +18,11 @@ double seconds_since(ProfileClock::time_point start) {
   return std::max(kShortest, std::chrono::duration<double>(ProfileClock::now() - start).count());
 }
 
-double median_time(int64_t repeats, const std::function<void()>& run, const ProfileDevice& device) {
+double median_time(int64_t repeats, const std::function<void()>& run, const ProfileDevice& device,
+                   const std::function<void()>& before) {
   std::vector<double> samples;
   for (int64_t r = 0; r <= repeats; ++r) {
+    if (before) before();
     const ProfileClock::time_point start = ProfileClock::now();
     run();
     device.wait();

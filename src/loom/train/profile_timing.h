@@ -26,7 +26,9 @@ using ProfileClock = std::chrono::steady_clock;
 double seconds_since(ProfileClock::time_point start);
 
 // Times `run` (and the device's work it queued) once as a warm-up, then `repeats` times; the median.
-double median_time(int64_t repeats, const std::function<void()>& run, const ProfileDevice& device);
+// `before` (untimed) runs ahead of each.
+double median_time(int64_t repeats, const std::function<void()>& run, const ProfileDevice& device,
+                   const std::function<void()>& before = {});
 
 // Every rank of `comm` arrives before any leaves, without spinning a core: the ranks that wait
 // while others measure must not take the measuring ranks' cores (a blocking barrier polls).
