@@ -33,6 +33,14 @@ ENV = dict(os.environ, LOOM_CLUSTER="loomb", LOOM_CLUSTER_SUBNET="10.73.0",
            LOOM_CLUSTER_DIR="/tmp/loom-cluster-loomb")
 
 
+def is_number(word):
+    try:
+        float(word)
+        return True
+    except ValueError:
+        return False
+
+
 def on_cluster(args, **kw):
     return subprocess.run([CLUSTER, "mpirun", "-np", "4", "-x", "OMP_NUM_THREADS=1"] + args, env=ENV, text=True, **kw)
 
@@ -91,7 +99,8 @@ def layouts(steps):
         chosen = os.path.join(tmp, "plan.toml")
         out = subprocess.run([LOOM, "plan", "-c", path, "--cluster", cluster, "--gpus", "4", "--out", chosen]
                              + set_args(batch), capture_output=True, text=True, check=True)
-        top = next(line.split()[1:-5] for line in out.stdout.splitlines() if line.split()[:1] == ["1"])
+        row = next(line.split()[1:] for line in out.stdout.splitlines() if line.split()[:1] == ["1"])
+        top = row[:next(i for i, word in enumerate(row) if is_number(word))]  # the layout, up to "step s"
         step = measure(chosen, ["train.threads=1"], steps)
         best = min(measured, key=measured.get)
         print(json.dumps({"workload": "hosts", "measure": "plan", "chosen": " ".join(top), "chosen_step_s": step,
