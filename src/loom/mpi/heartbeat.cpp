@@ -223,7 +223,10 @@ bool Heartbeat::follow_endings(double now) {
         of == peers_.end() ? "?" : ranks_of(host_of_, of->world), limit_s_);
     [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
   }
-  tell_ending(now, lost, relay ? kReported : kNothing);
+  // A line printed, here or where the news came from: those told stop waiting and print none. A
+  // leader cut off from the one that printed (h3 in a cut between h1 and h3) would otherwise find
+  // the loss itself while it waits, with this leader no longer counted, and print a second line.
+  tell_ending(now, lost, relay || reported ? kReported : kNothing);
   std::atomic_ref<int64_t>(*verdict_).store(rank_ + 1);
   return true;
 }

@@ -14,8 +14,9 @@
 //     printed no line (it hears a lower leader), it asks the lowest leader it hears to report
 //     the loss, naming both hosts. A leader told waits 3 intervals for such a request, which may
 //     come later than another's message, unless told that a line was printed; it reports the
-//     first request, unless it finds a loss itself meanwhile, and then tells those it hears
-//     (so one leader's request, and another's "printed", reach the rest in time). A leader that
+//     first request, unless it finds a loss itself meanwhile, and then tells those it hears,
+//     passing on "printed" where it was told so (so one leader's request, and another's
+//     "printed", reach the rest in time: told "printed", a leader prints no line). A leader that
 //     has said goodbye (its run ended) is not listened to any more: a loss it finds then, while
 //     it waits for the others to finish, is found again by them, with a line of their own;
 //   - it writes the verdict into a word its host's ranks share (an MPI shared-memory window);
