@@ -10,6 +10,7 @@
 #include <cmath>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "loom/core/error.h"
 #include "loom/dist/topology.h"
@@ -304,6 +305,12 @@ TEST(Cluster, GroupsCrossingANodeAtOnceShareItsLink) {
   EXPECT_EQ(dp4.levels, 2);
   EXPECT_EQ(dp4.sharing, 1);
   EXPECT_EQ(group_span(dist::MeshDegrees{.dp = 2, .pp = 2}, {"dp"}, c).sharing, 2);
+  // A group inside dp x sp, by its members: dp 2 x sp 2 with ep 2 has each expert's replicas on
+  // {0, 1} (within a node); every other rank, {0, 2}, crosses with a neighbour group.
+  EXPECT_EQ(group_of_rank0(dist::MeshDegrees{.dp = 2, .sp = 2}, {"dp", "sp"}), (std::vector<int64_t>{0, 1, 2, 3}));
+  EXPECT_EQ(members_span({0, 1}, c).nodes, false);
+  EXPECT_EQ(members_span({0, 2}, c).sharing, 2);
+  EXPECT_EQ(members_span({0, 2}, c).levels, 0);
   const GroupSpan tp = group_span(dist::MeshDegrees{.dp = 2, .tp = 2}, {"tp"}, c);
   EXPECT_EQ(tp.nodes, false);
   EXPECT_EQ(tp.sharing, 1);

@@ -200,13 +200,14 @@ void Heartbeat::declare_lost(double now) {
 }
 
 bool Heartbeat::follow_endings(double now) {
-  bool reported = false;
+  const Peer* printed = nullptr;  // a leader that printed a line and told this one so
   for (const Peer& p : peers_) {
     if (!p.ending) continue;
     if (told_at_ < 0) told_at_ = now;
-    reported = reported || p.in % 4 == kReported;
+    if (p.in % 4 == kReported && printed == nullptr) printed = &p;
     if (p.in % 4 == kYouReport && relay_from_ == nullptr) relay_from_ = &p;
   }
+  const bool reported = printed != nullptr;
   if (told_at_ < 0) return false;
   // Unless a line was printed, a request to report may still come, by a slower path than the
   // first message: this leader waits, and goes on watching (it may find a loss itself first).
@@ -223,15 +224,19 @@ bool Heartbeat::follow_endings(double now) {
         of == peers_.end() ? "?" : ranks_of(host_of_, of->world), limit_s_);
     [[maybe_unused]] auto n = ::write(STDERR_FILENO, line.data(), line.size());
   }
-  // A line printed, here or where the news came from: those told stop waiting and print none. A
-  // leader cut off from the one that printed (h3 in a cut between h1 and h3) would otherwise find
-  // the loss itself while it waits, with this leader no longer counted, and print a second line.
-  tell_ending(now, lost, relay || reported ? kReported : kNothing);
+  // A line printed here, or by a lower leader that told this one: those told stop waiting and
+  // print none. A leader cut off from the lower one that printed (h3 in a cut between h1 and h3)
+  // would otherwise find the loss itself while it waits, with this leader no longer counted, and
+  // print a second line. A leader below the one that printed is told nothing of it: it may be the
+  // host cut off from the printer (h1 in a cut between h1 and h2, which h2 reported), whose own
+  // line is the one its launcher can still read.
+  if (relay) tell_ending(now, lost, kReported);
+  else tell_ending(now, lost, reported ? kReported : kNothing, reported ? printed->leader : -1);
   std::atomic_ref<int64_t>(*verdict_).store(rank_ + 1);
   return true;
 }
 
-void Heartbeat::tell_ending(double now, int64_t lost, int64_t note) {
+void Heartbeat::tell_ending(double now, int64_t lost, int64_t note, int64_t printer) {
   const MpiOwnAccesses own;
   const Peer* lowest = nullptr;  // the lowest leader still heard: asked to report when no one has
   for (const Peer& p : peers_)
@@ -242,7 +247,8 @@ void Heartbeat::tell_ending(double now, int64_t lost, int64_t note) {
   for (size_t i = 0; i < peers_.size(); ++i) {
     const Peer& p = peers_[i];
     if (p.left || p.ending || now - p.heard > limit_s_) continue;
-    ending_notes_[i] = (lost + 1) * 4 + (note == kYouReport && &p != lowest ? kNothing : note);
+    const bool unsaid = (note == kYouReport && &p != lowest) || (note == kReported && p.leader < printer);
+    ending_notes_[i] = (lost + 1) * 4 + (unsaid ? kNothing : note);
     sent.emplace_back(MPI_REQUEST_NULL);
     MPI_Isend(&ending_notes_[i], 1, MPI_INT64_T, p.leader, kEnding, leaders_, &sent.back());
   }

@@ -15,8 +15,9 @@
 //     the loss, naming both hosts. A leader told waits 3 intervals for such a request, which may
 //     come later than another's message, unless told that a line was printed; it reports the
 //     first request, unless it finds a loss itself meanwhile, and then tells those it hears,
-//     passing on "printed" where it was told so (so one leader's request, and another's
-//     "printed", reach the rest in time: told "printed", a leader prints no line). A leader that
+//     passing on a lower leader's "printed" to the leaders above that one (so one leader's
+//     request, and another's "printed", reach the rest in time: told "printed", a leader prints no
+//     line; one below the printer may be the host cut off from it, and keeps its own). A leader that
 //     has said goodbye (its run ended) is not listened to any more: a loss it finds then, while
 //     it waits for the others to finish, is found again by them, with a line of their own;
 //   - it writes the verdict into a word its host's ranks share (an MPI shared-memory window);
@@ -71,7 +72,8 @@ class Heartbeat {
   bool everyone_left() const;
   void declare_lost(double now);
   bool follow_endings(double now);  // true: this host ends
-  void tell_ending(double now, int64_t lost, int64_t note);
+  // `printer`: the leader whose line this one passes on (kReported); leaders below it hear kNothing.
+  void tell_ending(double now, int64_t lost, int64_t note, int64_t printer = -1);
   [[noreturn]] void end_host();
 
   std::vector<int> host_of_;

@@ -87,10 +87,7 @@ double Cluster::levels_all_reduce_seconds(int64_t ranks, int64_t nodes, double b
   return pieces * std::max(cross, within) + std::min(cross, within);
 }
 
-namespace {
-
-// The ranks of the group over `axes` containing rank 0, in rising order (NOTE [Mesh axes]: each
-// axis' stride is the product of those inside it).
+// NOTE [Mesh axes]: each axis' stride is the product of those inside it.
 std::vector<int64_t> group_of_rank0(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes) {
   std::vector<int64_t> ranks{0};
   for (std::string_view axis : axes) {
@@ -105,7 +102,6 @@ std::vector<int64_t> group_of_rank0(const dist::MeshShape& mesh, std::initialize
   return ranks;
 }
 
-}  // namespace
 
 int64_t group_levels_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
                            int64_t devices_per_node) {
@@ -123,14 +119,16 @@ int64_t node_sharing(int64_t devices_per_node, int64_t on_node) {
   return std::max<int64_t>(1, devices_per_node / std::max<int64_t>(1, on_node));
 }
 
-GroupSpan group_span(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes, const Cluster& cluster) {
+GroupSpan members_span(const std::vector<int64_t>& members, const Cluster& cluster, int64_t levels) {
   const int64_t dpn = cluster.devices_per_node;
-  const std::vector<int64_t> group = group_of_rank0(mesh, axes);
-  if (group.back() / dpn == 0) return {};
-  const auto on_node = std::count_if(group.begin(), group.end(), [dpn](int64_t r) { return r / dpn == 0; });
-  return {.nodes = true,
-          .levels = cluster.kind == DeviceKind::Cpu ? group_levels_nodes(mesh, axes, dpn) : 0,
-          .sharing = node_sharing(dpn, on_node)};
+  if (members.empty() || members.back() / dpn == 0) return {};
+  const auto on_node = std::count_if(members.begin(), members.end(), [dpn](int64_t r) { return r / dpn == 0; });
+  return {.nodes = true, .levels = levels, .sharing = node_sharing(dpn, on_node)};
+}
+
+GroupSpan group_span(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes, const Cluster& cluster) {
+  const int64_t levels = cluster.kind == DeviceKind::Cpu ? group_levels_nodes(mesh, axes, cluster.devices_per_node) : 0;
+  return members_span(group_of_rank0(mesh, axes), cluster, levels);
 }
 
 namespace {

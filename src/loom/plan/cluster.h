@@ -165,6 +165,11 @@ bool group_spans_nodes(const dist::MeshShape& mesh, std::initializer_list<std::s
 int64_t group_levels_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
                            int64_t devices_per_node);
 
+// The ranks of the group over `axes` containing rank 0, rising (NOTE [Mesh axes]' order).
+std::vector<int64_t> group_of_rank0(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes);
+// How a group of these ranks (rank 0 first) lies on `cluster`'s nodes, its all-reduce taking the
+// levels over `levels` nodes (group_levels_nodes' answer for it, or 0).
+GroupSpan members_span(const std::vector<int64_t>& members, const Cluster& cluster, int64_t levels = 0);
 // How the group over `axes` containing rank 0 lies on `cluster`'s nodes (the three above).
 GroupSpan group_span(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes, const Cluster& cluster);
 // The groups whose flows share a node's link, for a group with `on_node` of its ranks on a node.

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "loom/core/error.h"
@@ -60,20 +61,20 @@ double side_by_side_end(const RunPlan& plan, const Cluster& cluster, int64_t ran
   double computing = 0;
   for (const schedule::TimedAction& t : plan.prediction.simulation.ranks[rank])
     computing += std::max(0.0, std::min(t.end, until) - std::max(t.start, from));
-  return from + std::max(until - from, cluster.beside(computing, busy));
+  // One after the other, the actions fill at most the window (the sum may round past it).
+  return from + std::max(until - from, cluster.beside(std::min(computing, until - from), busy));
 }
 
-// A group of every `stride`-th rank of the dp x sp group (the experts' replicas, ZeRO's groups
-// across the shard groups): over its links, not the levels (which run over the whole group's
-// hosts), shared by as many such groups as have ranks on a node (NOTE [Node link]).
-GroupSpan within_replicas(const RunPlan& plan, const Cluster& cluster, int64_t stride) {
-  GroupSpan span = group_span(plan.mesh, {"dp", "sp"}, cluster);
-  if (!span.nodes) return span;
-  const int64_t whole_on_node = cluster.devices_per_node / span.sharing;  // the dp x sp group's ranks on a node
-  const int64_t on_node = (whole_on_node + stride - 1) / std::max<int64_t>(1, stride);
-  span.levels = 0;
-  span.sharing = node_sharing(cluster.devices_per_node, on_node);
-  return span;
+// A group inside rank 0's dp x sp group (ZeRO's shard group and its groups across the shard
+// groups, the experts' replicas): the members at the positions `keep` takes (dp x sp order, sp
+// inner), over their links, not the levels, which run over the whole group's hosts (NOTE [Node
+// link]: as many such groups share a node as it holds).
+GroupSpan within_replicas(const RunPlan& plan, const Cluster& cluster, const std::function<bool(int64_t)>& keep) {
+  const std::vector<int64_t> whole = group_of_rank0(plan.mesh, {"dp", "sp"});
+  std::vector<int64_t> members;
+  for (size_t pos = 0; pos < whole.size(); ++pos)
+    if (keep(static_cast<int64_t>(pos))) members.push_back(whole[pos]);
+  return members_span(members, cluster);
 }
 
 struct RankTail {
@@ -96,7 +97,9 @@ ExpertTail expert_tail(const RunPlan& plan, const Cluster& cluster, int64_t rank
   const int64_t replicas = c.parallel.dp * c.parallel.sp / c.parallel.ep;
   ExpertTail t;
   t.update = experts * optimizer_bytes_per_param(c.model.dtype) / (cluster.memory_bytes_per_s * cluster.memory_efficiency);
-  const GroupSpan replica_span = within_replicas(plan, cluster, c.parallel.ep);  // every ep-th dp rank
+  // NOTE [Expert parallelism]: an expert's replicas are the dp x sp ranks at its place in their group.
+  const int64_t sp = c.parallel.sp, ep = c.parallel.ep;
+  const GroupSpan replica_span = within_replicas(plan, cluster, [sp, ep](int64_t pos) { return pos / sp % ep == 0; });
   if (experts > 0 && replicas > 1)
     t.reduce = cluster.collective_seconds(CommOp::AllReduce, replicas, experts * grad_wire_bytes(c), replica_span);
   if (experts > 0 && c.parallel.tp > 1)
@@ -117,12 +120,8 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
   const Config& c = plan.config;
   const auto& p = c.parallel;
   const int64_t group = p.shard_ranks(), across = p.dp * p.sp / group;
-  // A dp rank's ranks are pp x sp x tp consecutive ones (dp outermost): a group of g of them spans
-  // nodes when g x pp x sp x tp ranks do.
-  const int64_t group_ranks = group / p.sp * p.pp * p.sp * p.tp;
-  const int64_t dpn = cluster.devices_per_node;
-  const GroupSpan spans{.nodes = group_ranks > dpn,
-                        .sharing = node_sharing(dpn, std::clamp<int64_t>(dpn * group / group_ranks, 1, group))};
+  // The shard group: the first `group` of rank 0's dp x sp ranks.
+  const GroupSpan spans = within_replicas(plan, cluster, [group](int64_t pos) { return pos < group; });
   const auto m = static_cast<double>(plan.schedule.microbatches);
   const std::vector<std::pair<int64_t, double>> ready = gradient_ready(plan, rank);
   double params = 0;
@@ -143,9 +142,10 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
   const double owned = params / static_cast<double>(group);
   tail.optimizer = owned * optimizer_bytes_per_param(c.model.dtype) / (cluster.memory_bytes_per_s * cluster.memory_efficiency) +
                    experts.update;
-  if (across > 1)
-    tail.optimizer += cluster.collective_seconds(CommOp::AllReduce, across, owned * master_bytes(c),
-                                                 within_replicas(plan, cluster, group));
+  if (across > 1) {  // the ranks at rank 0's place in every shard group
+    const GroupSpan span = within_replicas(plan, cluster, [group](int64_t pos) { return pos % group == 0; });
+    tail.optimizer += cluster.collective_seconds(CommOp::AllReduce, across, owned * master_bytes(c), span);
+  }
   if (p.zero == 2) tail.optimizer += gather;
   const double start = std::max(end, tail.reduced);
   tail.end = start + tail.optimizer;
