@@ -102,12 +102,20 @@ std::vector<int64_t> group_of_rank0(const dist::MeshShape& mesh, std::initialize
   return ranks;
 }
 
+namespace {
+
+// The nodes a group of these ranks takes the levels over (dist::levels_hosts), 0 where it does not.
+int64_t levels_nodes(const std::vector<int64_t>& members, int64_t devices_per_node) {
+  std::map<int64_t, int64_t> on_node;  // node -> the group's ranks there
+  for (int64_t r : members) ++on_node[r / devices_per_node];
+  return dist::levels_hosts(on_node);
+}
+
+}  // namespace
 
 int64_t group_levels_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
                            int64_t devices_per_node) {
-  std::map<int64_t, int64_t> on_node;  // node -> the group's ranks there
-  for (int64_t r : group_of_rank0(mesh, axes)) ++on_node[r / devices_per_node];
-  return dist::levels_hosts(on_node);
+  return levels_nodes(group_of_rank0(mesh, axes), devices_per_node);
 }
 
 bool group_spans_nodes(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes,
@@ -127,8 +135,9 @@ GroupSpan members_span(const std::vector<int64_t>& members, const Cluster& clust
 }
 
 GroupSpan group_span(const dist::MeshShape& mesh, std::initializer_list<std::string_view> axes, const Cluster& cluster) {
-  const int64_t levels = cluster.kind == DeviceKind::Cpu ? group_levels_nodes(mesh, axes, cluster.devices_per_node) : 0;
-  return members_span(group_of_rank0(mesh, axes), cluster, levels);
+  const std::vector<int64_t> members = group_of_rank0(mesh, axes);
+  return members_span(members, cluster,
+                      cluster.kind == DeviceKind::Cpu ? levels_nodes(members, cluster.devices_per_node) : 0);
 }
 
 namespace {
@@ -359,8 +368,9 @@ std::string to_toml(const Cluster& c) {
       "attention = \"{}\"\nelementwise = \"{}\"\n",
       c.name, c.source, name_of(c.kind), c.devices_per_node, c.max_nodes, c.memory_bytes, c.memory_bytes_per_s, peaks,
       c.intra_node.bytes_per_s, c.intra_node.latency_s, c.inter_node.bytes_per_s, c.inter_node.latency_s,
-      c.host_bytes_per_s, c.node_bytes_per_s > 0 ? fmt::format("node = {:.6g}\n", c.node_bytes_per_s) : "", c.gemm_max, c.gemm_half_dim, c.attention_efficiency, c.memory_efficiency,
-      c.overlap, name_of(c.attention_kernel), name_of(c.elementwise_kernel));
+      c.host_bytes_per_s, c.node_bytes_per_s > 0 ? fmt::format("node = {:.6g}\n", c.node_bytes_per_s) : "",
+      c.gemm_max, c.gemm_half_dim, c.attention_efficiency, c.memory_efficiency, c.overlap, name_of(c.attention_kernel),
+      name_of(c.elementwise_kernel));
   if (const std::optional<Measurement>& m = c.measured)
     out += fmt::format("\n[measured]\nunix_time = {}\nranks = {}\nthreads = {}\nloom = \"{}\"\npeak_spread = {:.6g}\n",
                        m->unix_time, m->ranks, m->threads, m->loom_version, m->peak_spread);

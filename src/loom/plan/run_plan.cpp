@@ -314,11 +314,11 @@ void refuse_unfit(const RunPlan& plan) {
 }  // namespace
 
 PassTimes pass_times(const Cluster& cluster, const nn::Cost& cost, DType dtype, const dist::MeshShape& mesh, int ep) {
-  const int64_t dpn = cluster.devices_per_node;
   // An expert group is ep consecutive dp ranks, each pp x sp x tp ranks apart (NOTE [Mesh axes]).
   const int64_t ep_stride = int64_t{mesh.size("pp")} * mesh.size("sp") * mesh.size("tp");
-  const GroupSpan ep_span{.nodes = ep * ep_stride > dpn,
-                          .sharing = node_sharing(dpn, std::clamp<int64_t>(dpn / ep_stride, 1, ep))};
+  std::vector<int64_t> ep_group;
+  for (int64_t i = 0; i < ep; ++i) ep_group.push_back(i * ep_stride);
+  const GroupSpan ep_span = members_span(ep_group, cluster);
   const GroupSpan tp_span = group_span(mesh, {"tp"}, cluster), sp_span = group_span(mesh, {"sp"}, cluster);
   double comm[2] = {0, 0}, hidden[2] = {0, 0};  // per pass: serial, and beside the compute
   for (const nn::CommUse& u : cost.comm) {

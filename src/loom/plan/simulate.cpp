@@ -62,14 +62,15 @@ double side_by_side_end(const RunPlan& plan, const Cluster& cluster, int64_t ran
   for (const schedule::TimedAction& t : plan.prediction.simulation.ranks[rank])
     computing += std::max(0.0, std::min(t.end, until) - std::max(t.start, from));
   // One after the other, the actions fill at most the window (the sum may round past it).
-  return from + std::max(until - from, cluster.beside(std::min(computing, until - from), busy));
+  const double window = std::max(0.0, until - from);
+  return from + std::max(window, cluster.beside(std::min(computing, window), busy));
 }
 
 // A group inside rank 0's dp x sp group (ZeRO's shard group and its groups across the shard
 // groups, the experts' replicas): the members at the positions `keep` takes (dp x sp order, sp
 // inner), over their links, not the levels, which run over the whole group's hosts (NOTE [Node
 // link]: as many such groups share a node as it holds).
-GroupSpan within_replicas(const RunPlan& plan, const Cluster& cluster, const std::function<bool(int64_t)>& keep) {
+GroupSpan subgroup_span(const RunPlan& plan, const Cluster& cluster, const std::function<bool(int64_t)>& keep) {
   const std::vector<int64_t> whole = group_of_rank0(plan.mesh, {"dp", "sp"});
   std::vector<int64_t> members;
   for (size_t pos = 0; pos < whole.size(); ++pos)
@@ -99,7 +100,7 @@ ExpertTail expert_tail(const RunPlan& plan, const Cluster& cluster, int64_t rank
   t.update = experts * optimizer_bytes_per_param(c.model.dtype) / (cluster.memory_bytes_per_s * cluster.memory_efficiency);
   // NOTE [Expert parallelism]: an expert's replicas are the dp x sp ranks at its place in their group.
   const int64_t sp = c.parallel.sp, ep = c.parallel.ep;
-  const GroupSpan replica_span = within_replicas(plan, cluster, [sp, ep](int64_t pos) { return pos / sp % ep == 0; });
+  const GroupSpan replica_span = subgroup_span(plan, cluster, [sp, ep](int64_t pos) { return pos / sp % ep == 0; });
   if (experts > 0 && replicas > 1)
     t.reduce = cluster.collective_seconds(CommOp::AllReduce, replicas, experts * grad_wire_bytes(c), replica_span);
   if (experts > 0 && c.parallel.tp > 1)
@@ -121,7 +122,7 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
   const auto& p = c.parallel;
   const int64_t group = p.shard_ranks(), across = p.dp * p.sp / group;
   // The shard group: the first `group` of rank 0's dp x sp ranks.
-  const GroupSpan spans = within_replicas(plan, cluster, [group](int64_t pos) { return pos < group; });
+  const GroupSpan spans = subgroup_span(plan, cluster, [group](int64_t pos) { return pos < group; });
   const auto m = static_cast<double>(plan.schedule.microbatches);
   const std::vector<std::pair<int64_t, double>> ready = gradient_ready(plan, rank);
   double params = 0;
@@ -143,7 +144,7 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
   tail.optimizer = owned * optimizer_bytes_per_param(c.model.dtype) / (cluster.memory_bytes_per_s * cluster.memory_efficiency) +
                    experts.update;
   if (across > 1) {  // the ranks at rank 0's place in every shard group
-    const GroupSpan span = within_replicas(plan, cluster, [group](int64_t pos) { return pos % group == 0; });
+    const GroupSpan span = subgroup_span(plan, cluster, [group](int64_t pos) { return pos % group == 0; });
     tail.optimizer += cluster.collective_seconds(CommOp::AllReduce, across, owned * master_bytes(c), span);
   }
   if (p.zero == 2) tail.optimizer += gather;
@@ -194,9 +195,9 @@ RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, 
                    experts.update;
   if (c.parallel.zero == 1 && replicas > 1)
     tail.optimizer += cluster.collective_seconds(CommOp::AllGather, replicas, params * master_bytes(c), spans);
-  const double reduced =
+  // side_by_side_end is past the pipeline's end, and past the channel's where that ends later.
+  const double start =
       first < 0 ? pipeline_end : std::max(side_by_side_end(plan, cluster, rank, first, pipeline_end, busy), channel);
-  const double start = std::max(pipeline_end, reduced);
   tail.end = start + tail.optimizer;
   timeline.push_back({rank, "compute", "optimizer", start, tail.end});
   return tail;
