@@ -107,7 +107,7 @@ struct Prediction {
 Prediction predict(const MemoryModel& model, const std::vector<int64_t>& cuts,
                    const std::vector<nn::MemoryPolicy>& policy);
 
-// The cheapest policies under which every rank fits model.budget (all keep when it does or when
+// (plan/policy_search.cpp) The cheapest policies under which every rank fits model.budget (all keep when it does or when
 // there is no budget). `fits` reports whether they do; when not, the result is the policy that
 // needs least (every layer recomputed or swapped, whichever frees more).
 struct PolicyChoice {
