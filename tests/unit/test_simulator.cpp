@@ -83,6 +83,36 @@ TEST(Simulator, LayerPassFollowsTheClusterFormulas) {
   EXPECT_NEAR(pass_times(cluster, cost, DType::Float32, mesh).forward_s, hidden, near(hidden));
 }
 
+// NOTE [Hierarchical all-reduce]: on CPU clusters the runtime takes the levels for a tp or sp group
+// that lies on 2 nodes or more with as many ranks on each, so a layer's all-reduce in that group is
+// priced through them; on GPUs (NCCL) and within one node it stays the ring.
+TEST(Simulator, LayerPassPricesATpOrSpGroupAcrossNodesThroughTheLevels) {
+  Cluster cpu = ideal_cluster(1e10);
+  cpu.kind = DeviceKind::Cpu, cpu.devices_per_node = 2;
+  cpu.inter_node = {.bytes_per_s = 1e8, .latency_s = 1e-5};
+  Cluster gpu = cpu;
+  gpu.kind = DeviceKind::Gpu;
+  const double bytes = 4e6;
+  for (const nn::CommAxis axis : {nn::CommAxis::Tp, nn::CommAxis::Sp}) {
+    nn::Cost cost{.forward_flops = 1e9, .gemm_dim = 1000};
+    cost.comm.push_back({.op = CommOp::AllReduce, .axis = axis, .pass = nn::CommPass::Forward, .bytes = bytes});
+    const dist::MeshShape across = axis == nn::CommAxis::Tp ? dist::MeshDegrees{.tp = 4} : dist::MeshDegrees{.sp = 4};
+    nn::Cost none = cost;
+    none.comm.clear();
+    const double compute = pass_times(cpu, none, DType::Float32, across).forward_s;
+    const double levels = cpu.levels_all_reduce_seconds(4, 2, bytes);
+    const double ring = 2 * (0.75 * bytes / 1e8 + 3 * 1e-5);  // the flat ring over the crossing link
+    EXPECT_NEAR(pass_times(cpu, cost, DType::Float32, across).forward_s, compute + levels, near(compute + levels));
+    EXPECT_NEAR(pass_times(gpu, cost, DType::Float32, across).forward_s, compute + ring, near(compute + ring));
+    EXPECT_LT(levels, ring);
+    // Within one node (2 ranks of a node of 2): the node's own link, no levels.
+    const dist::MeshShape within = axis == nn::CommAxis::Tp ? dist::MeshDegrees{.dp = 2, .tp = 2}
+                                                            : dist::MeshDegrees{.dp = 2, .sp = 2};
+    const double inside = 2 * (0.5 * bytes / 1e10);
+    EXPECT_NEAR(pass_times(cpu, cost, DType::Float32, within).forward_s, compute + inside, near(compute + inside));
+  }
+}
+
 // NOTE [Kernel fusion]: fused attention makes no score passes, fused elementwise kernels not the
 // fusable ones; each pass's bytes are priced at the memory bandwidth either way.
 TEST(Simulator, FusedKernelsSkipTheScoreAndFusablePasses) {
