@@ -132,8 +132,16 @@ up() {
   # daemons probe their idle links after 10 s, every 5 s, 3 times (its defaults: 300, 20, 9), so
   # the launcher finds a lost host within 15 to 25 s, after loom's heartbeat (10 s) has named it
   # (NOTE [Heartbeat], docs/multi-host.md).
+  # The hosts share this machine's cores. Where their slots outnumber the cores, Open MPI, which
+  # sees only each host's slots, would poll for messages without yielding the core, as on hosts of
+  # their own, and starve the kernel's TCP work and the ranks that compute: on 2 cores, 2 x 2 ranks'
+  # ring all-reduce of 1 MiB ran at 0.010-0.025 GB/s where it runs at 0.119 yielding (that of 64
+  # MiB at 0.111 and 0.117). So idle ranks yield, as Open MPI has them do where it knows it is
+  # oversubscribed.
+  local yield=""
+  [ $((hosts * slots)) -gt "$(nproc)" ] && yield=" --mca mpi_yield_when_idle 1"
   cat > "$dir/mpirun-options" <<EOF
---hostfile $dir/hostfile --mca plm_rsh_agent $dir/agent --mca oob_tcp_if_include $subnet.0/24 --mca btl_tcp_if_include $subnet.0/24 --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none --bind-to none --mca oob_tcp_keepalive_time 10 --mca oob_tcp_keepalive_intvl 5 --mca oob_tcp_keepalive_probes 3
+--hostfile $dir/hostfile --mca plm_rsh_agent $dir/agent --mca oob_tcp_if_include $subnet.0/24 --mca btl_tcp_if_include $subnet.0/24 --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none --bind-to none --mca oob_tcp_keepalive_time 10 --mca oob_tcp_keepalive_intvl 5 --mca oob_tcp_keepalive_probes 3$yield
 EOF
   trap - EXIT
   echo "loom: a cluster of $hosts hosts x $slots slots ($subnet.1 .. $subnet.$hosts); hostfile $dir/hostfile"
