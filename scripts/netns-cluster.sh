@@ -139,7 +139,8 @@ up() {
   # MiB at 0.111 and 0.117). So idle ranks yield, as Open MPI has them do where it knows it is
   # oversubscribed.
   local yield=""
-  [ $((hosts * slots)) -gt "$(nproc)" ] && yield=" --mca mpi_yield_when_idle 1"
+  # (nproc alone would count OMP_NUM_THREADS as the cores; the bench sets it to 1.)
+  [ $((hosts * slots)) -gt "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" ] && yield=" --mca mpi_yield_when_idle 1"
   cat > "$dir/mpirun-options" <<EOF
 --hostfile $dir/hostfile --mca plm_rsh_agent $dir/agent --mca oob_tcp_if_include $subnet.0/24 --mca btl_tcp_if_include $subnet.0/24 --mca btl self,vader,tcp --mca btl_vader_single_copy_mechanism none --bind-to none --mca oob_tcp_keepalive_time 10 --mca oob_tcp_keepalive_intvl 5 --mca oob_tcp_keepalive_probes 3$yield
 EOF

@@ -259,7 +259,6 @@ std::string toml_value(const FieldPtr& field) {
       field);
 }
 
-
 }  // namespace
 
 std::vector<std::string_view> config_sections() {
@@ -327,7 +326,7 @@ void apply_override(Config& config, std::string_view assignment) {
                          !std::holds_alternative<std::vector<int64_t>*>(spec.field(config));  // strings, options
   const bool quoted = value.starts_with('"') || value.starts_with('\'');
   if ((is_string && !quoted) || value.find('\n') != std::string_view::npos) return as_string();
-  LOOM_CHECK_INPUT(!trim(value).empty(), "{}: {} has no value; write e.g. --set {}={}", origin, spec.full(),
+  LOOM_CHECK_INPUT(value.find_first_not_of(" \t\r") != std::string_view::npos, "{}: {} has no value; write e.g. --set {}={}", origin, spec.full(),
                    spec.full(), default_value(spec));
   const std::optional<toml::table> parsed = parse_set_value(value, fmt::format("{}: {}", origin, spec.full()));
   if (!parsed) return as_string();

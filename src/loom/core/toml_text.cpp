@@ -12,14 +12,13 @@
 #include "loom/core/error.h"
 
 namespace loom {
+namespace {
 
 std::string_view trim(std::string_view s) {
   const size_t begin = s.find_first_not_of(" \t\r");
   if (begin == std::string_view::npos) return {};
   return s.substr(begin, s.find_last_not_of(" \t\r") - begin + 1);
 }
-
-namespace {
 
 // NOTE [Numbers a key can hold]
 // An integer key holds a 64-bit integer and a float key a finite double. TOML refuses a literal beyond

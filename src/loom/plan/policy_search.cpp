@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <limits>
 #include <utility>
+
 namespace loom::plan {
 
 using nn::MemoryPolicy;

@@ -4,13 +4,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 
 #include "loom/core/error.h"
 #include "loom/core/units.h"
 #include "loom/dist/null_communicator.h"
 #include "loom/models/registry.h"
-#include "loom/nn/precision.h"
 #include "loom/schedule/stage_cuts.h"
 #include "loom/plan/comm_volume.h"
 #include "loom/plan/element_bytes.h"
@@ -173,7 +171,6 @@ MemoryModel memory_model(const RunPlan& plan) {
   }
   return m;
 }
-
 
 struct MemoryDecision {
   std::vector<int64_t> cuts;

@@ -83,10 +83,13 @@ struct StagePlan {
   std::vector<int64_t> virtual_stages;  // chunk c's: the schedule's virtual_stage(rank, c) (a V's too)
   std::vector<int64_t> layers;          // its chain indices, in chunk order
   MemoryEstimate memory;
-  // Bytes a rank of this stage hands to collectives and sends per step, by mesh axis: the
-  // replicas' gradient reduction ("dp", or "dp_sp" with sp > 1; ZeRO-1 adds the parameter
-  // all-gather) and the stage boundaries ("pp"). Scalars (loss, norms) and the sparse path's
-  // row exchange, which depends on the data, are not counted; tp and sp traffic comes next.
+  // Bytes a rank of this stage hands to collectives and sends per step, by group
+  // (plan/comm_volume.cpp): the replicas' gradient reduction ("dp", or "dp_sp" with sp > 1; ZeRO-1
+  // adds the parameter all-gather; ZeRO-2/3 its reduce-scatters and gathers, "dp_shard" and
+  // "dp_across" where the shard group is smaller than the replicas), the experts' all-to-alls
+  // ("ep") and their gradients' all-reduce ("edp"), and the stage boundaries ("pp"). Scalars (loss,
+  // norms) and the sparse path's row exchange, which depends on the data, are not counted; tp and
+  // sp traffic comes next.
   std::map<std::string, double> comm_bytes;
 };
 
