@@ -24,10 +24,6 @@ using schedule::Op;
 // copy is rewritten from the value (6).
 double optimizer_bytes_per_param(DType dtype) { return 44.0 + (dtype == DType::BFloat16 ? 6.0 : 0.0); }
 
-// A gradient element on the wire and a master value, in bytes (plan/element_bytes.h).
-double grad_width(const Config& c) { return static_cast<double>(grad_wire_bytes(c)); }
-double master_width(const Config& c) { return static_cast<double>(master_bytes(c.model)); }
-
 // When each layer of pipeline rank `rank` has its final weight gradient: its virtual stage's last
 // W (or BW) ends, the stage's layers finishing back to front in proportion to their W time.
 std::vector<std::pair<int64_t, double>> gradient_ready(const RunPlan& plan, int64_t rank) {
@@ -100,10 +96,10 @@ ExpertTail expert_tail(const RunPlan& plan, const Cluster& cluster, int64_t rank
   const int64_t sp = c.parallel.sp, ep = c.parallel.ep;
   const GroupSpan replica_span = subgroup_span(plan, cluster, [sp, ep](int64_t pos) { return pos / sp % ep == 0; });
   if (experts > 0 && replicas > 1)
-    t.reduce = cluster.collective_seconds(CommOp::AllReduce, replicas, experts * grad_width(c), replica_span);
+    t.reduce = cluster.collective_seconds(CommOp::AllReduce, replicas, experts * grad_wire_bytes(c), replica_span);
   if (experts > 0 && c.parallel.tp > 1)
     t.reduce += cluster.collective_seconds(CommOp::AllReduce, static_cast<int>(c.parallel.tp),
-                                           experts * master_width(c),
+                                           experts * master_bytes(c.model),
                                            group_span(plan.mesh, {"tp"}, cluster));
   return t;
 }
@@ -127,12 +123,12 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
   for (const auto& [layer, at] : ready) params += dense_numel(plan.chain[layer]);
   const auto& actions = plan.prediction.simulation.ranks[rank];
   const double first = actions.empty() ? 0 : actions.front().start, end = actions.empty() ? 0 : actions.back().end;
-  const double scatter = cluster.collective_seconds(CommOp::ReduceScatter, group, params * grad_width(c), spans);
-  const double gather = cluster.collective_seconds(CommOp::AllGather, group, params * master_width(c), spans);
+  const double scatter = cluster.collective_seconds(CommOp::ReduceScatter, group, params * grad_wire_bytes(c), spans);
+  const double gather = cluster.collective_seconds(CommOp::AllGather, group, params * master_bytes(c.model), spans);
   const double channel = m * scatter + (p.zero == 3 ? 2 * m * gather : 0);
   const double last = ready.empty() ? 0 : cluster.collective_seconds(CommOp::ReduceScatter, group,
                                                                       dense_numel(plan.chain[ready.back().first]) *
-                                                                          grad_width(c), spans);
+                                                                          grad_wire_bytes(c), spans);
   const ExpertTail experts = expert_tail(plan, cluster, rank);
   RankTail tail{.reduced = std::max(side_by_side_end(plan, cluster, rank, first, end, channel), end + last) +
                            experts.reduce};
@@ -143,7 +139,7 @@ RankTail finish_sharded(const RunPlan& plan, const Cluster& cluster, int64_t ran
                    experts.update;
   if (across > 1) {  // the ranks at rank 0's place in every shard group
     const GroupSpan span = subgroup_span(plan, cluster, [group](int64_t pos) { return pos % group == 0; });
-    tail.optimizer += cluster.collective_seconds(CommOp::AllReduce, across, owned * master_width(c), span);
+    tail.optimizer += cluster.collective_seconds(CommOp::AllReduce, across, owned * master_bytes(c.model), span);
   }
   if (p.zero == 2) tail.optimizer += gather;
   const double start = std::max(end, tail.reduced);
@@ -180,7 +176,7 @@ RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, 
   for (const auto& [layer, ready] : gradient_ready(plan, rank)) {
     const double n = dense_numel(plan.chain[layer]);
     params += n;
-    pending += n * grad_width(c), pending_ready = std::max(pending_ready, ready);
+    pending += n * grad_wire_bytes(c), pending_ready = std::max(pending_ready, ready);
     if (pending >= bucket_bytes) send();
   }
   send();
@@ -192,7 +188,7 @@ RankTail finish_rank(const RunPlan& plan, const Cluster& cluster, int64_t rank, 
                        (cluster.memory_bytes_per_s * cluster.memory_efficiency) +
                    experts.update;
   if (c.parallel.zero == 1 && replicas > 1)
-    tail.optimizer += cluster.collective_seconds(CommOp::AllGather, replicas, params * master_width(c), spans);
+    tail.optimizer += cluster.collective_seconds(CommOp::AllGather, replicas, params * master_bytes(c.model), spans);
   // side_by_side_end is past the pipeline's end, and past the channel's where that ends later.
   const double start =
       first < 0 ? pipeline_end : std::max(side_by_side_end(plan, cluster, rank, first, pipeline_end, busy), channel);
@@ -212,7 +208,7 @@ double sparse_exchange_s(const RunPlan& plan, const Cluster& cluster) {
   double bytes = 0;
   for (const LayerPlan& layer : plan.chain)
     for (const ParamInfo& p : layer.params)
-      if (p.table) bytes += static_cast<double>(std::min(lookups, p.numel / p.row_width) * p.row_width) * master_width(c);
+      if (p.table) bytes += static_cast<double>(std::min(lookups, p.numel / p.row_width) * p.row_width) * master_bytes(c.model);
   return 2 * cluster.collective_seconds(CommOp::AllToAll, replicas, bytes, group_span(plan.mesh, {"dp", "sp"}, cluster));
 }
 
