@@ -72,18 +72,13 @@ double weight_bound(const Config& c, double params) {
   }
 }
 
-double peak_of(const StepPrediction& p) {
-  const auto& peaks = p.peak_bytes_by_stage;
-  return peaks.empty() ? 0 : *std::max_element(peaks.begin(), peaks.end());
-}
-
 // Strictly faster, an exact tie broken toward less memory, then by name: a strict weak order.
 bool faster(const StepPrediction& a, const StepPrediction& b) {
-  return std::tuple{a.step_s, peak_of(a), layout_name(a)} < std::tuple{b.step_s, peak_of(b), layout_name(b)};
+  return std::tuple{a.step_s, a.largest_peak(), layout_name(a)} < std::tuple{b.step_s, b.largest_peak(), layout_name(b)};
 }
 
 bool leaner(const StepPrediction& a, const StepPrediction& b) {
-  return std::tuple{peak_of(a), layout_name(a)} < std::tuple{peak_of(b), layout_name(b)};
+  return std::tuple{a.largest_peak(), layout_name(a)} < std::tuple{b.largest_peak(), layout_name(b)};
 }
 
 // The ranking's (rank_predictions orders ties by memory, so the slowest need not be the last).
@@ -318,7 +313,7 @@ void Search::simulate(std::vector<Candidate> candidates, PlanResult& result) {
     }
     if (!p.fits) {
       ++result.unfit;
-      const double need = *std::max_element(p.peak_bytes_by_stage.begin(), p.peak_bytes_by_stage.end());
+      const double need = p.largest_peak();
       if (result.least_need_bytes == 0 || need < result.least_need_bytes) result.least_need_bytes = need;
       continue;
     }
@@ -381,42 +376,6 @@ PlanResult plan_layouts(const Config& config, const Cluster& cluster, int64_t gp
                    result.least_need_bytes > 0 ? format_bytes(result.least_need_bytes) : "more than the weights alone",
                    result.enumerated, result.over_memory);
   return result;
-}
-
-std::string describe(const PlanResult& r) {
-  std::string out = fmt::format(
-      "loom plan: {} layouts, {} refused by the model or schedule, {} over memory by weights alone, {} simulated "
-      "({} did not fit), {} not simulated (keeping activations fitted: {}; estimated slower than the top {}: {})\n",
-      r.enumerated, r.refused, r.over_memory, r.simulated, r.unfit, r.dominated + r.bounded, r.dominated,
-      r.best.size(), r.bounded);
-  out += fmt::format("{:>3} {:<58} {:>10} {:>12} {:>6} {}\n", "#", "layout", "step s", "tokens/s", "MFU",
-                     "peak per stage");
-  for (size_t i = 0; i < r.best.size(); ++i) {
-    const StepPrediction& p = r.best[i];
-    std::string peaks;
-    if (p.peak_bytes_by_stage.size() <= 4)
-      for (double b : p.peak_bytes_by_stage) peaks += (peaks.empty() ? "" : " ") + format_bytes(b);
-    else peaks = fmt::format("max {} over {} stages", format_bytes(peak_of(p)), p.peak_bytes_by_stage.size());
-    out += fmt::format("{:>3} {:<58} {:>10.4g} {:>12.6g} {:>5.1f}% {}\n", i + 1, layout_name(p), p.step_s,
-                       p.tokens_per_s, 100 * p.mfu, peaks);
-  }
-  return out;
-}
-
-Config apply_layout(const Config& user, const Config& chosen) {
-  Config out = user;
-  out.parallel = chosen.parallel;
-  out.parallel.auto_layout = false;  // the layout is now written: the trainer runs it as any other
-  out.train.micro_batch = chosen.train.micro_batch;
-  out.memory = chosen.memory;
-  const bool needs_budget = chosen.memory.policy == PolicyMode::Auto || chosen.parallel.partition == Partition::Auto;
-  if (!user.memory.budget.empty() || !needs_budget) out.memory.budget = user.memory.budget;
-  return out;
-}
-
-std::string layout_toml(const Config& user, const Config& chosen) {
-  return "# written by `loom plan` (docs/planner.md): the config with the chosen layout\n" +
-         to_toml(apply_layout(user, chosen));
 }
 
 }  // namespace loom::plan

@@ -65,7 +65,7 @@ void rank_predictions(std::vector<StepPrediction>& predictions);
 PlanResult plan_layouts(const Config& config, const Cluster& cluster, int64_t gpus, const SearchOptions& options,
                         const models::ModelKinds& kinds = models::ModelKinds::builtin());
 
-// The table `loom plan` prints.
+// (plan/planner_output.cpp, with the two below) The table `loom plan` prints.
 std::string describe(const PlanResult& result);
 
 // The user's config with the layout of `chosen` (a plan's config): [parallel] and the memory

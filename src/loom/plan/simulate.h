@@ -17,6 +17,7 @@
 //      (rows pulled before the step, their gradients pushed after the backward)
 //   5. the optimizer: AdamW reads and writes its state at the device's memory bandwidth
 // Ranks of one pipeline stage are alike, so the simulation runs one rank per stage.
+#include <algorithm>
 #include <string>
 #include <utility>
 #include <vector>
@@ -50,6 +51,10 @@ struct StepPrediction {
   double mfu = 0;                        // NOTE [MFU] against the cluster's peak for model.dtype
   double bubble_fraction = 0;            // the pipeline's idle share
   std::vector<double> peak_bytes_by_stage;
+  // The largest stage's peak (0 with no stages).
+  double largest_peak() const {
+    return peak_bytes_by_stage.empty() ? 0 : *std::max_element(peak_bytes_by_stage.begin(), peak_bytes_by_stage.end());
+  }
   double device_bytes = 0;  // the budget each stage must fit (memory.budget, else the device's)
   bool fits = true;
   // Which costs were measured and which modelled: (cost, how it was obtained).

@@ -294,7 +294,7 @@ std::string describe_layout(const plan::StepPrediction& p) {
   text += c.memory.policy == PolicyMode::Auto       ? ", memory.policy auto"
           : c.memory.recompute == Recompute::Full ? ", recompute full"
                                                   : ", activations kept";
-  const double peak = *std::max_element(p.peak_bytes_by_stage.begin(), p.peak_bytes_by_stage.end());
+  const double peak = p.largest_peak();
   return text + fmt::format(" (predicted {:.3g} s/step, MFU {:.0f}%, peak {} per rank, on {})", p.step_s, 100 * p.mfu,
                             format_bytes(peak), p.cluster);
 }
