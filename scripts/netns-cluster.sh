@@ -5,17 +5,20 @@
 # TCP between hosts and through shared memory within one, as on real machines. The file system is
 # the machine's: every host sees the same checkpoint directory, as a shared one on real hosts.
 #
-#   scripts/netns-cluster.sh up N [--slots S] [--rate RATE] [--loss PCT]
+#   scripts/netns-cluster.sh up N [--slots S] [--rate RATE] [--delay DELAY] [--loss PCT]
 #                                                             N hosts of S slots (default 2)
 #   scripts/netns-cluster.sh down                             removes what `up` made
 #   scripts/netns-cluster.sh mpirun ARGS...                   mpirun over the cluster's hosts (or
 #                                                             over those of a --hostfile in ARGS)
 #   scripts/netns-cluster.sh dropped                          the packets --loss has dropped
 #
-# --rate shapes each host's outgoing link (tc tbf, e.g. 1gbit). --loss drops PCT percent of the
-# IP packets each host receives, chosen at random (an nftables rule on the link's ingress; this
-# kernel has no netem, so --loss adds no delay): every packet between two hosts, either way, is
-# lost with that chance, as on a lossy link. `up` writes the hostfile, the
+# --rate shapes each host's outgoing link (tc tbf, e.g. 1gbit). --delay holds every packet a host
+# sends that long (e.g. 1ms, 500us) before the bridge has it: between two hosts, DELAY one way and
+# twice it there and back. The kernel here has no netem, so each link is then a pair of TAP devices
+# with loom_delay_line between them (NOTE [Delay line]; LOOM_DELAY_LINE, default build/bin's).
+# --loss drops PCT percent of the IP packets each host receives, chosen at random (an nftables
+# rule on the link's ingress): every packet between two hosts, either way, is lost with that
+# chance, as on a lossy link. `up` writes the hostfile, the
 # launcher agent and mpirun's options into the state folder (LOOM_CLUSTER_DIR, default
 # /tmp/loom-cluster-$LOOM_CLUSTER). LOOM_CLUSTER (default "loom", 1 to 8 of a-z and 0-9) names
 # the namespaces ($LOOM_CLUSTER-h1 ...), the bridge and the links, LOOM_CLUSTER_SUBNET (default
@@ -36,8 +39,10 @@ subnet=${LOOM_CLUSTER_SUBNET:-10.77.0}  # the hosts: $subnet.1 .. $subnet.N; the
 veth() { echo "${cluster}v$1"; }  # host $1's link on the bridge's side
 
 # Each host's processes ended and its namespace gone; its link deleted at once (a namespace that
-# still has a dying process keeps its end alive until the kernel is done with it).
+# still has a dying process keeps its end alive until the kernel is done with it). The delay lines
+# go first: each holds its host's end.
 down() {
+  [ -f "$dir/delay-lines" ] && xargs -r kill -9 < "$dir/delay-lines" 2>/dev/null || true
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${cluster}-(h[0-9]+|probe)$" || true); do
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
     [[ "$ns" =~ -h([0-9]+)$ ]] && ip link del "$(veth "${BASH_REMATCH[1]}")" 2>/dev/null || true
@@ -71,18 +76,47 @@ table netdev loomloss {
 EOF
 }
 
+usage="up N [--slots S] [--rate RATE] [--delay DELAY] [--loss PCT]"
+delay_line=${LOOM_DELAY_LINE:-$(cd "$(dirname "$0")/.." && pwd)/build/bin/loom_delay_line}
+
+# Host $1's link: a veth pair, or with a delay ($2 microseconds, $3 --per-packet or empty) two
+# TAP devices joined by a delay line, whose pid goes to the state folder.
+add_link() {
+  local ns="${cluster}-h$1" link pid
+  link=$(veth "$1")
+  if [ -z "$2" ]; then
+    ip link add "$link" type veth peer name eth0 netns "$ns"
+    return
+  fi
+  [ -c /dev/net/tun ] || skip "/dev/net/tun is missing: --delay needs TAP devices"
+  ip tuntap add dev "$link" mode tap
+  ip -n "$ns" tuntap add dev eth0 mode tap
+  # shellcheck disable=SC2086
+  pid=$("$delay_line" "/var/run/netns/$ns" eth0 "$link" "$2" $3) || die "netns-cluster.sh: the delay line of $ns did not start"
+  echo "$pid" >> "$dir/delay-lines"
+}
+
 up() {
-  local hosts=$1 slots=2 rate="" loss=""
+  local hosts=$1 slots=2 rate="" loss="" delay=""
   shift
   while [ $# -gt 0 ]; do
-    case "$1" in --slots|--rate|--loss) [ $# -ge 2 ] || die "netns-cluster.sh up: $1 needs a value; hint: up N [--slots S] [--rate RATE] [--loss PCT]";; esac
+    case "$1" in --slots|--rate|--delay|--loss) [ $# -ge 2 ] || die "netns-cluster.sh up: $1 needs a value; hint: $usage";; esac
     case "$1" in
       --slots) slots=$2; shift 2;;
       --rate) rate=$2; shift 2;;
+      --delay) delay=$2; shift 2;;
       --loss) loss=$2; shift 2;;
-      *) die "netns-cluster.sh up: unknown option '$1'; hint: up N [--slots S] [--rate RATE] [--loss PCT]";;
+      *) die "netns-cluster.sh up: unknown option '$1'; hint: $usage";;
     esac
   done
+  local delay_us=""
+  if [ -n "$delay" ]; then
+    delay_us=$(awk -v d="$delay" 'BEGIN { if (match(d, /^[0-9]+(\.[0-9]+)?(ms|us)$/)) { n = d + 0; printf "%d", (d ~ /ms$/ ? n * 1000 : n) + 0.5 } }')
+    [ -n "$delay_us" ] && [ "$delay_us" -ge 1 ] && [ "$delay_us" -le 1000000 ] ||
+      die "netns-cluster.sh up: --delay '$delay'; hint: 1us to 1000ms, e.g. 1ms or 500us"
+    [ -x "$delay_line" ] ||
+      die "netns-cluster.sh up: --delay needs $delay_line; hint: cmake --build build --target loom_delay_line, or set LOOM_DELAY_LINE"
+  fi
   local loss_in_10k=""
   if [ -n "$loss" ]; then
     loss_in_10k=$(awk -v p="$loss" 'BEGIN { if (p ~ /^[0-9]+(\.[0-9]+)?$/ && p > 0 && p < 100) printf "%d", p * 100 + 0.5 }')
@@ -113,7 +147,8 @@ up() {
     local ns="${cluster}-h$i" link
     link=$(veth "$i")
     ip netns add "$ns"
-    ip link add "$link" type veth peer name eth0 netns "$ns"
+    # A loss rule drops whole frames: with a delay, frames are single packets where it has one.
+    add_link "$i" "$delay_us" "${loss_in_10k:+--per-packet}"
     ip link set "$link" master "$bridge" up
     ip -n "$ns" addr add "$subnet.$i/24" dev eth0
     ip -n "$ns" link set eth0 up
@@ -168,8 +203,8 @@ dropped() {
 
 case "${1:-}" in
   dropped) dropped;;
-  up) shift; [ $# -ge 1 ] || die "netns-cluster.sh up: how many hosts? hint: up N [--slots S] [--rate RATE]"; up "$@";;
+  up) shift; [ $# -ge 1 ] || die "netns-cluster.sh up: how many hosts? hint: $usage"; up "$@";;
   down) down;;
   mpirun) shift; run_mpirun "$@";;
-  *) die "netns-cluster.sh: '${1:-}' is not one of: up, down, mpirun, dropped; hint: scripts/netns-cluster.sh up 2 [--slots S] [--rate RATE] [--loss PCT]";;
+  *) die "netns-cluster.sh: '${1:-}' is not one of: up, down, mpirun, dropped; hint: scripts/netns-cluster.sh $usage";;
 esac

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # A lossy link is not a fault (NOTE [Test cluster], NOTE [Heartbeat]): 2 hosts x 2 ranks whose
-# links are shaped to 1 Gbit/s and lose 5% of the packets each host receives (`--loss 5`: every
-# packet between the hosts, either way, is lost with that chance; TCP sends it again). Two layouts
+# links are shaped to 1 Gbit/s, hold each packet 1 ms on its way out (`--delay 1ms`, NOTE [Delay
+# line]) and lose 5% of the packets each host receives (`--loss 5`: every packet between the
+# hosts, either way, is lost with that chance; TCP sends it again). Two layouts
 # train 8 steps there, dp 2 x tp 2 (the gradient all-reduce crosses the hosts) and pp 2 x dp 2 (the
 # pipeline's sends do, or the all-reduce, as the mesh places them): each finishes, with no
 # `loom:` error or warning of a lost host, and its losses and final weights equal the serial run's
-# in float64 at 1e-9 relative. The test fails if the links dropped no packet. The times of the
+# in float64 at 1e-9 relative. The test fails if the links dropped no packet, or if the shortest
+# of 20 round trips between the hosts took less than the 2 ms the delay makes. The times of the
 # same dp 2 x tp 2 run on clean links and on lossy ones are printed, and decide nothing.
 # Exits 77 (ctest: skipped) with the reason where namespaces cannot be made; fails without nftables.
 #   usage: lossy.sh LOOM
@@ -42,7 +44,11 @@ on() {
 on clean --rate 1gbit -- --set parallel.dp=2 --set parallel.tp=2
 # Namespaces work (the clean run ran): nftables missing is a missing install step, not a reason to skip.
 command -v nft > /dev/null || fail "nft is not installed; hint: scripts/install-deps.sh installs nftables"
-on lossy-dp2-tp2 --rate 1gbit --loss 5 -- --set parallel.dp=2 --set parallel.tp=2
+on lossy-dp2-tp2 --rate 1gbit --delay 1ms --loss 5 -- --set parallel.dp=2 --set parallel.tp=2
 [ "$("$cluster" dropped)" -gt 0 ] || fail "the lossy links dropped no packet"
-on lossy-pp2-dp2 --rate 1gbit --loss 5 -- --set parallel.pp=2 --set parallel.dp=2
+trip=$("$root/tests/netns/round_trip.py" "$LOOM_CLUSTER-h1" "$LOOM_CLUSTER-h2" "$LOOM_CLUSTER_SUBNET.2") ||
+  fail "no round trip between the hosts"
+echo "the shortest round trip between the hosts: $trip ms (the delay's floor: 2 ms)"
+awk -v t="$trip" 'BEGIN { exit !(t >= 2) }' || fail "a round trip took $trip ms, under the 2 ms of --delay 1ms"
+on lossy-pp2-dp2 --rate 1gbit --delay 1ms --loss 5 -- --set parallel.pp=2 --set parallel.dp=2
 [ "$("$cluster" dropped)" -gt 0 ] || fail "the lossy links dropped no packet"

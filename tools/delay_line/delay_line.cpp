@@ -1,0 +1,152 @@
+// NOTE [Delay line]: the test cluster's added delay (scripts/netns-cluster.sh --delay), where the
+// kernel has no netem. A host's link is then a pair of TAP devices instead of a veth pair: `eth0`
+// in the host's namespace and its twin on the cluster's bridge. This program carries the frames
+// between the two. Those the host sends are held DELAY microseconds; those the bridge sends it
+// pass at once. So a packet between two hosts takes DELAY one way, plus the rate shaping (tc tbf on
+// the host's eth0), as on a link shaped by netem on each host's way out.
+//
+//   loom_delay_line NETNS HOST_TAP BRIDGE_TAP DELAY_US [--per-packet]
+//
+// NETNS is a namespace file (/var/run/netns/NAME) holding HOST_TAP; BRIDGE_TAP is in this process's
+// namespace; both are persistent TAP devices (`ip tuntap add ... mode tap`). Once both are attached
+// the program forks: the parent prints the child's pid and exits 0, the child carries frames until
+// it is killed or a device goes away. It exits 2 with one `loom: error:` line where it cannot
+// attach.
+//
+// Frames carry a virtio header and may be TCP's large segments (up to 64 KiB, cut to the wire's
+// MTU where they leave the cluster), so a 1 Gbit/s link costs a few thousand frames a second, not
+// some 80,000. --per-packet turns that off: every frame is one wire packet, as a loss rule on the
+// link needs so that it drops single packets (--loss). Frames that wait are kept in arrival order
+// and leave no earlier than DELAY after they came (a real-time thread, where allowed, so that they
+// leave on time while the ranks compute); the queue holds at most kMaxQueued frames and drops the
+// newest beyond, as a switch's buffer.
+#include <fcntl.h>
+#include <linux/if_tun.h>
+#include <net/if.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr size_t kFrameBytes = 70 * 1024;  // a 64 KiB segment with its virtio and Ethernet headers
+constexpr size_t kMaxQueued = 4096;
+
+[[noreturn]] void fail(const std::string& what) {
+  std::fprintf(stderr, "loom: error: loom_delay_line: %s: %s\n", what.c_str(), std::strerror(errno));
+  std::exit(2);
+}
+
+int64_t now_ns() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return int64_t{t.tv_sec} * 1'000'000'000 + t.tv_nsec;
+}
+
+// Attaches to the persistent TAP device `name` of the calling thread's network namespace.
+int attach(const char* name, bool large_segments) {
+  const int fd = open("/dev/net/tun", O_RDWR | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) fail("open /dev/net/tun");
+  ifreq ifr{};
+  std::snprintf(ifr.ifr_name, IFNAMSIZ, "%s", name);
+  ifr.ifr_flags = IFF_TAP | IFF_NO_PI | IFF_VNET_HDR;
+  if (ioctl(fd, TUNSETIFF, &ifr) < 0) fail(std::string("attach to ") + name);
+  const unsigned offload = large_segments ? TUN_F_CSUM | TUN_F_TSO4 | TUN_F_TSO6 : 0;
+  if (ioctl(fd, TUNSETOFFLOAD, offload) < 0) fail(std::string("set the offloads of ") + name);
+  return fd;
+}
+
+struct Frame {
+  int64_t due_ns;
+  std::vector<char> bytes;
+};
+
+// Carries frames from `in` to `out`, each `delay_ns` after it came. Returns when `in` fails (its
+// device gone). A frame that `out` refuses (its link down) is lost, as on a cable pulled.
+void carry(int in, int out, int64_t delay_ns) {
+  std::deque<Frame> queued;
+  std::vector<char> buffer(kFrameBytes);
+  for (;;) {
+    int64_t wait_ns = -1;
+    if (!queued.empty()) wait_ns = std::max<int64_t>(0, queued.front().due_ns - now_ns());
+    pollfd p{.fd = in, .events = POLLIN, .revents = 0};
+    const timespec limit{.tv_sec = wait_ns / 1'000'000'000, .tv_nsec = wait_ns % 1'000'000'000};
+    if (ppoll(&p, 1, wait_ns < 0 ? nullptr : &limit, nullptr) < 0 && errno != EINTR) return;
+    if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return;
+    for (;;) {  // every frame that has come
+      const ssize_t n = read(in, buffer.data(), buffer.size());
+      if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
+      if (n <= 0) return;
+      if (delay_ns == 0) {
+        (void)!write(out, buffer.data(), static_cast<size_t>(n));
+      } else if (queued.size() < kMaxQueued) {
+        queued.push_back(Frame{now_ns() + delay_ns, std::vector<char>(buffer.data(), buffer.data() + n)});
+      }
+    }
+    for (const int64_t t = now_ns(); !queued.empty() && queued.front().due_ns <= t; queued.pop_front()) {
+      (void)!write(out, queued.front().bytes.data(), queued.front().bytes.size());
+    }
+  }
+}
+
+// SCHED_FIFO where allowed: a frame then leaves on time though every core is busy with the ranks.
+void prefer_real_time() {
+  sched_param p{};
+  p.sched_priority = 10;
+  (void)sched_setscheduler(0, SCHED_FIFO, &p);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 5 || argc > 6 || (argc == 6 && std::strcmp(argv[5], "--per-packet") != 0)) {
+    std::fprintf(stderr, "loom: error: usage: loom_delay_line NETNS HOST_TAP BRIDGE_TAP DELAY_US [--per-packet]\n");
+    return 2;
+  }
+  char* end = nullptr;
+  const long long delay_us = std::strtoll(argv[4], &end, 10);
+  if (*end != '\0' || delay_us < 0 || delay_us > 10'000'000) {
+    std::fprintf(stderr, "loom: error: loom_delay_line: DELAY_US = '%s'; hint: microseconds, 0 to 10000000\n", argv[4]);
+    return 2;
+  }
+  const bool large_segments = argc == 5;
+  const int home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  const int host_ns = open(argv[1], O_RDONLY | O_CLOEXEC);
+  if (home < 0 || host_ns < 0) fail(std::string("open the namespace ") + argv[1]);
+  if (setns(host_ns, CLONE_NEWNET) < 0) fail(std::string("enter ") + argv[1]);
+  const int host = attach(argv[2], large_segments);  // a TAP device's file stays in its namespace
+  if (setns(home, CLONE_NEWNET) < 0) fail("return to this namespace");
+  const int bridge = attach(argv[3], large_segments);
+  close(home);
+  close(host_ns);
+
+  const pid_t child = fork();
+  if (child < 0) fail("fork");
+  if (child > 0) {
+    std::printf("%d\n", static_cast<int>(child));
+    return 0;
+  }
+  setsid();
+  const int null = open("/dev/null", O_RDWR);
+  dup2(null, 0);
+  dup2(null, 1);
+  prefer_real_time();
+  std::thread up([&] {
+    carry(host, bridge, delay_us * 1000);
+    _exit(0);  // a device gone: the link is over both ways
+  });
+  carry(bridge, host, 0);
+  _exit(0);
+}
