@@ -62,6 +62,18 @@ TEST(Simulator, OneStageStepIsTheSumOfItsCosts) {
   EXPECT_GT(p.optimizer_s, 0);
 }
 
+// AdamW's state and the gradient are as wide as the master: float64 moves twice float32's bytes per
+// parameter, bfloat16 its float32 masters and the products' copy beside them (50 / 44).
+TEST(Simulator, OptimizerMovesTheMastersWidth) {
+  const Cluster cluster = ideal_cluster(1e10);
+  Config c = gpt(1, 1);
+  const double float32 = simulate_step(c, cluster, 1).optimizer_s;
+  c.model.dtype = DType::Float64;
+  EXPECT_NEAR(simulate_step(c, cluster, 1).optimizer_s, 2 * float32, near(2 * float32));
+  c.model.dtype = DType::BFloat16;
+  EXPECT_NEAR(simulate_step(c, cluster, 1).optimizer_s, 50.0 / 44.0 * float32, near(float32));
+}
+
 TEST(Simulator, LayerPassFollowsTheClusterFormulas) {
   Cluster cluster = ideal_cluster(1e10);
   cluster.gemm_max = 0.5, cluster.gemm_half_dim = 100, cluster.attention_efficiency = 0.25, cluster.memory_efficiency = 0.5;
