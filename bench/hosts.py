@@ -1,6 +1,6 @@
 """`hosts` (issue 40, docs/multi-host.md): loom on 2 hosts x 2 ranks of the test cluster
-(scripts/netns-cluster.sh; needs root), each host's link shaped to BENCH_RATE (1gbit). Prints JSON
-lines:
+(scripts/netns-cluster.sh; needs root), each host's link shaped to BENCH_RATE (1gbit) and delayed
+BENCH_DELAY (1ms one way: NOTE [Delay line]; "0" for none). Prints JSON lines:
   allreduce  loom_bench_allreduce's bus bandwidth per size: loom's all-reduce (hierarchical across
              hosts, NOTE [Hierarchical all-reduce]; blocking, and non-blocking as gradient buckets
              run it) against Open MPI's flat ring (coll/tuned,
@@ -12,8 +12,8 @@ lines:
   plan       `loom plan`'s first choice for 4 ranks on that file, measured, against the fastest
              of the three.
 The 4 ranks share this machine's cores: each has one thread, and with 2 cores they run 2 to a
-core, as the profile measured them (every rank measures at once). Delay cannot be added where the
-kernel has no netem (the issue's 1 ms): the links are shaped in rate only.
+core, as the profile measured them (every rank measures at once), and beside them the delay lines
+carry the links' frames.
 """
 import json
 import os
@@ -108,12 +108,19 @@ def layouts(steps):
                           "chosen_vs_best": step / measured[best]}), flush=True)
 
 
+def cluster_up():
+    """The bench's cluster: 2 hosts x 2 slots, links shaped to BENCH_RATE and delayed BENCH_DELAY."""
+    rate, delay = os.environ.get("BENCH_RATE", "1gbit"), os.environ.get("BENCH_DELAY", "1ms")
+    shape = ["--rate", rate] + (["--delay", delay] if delay != "0" else [])
+    subprocess.run([CLUSTER, "up", "2", "--slots", "2"] + shape, env=ENV, check=True, capture_output=True)
+    return rate, delay
+
+
 def hosts_bench(steps):
-    rate = os.environ.get("BENCH_RATE", "1gbit")
-    subprocess.run([CLUSTER, "up", "2", "--slots", "2", "--rate", rate], env=ENV, check=True, capture_output=True)
+    rate, delay = cluster_up()
     try:
         print(json.dumps({"workload": "hosts", "measure": "cluster", "hosts": 2, "ranks_per_host": 2, "rate": rate,
-                          "cores": os.cpu_count()}), flush=True)
+                          "delay": delay, "cores": os.cpu_count()}), flush=True)
         allreduce()
         layouts(steps)
     finally:

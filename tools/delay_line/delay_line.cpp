@@ -10,8 +10,8 @@
 // NETNS is a namespace file (/var/run/netns/NAME) holding HOST_TAP; BRIDGE_TAP is in this process's
 // namespace; both are persistent TAP devices (`ip tuntap add ... mode tap`). Once both are attached
 // the program forks: the parent prints the child's pid and exits 0, the child carries frames until
-// it is killed or a device goes away. It exits 2 with one `loom: error:` line where it cannot
-// attach.
+// it is killed or a device goes away, silently. It exits 2 with one `loom: error:` line where it
+// cannot attach.
 //
 // Frames carry a virtio header and may be TCP's large segments (up to 64 KiB, cut to the wire's
 // MTU where they leave the cluster), so a 1 Gbit/s link costs a few thousand frames a second, not
@@ -41,7 +41,7 @@
 
 namespace {
 
-constexpr size_t kFrameBytes = 70 * 1024;  // a 64 KiB segment with its virtio and Ethernet headers
+constexpr size_t kFrameBytes = 128 * 1024;  // above a 64 KiB segment with its virtio and Ethernet headers
 constexpr size_t kMaxQueued = 4096;
 
 [[noreturn]] void fail(const std::string& what) {
@@ -138,10 +138,9 @@ int main(int argc, char** argv) {
     std::printf("%d\n", static_cast<int>(child));
     return 0;
   }
-  setsid();
+  setsid();  // and no standard stream of the caller's, whose reader would wait for them to close
   const int null = open("/dev/null", O_RDWR);
-  dup2(null, 0);
-  dup2(null, 1);
+  for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
   prefer_real_time();
   std::thread up([&] {
     carry(host, bridge, delay_us * 1000);
