@@ -112,7 +112,9 @@ def cluster_up():
     """The bench's cluster: 2 hosts x 2 slots, links shaped to BENCH_RATE and delayed BENCH_DELAY."""
     rate, delay = os.environ.get("BENCH_RATE", "1gbit"), os.environ.get("BENCH_DELAY", "1ms")
     shape = ["--rate", rate] + (["--delay", delay] if delay != "0" else [])
-    subprocess.run([CLUSTER, "up", "2", "--slots", "2"] + shape, env=ENV, check=True, capture_output=True)
+    up = subprocess.run([CLUSTER, "up", "2", "--slots", "2"] + shape, env=ENV, capture_output=True, text=True)
+    if up.returncode != 0:
+        raise SystemExit(f"bench/hosts.py: the test cluster did not come up: {up.stderr.strip()}")
     return rate, delay
 
 

@@ -42,7 +42,10 @@ veth() { echo "${cluster}v$1"; }  # host $1's link on the bridge's side
 # still has a dying process keeps its end alive until the kernel is done with it). The delay lines
 # go first: each holds its host's end.
 down() {
-  [ -f "$dir/delay-lines" ] && xargs -r kill -9 < "$dir/delay-lines" 2>/dev/null || true
+  local pid
+  for pid in $(cat "$dir/delay-lines" 2>/dev/null); do  # each still a delay line (a pid is reused)
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = loom_delay_line ] && kill -9 "$pid" 2>/dev/null || true
+  done
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${cluster}-(h[0-9]+|probe)$" || true); do
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true
     [[ "$ns" =~ -h([0-9]+)$ ]] && ip link del "$(veth "${BASH_REMATCH[1]}")" 2>/dev/null || true
@@ -88,11 +91,10 @@ add_link() {
     ip link add "$link" type veth peer name eth0 netns "$ns"
     return
   fi
-  [ -c /dev/net/tun ] || skip "/dev/net/tun is missing: --delay needs TAP devices"
   ip tuntap add dev "$link" mode tap
   ip -n "$ns" tuntap add dev eth0 mode tap
   # shellcheck disable=SC2086
-  pid=$("$delay_line" "/var/run/netns/$ns" eth0 "$link" "$2" $3) || die "netns-cluster.sh: the delay line of $ns did not start"
+  pid=$("$delay_line" "/var/run/netns/$ns" eth0 "$link" "$2" $3) || exit 2  # it said why
   echo "$pid" >> "$dir/delay-lines"
 }
 
@@ -114,8 +116,6 @@ up() {
     delay_us=$(awk -v d="$delay" 'BEGIN { if (match(d, /^[0-9]+(\.[0-9]+)?(ms|us)$/)) { n = d + 0; printf "%d", (d ~ /ms$/ ? n * 1000 : n) + 0.5 } }')
     [ -n "$delay_us" ] && [ "$delay_us" -ge 1 ] && [ "$delay_us" -le 1000000 ] ||
       die "netns-cluster.sh up: --delay '$delay'; hint: 1us to 1000ms, e.g. 1ms or 500us"
-    [ -x "$delay_line" ] ||
-      die "netns-cluster.sh up: --delay needs $delay_line; hint: cmake --build build --target loom_delay_line, or set LOOM_DELAY_LINE"
   fi
   local loss_in_10k=""
   if [ -n "$loss" ]; then
@@ -134,6 +134,11 @@ up() {
   local why
   why=$(ip netns add "${cluster}-probe" 2>&1) || skip "network namespaces cannot be made here: $why (needs root)"
   ip netns del "${cluster}-probe"
+  if [ -n "$delay_us" ]; then
+    [ -c /dev/net/tun ] || skip "/dev/net/tun is missing: --delay needs TAP devices"
+    [ -x "$delay_line" ] ||
+      die "netns-cluster.sh up: --delay needs $delay_line; hint: cmake --build build --target loom_delay_line, or set LOOM_DELAY_LINE"
+  fi
   if ip -o -4 addr show 2>/dev/null | grep -q " inet $subnet\."; then
     die "netns-cluster.sh up: the subnet $subnet.0/24 is in use here; hint: another LOOM_CLUSTER_SUBNET, e.g. ${subnet%.*}.$(( ${subnet##*.} + 1 ))"
   fi

@@ -9,7 +9,8 @@
 # in float64 at 1e-9 relative. The test fails if the links dropped no packet, or if the shortest
 # of 20 round trips between the hosts took less than the 2 ms the delay makes. The times of the
 # same dp 2 x tp 2 run on clean links and on lossy ones are printed, and decide nothing.
-# Exits 77 (ctest: skipped) with the reason where namespaces cannot be made; fails without nftables.
+# Exits 77 (ctest: skipped) with the reason where namespaces or TAP devices (/dev/net/tun) cannot be
+# made; fails without nftables.
 #   usage: lossy.sh LOOM
 set -euo pipefail
 source "$(dirname "$0")/cluster_test.sh"

@@ -18,8 +18,8 @@
 // some 80,000. --per-packet turns that off: every frame is one wire packet, as a loss rule on the
 // link needs so that it drops single packets (--loss). Frames that wait are kept in arrival order
 // and leave no earlier than DELAY after they came (a real-time thread, where allowed, so that they
-// leave on time while the ranks compute); the queue holds at most kMaxQueued frames and drops the
-// newest beyond, as a switch's buffer.
+// leave on time while the ranks compute); the queue holds at most kMaxQueuedFrames frames and
+// kMaxQueuedBytes bytes and drops the newest beyond, as a switch's buffer.
 #include <fcntl.h>
 #include <linux/if_tun.h>
 #include <net/if.h>
@@ -29,6 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstdio>
@@ -42,10 +43,13 @@
 namespace {
 
 constexpr size_t kFrameBytes = 128 * 1024;  // above a 64 KiB segment with its virtio and Ethernet headers
-constexpr size_t kMaxQueued = 4096;
+constexpr size_t kMaxQueuedFrames = 4096;
+constexpr size_t kMaxQueuedBytes = size_t{16} << 20;
 
 [[noreturn]] void fail(const std::string& what) {
-  std::fprintf(stderr, "loom: error: loom_delay_line: %s: %s\n", what.c_str(), std::strerror(errno));
+  std::fprintf(stderr, "loom: error: loom_delay_line: %s: %s; hint: it needs root and the devices of "
+               "scripts/netns-cluster.sh up --delay (scripts/netns-cluster.sh down removes a cluster left behind)\n",
+               what.c_str(), std::strerror(errno));
   std::exit(2);
 }
 
@@ -77,6 +81,7 @@ struct Frame {
 // device gone). A frame that `out` refuses (its link down) is lost, as on a cable pulled.
 void carry(int in, int out, int64_t delay_ns) {
   std::deque<Frame> queued;
+  size_t queued_bytes = 0;
   std::vector<char> buffer(kFrameBytes);
   for (;;) {
     int64_t wait_ns = -1;
@@ -89,16 +94,30 @@ void carry(int in, int out, int64_t delay_ns) {
       const ssize_t n = read(in, buffer.data(), buffer.size());
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
       if (n <= 0) return;
+      const auto size = static_cast<size_t>(n);
+      if (size == buffer.size()) continue;  // larger than any frame a TAP device gives: cut short, lost
       if (delay_ns == 0) {
-        (void)!write(out, buffer.data(), static_cast<size_t>(n));
-      } else if (queued.size() < kMaxQueued) {
+        (void)!write(out, buffer.data(), size);
+      } else if (queued.size() < kMaxQueuedFrames && queued_bytes + size <= kMaxQueuedBytes) {
         queued.push_back(Frame{now_ns() + delay_ns, std::vector<char>(buffer.data(), buffer.data() + n)});
+        queued_bytes += size;
       }
     }
     for (const int64_t t = now_ns(); !queued.empty() && queued.front().due_ns <= t; queued.pop_front()) {
       (void)!write(out, queued.front().bytes.data(), queued.front().bytes.size());
+      queued_bytes -= queued.front().bytes.size();
     }
   }
+}
+
+// Closes every file but the two devices', the standard streams going to /dev/null.
+void keep_only(int a, int b) {
+  const int null = open("/dev/null", O_RDWR);
+  for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
+  const auto lo = static_cast<unsigned>(std::min(a, b)), hi = static_cast<unsigned>(std::max(a, b));
+  close_range(3, lo - 1, 0);
+  close_range(lo + 1, hi - 1, 0);
+  close_range(hi + 1, ~0U, 0);
 }
 
 // SCHED_FIFO where allowed: a frame then leaves on time though every core is busy with the ranks.
@@ -122,9 +141,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   const bool large_segments = argc == 5;
+  int fd = 0;  // the standard streams open, so that no device's file takes their number
+  while ((fd = open("/dev/null", O_RDWR)) >= 0 && fd < 3) {
+  }
+  if (fd >= 3) close(fd);
   const int home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+  if (home < 0) fail("open this process's namespace");
   const int host_ns = open(argv[1], O_RDONLY | O_CLOEXEC);
-  if (home < 0 || host_ns < 0) fail(std::string("open the namespace ") + argv[1]);
+  if (host_ns < 0) fail(std::string("open the namespace ") + argv[1]);
   if (setns(host_ns, CLONE_NEWNET) < 0) fail(std::string("enter ") + argv[1]);
   const int host = attach(argv[2], large_segments);  // a TAP device's file stays in its namespace
   if (setns(home, CLONE_NEWNET) < 0) fail("return to this namespace");
@@ -138,9 +162,8 @@ int main(int argc, char** argv) {
     std::printf("%d\n", static_cast<int>(child));
     return 0;
   }
-  setsid();  // and no standard stream of the caller's, whose reader would wait for them to close
-  const int null = open("/dev/null", O_RDWR);
-  for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
+  setsid();  // and no file of the caller's (its pipes), whose reader would wait for them to close
+  keep_only(host, bridge);
   prefer_real_time();
   std::thread up([&] {
     carry(host, bridge, delay_us * 1000);

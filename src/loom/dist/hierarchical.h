@@ -8,10 +8,12 @@
 // their sums: NOTE [Pair all-reduce] in mpi_communicator.cpp): each host sends 2 (H - 1) / H of the
 // buffer over its link (H hosts), where the flat ring over all n ranks sends 2 (n - 1) / n through
 // the link a host's consecutive ranks share: 1.5x less at 2 hosts x 2 ranks, 2x less as n grows.
-// (A reduce-scatter within the host would send as much, as L streams of an L-th each; on the test
-// cluster's shaped TCP links those streams stalled one another.) Open MPI 4.1's hierarchical
-// component (coll/han) has the same plan, but its all-reduce crashed here (bench/hosts.py,
-// docs/multi-host.md), so loom does it, for MPI groups that span hosts (mpi_communicator.cpp).
+// (A reduce-scatter within the host would send as much, as L streams of an L-th each, then an
+// all-gather. On the test cluster's one shaped link per host, with 1 ms of delay, it ran at
+// 0.89-0.97x the leader's bus bandwidth at 16 and 64 MiB in two rounds: docs/benchmarks.md. Hosts
+// with a link per rank would want it.) Open MPI 4.1's hierarchical component (coll/han) has the
+// same plan, but its all-reduce crashed here (bench/hosts.py, docs/multi-host.md), so loom does
+// it, for MPI groups that span hosts (mpi_communicator.cpp).
 //
 // The buffer goes through the steps in pieces (kLevelsPieceBytes), one after another on each
 // communicator, so that the steps of consecutive pieces overlap: while one piece crosses the
