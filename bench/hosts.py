@@ -29,7 +29,8 @@ LAYOUTS = {
     "dp2 tp2": ["parallel.dp=2", "parallel.tp=2"],
     "dp2 pp2 1f1b": ["parallel.dp=2", "parallel.pp=2"] + SCHEDULES["1f1b"],
 }
-ENV = dict(os.environ, LOOM_CLUSTER="loomb", LOOM_CLUSTER_SUBNET="10.73.0",
+# A subnet of its own: the netns tests' clusters use 10.71 and 10.73 to 10.77, the demo 10.78.
+ENV = dict(os.environ, LOOM_CLUSTER="loomb", LOOM_CLUSTER_SUBNET="10.72.0",
            LOOM_CLUSTER_DIR="/tmp/loom-cluster-loomb")
 
 

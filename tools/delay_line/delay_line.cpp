@@ -45,6 +45,7 @@ namespace {
 constexpr size_t kFrameBytes = 128 * 1024;  // above a 64 KiB segment with its virtio and Ethernet headers
 constexpr size_t kMaxQueuedFrames = 4096;
 constexpr size_t kMaxQueuedBytes = size_t{16} << 20;
+constexpr int kReadsPerWake = 64;  // so that a steady stream in does not hold back the frames due
 
 [[noreturn]] void fail(const std::string& what) {
   std::fprintf(stderr, "loom: error: loom_delay_line: %s: %s; hint: it needs root and the devices of "
@@ -90,7 +91,7 @@ void carry(int in, int out, int64_t delay_ns) {
     const timespec limit{.tv_sec = wait_ns / 1'000'000'000, .tv_nsec = wait_ns % 1'000'000'000};
     if (ppoll(&p, 1, wait_ns < 0 ? nullptr : &limit, nullptr) < 0 && errno != EINTR) return;
     if (p.revents & (POLLERR | POLLHUP | POLLNVAL)) return;
-    for (;;) {  // every frame that has come
+    for (int i = 0; i < kReadsPerWake; ++i) {  // the frames that have come, then those due leave
       const ssize_t n = read(in, buffer.data(), buffer.size());
       if (n < 0 && (errno == EAGAIN || errno == EINTR)) break;
       if (n <= 0) return;
