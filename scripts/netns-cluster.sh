@@ -43,8 +43,10 @@ veth() { echo "${cluster}v$1"; }  # host $1's link on the bridge's side
 # go first: each holds its host's end.
 down() {
   local pid
-  for pid in $(cat "$dir/delay-lines" 2>/dev/null); do  # each still a delay line (a pid is reused)
-    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = loom_delay_line ] && kill -9 "$pid" 2>/dev/null || true
+  for pid in $(cat "$dir/delay-lines" 2>/dev/null); do  # each still this cluster's (a pid is reused)
+    [ "$(cat "/proc/$pid/comm" 2>/dev/null)" = loom_delay_line ] &&
+      tr '\0' ' ' < "/proc/$pid/cmdline" 2>/dev/null | grep -q " /var/run/netns/${cluster}-h[0-9]* " &&
+      kill -9 "$pid" 2>/dev/null || true
   done
   for ns in $(ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${cluster}-(h[0-9]+|probe)$" || true); do
     ip netns pids "$ns" 2>/dev/null | xargs -r kill -9 2>/dev/null || true

@@ -112,12 +112,14 @@ void carry(int in, int out, int64_t delay_ns) {
 }
 
 // Closes every file but the two devices', the standard streams going to /dev/null.
+// Both are 3 or above (main keeps 0 to 2 open before it opens them).
 void keep_only(int a, int b) {
   const int null = open("/dev/null", O_RDWR);
-  for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
+  if (null >= 0)
+    for (int fd = 0; fd < 3; ++fd) dup2(null, fd);
   const auto lo = static_cast<unsigned>(std::min(a, b)), hi = static_cast<unsigned>(std::max(a, b));
-  close_range(3, lo - 1, 0);
-  close_range(lo + 1, hi - 1, 0);
+  if (lo > 3) close_range(3, lo - 1, 0);
+  if (hi > lo + 1) close_range(lo + 1, hi - 1, 0);
   close_range(hi + 1, ~0U, 0);
 }
 
@@ -145,7 +147,8 @@ int main(int argc, char** argv) {
   int fd = 0;  // the standard streams open, so that no device's file takes their number
   while ((fd = open("/dev/null", O_RDWR)) >= 0 && fd < 3) {
   }
-  if (fd >= 3) close(fd);
+  if (fd < 0) fail("open /dev/null");
+  close(fd);
   const int home = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
   if (home < 0) fail("open this process's namespace");
   const int host_ns = open(argv[1], O_RDONLY | O_CLOEXEC);
