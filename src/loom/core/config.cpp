@@ -12,6 +12,7 @@
 #include <variant>
 
 #include "loom/core/error.h"
+#include "loom/core/text.h"
 #include "loom/core/toml_text.h"
 #include "loom/core/units.h"
 
@@ -326,8 +327,8 @@ void apply_override(Config& config, std::string_view assignment) {
                          !std::holds_alternative<std::vector<int64_t>*>(spec.field(config));  // strings, options
   const bool quoted = value.starts_with('"') || value.starts_with('\'');
   if ((is_string && !quoted) || value.find('\n') != std::string_view::npos) return as_string();
-  LOOM_CHECK_INPUT(value.find_first_not_of(" \t\r") != std::string_view::npos, "{}: {} has no value; write e.g. --set {}={}", origin, spec.full(),
-                   spec.full(), default_value(spec));
+  LOOM_CHECK_INPUT(!is_blank(value), "{}: {} has no value; write e.g. --set {}={}", origin, spec.full(), spec.full(),
+                   default_value(spec));
   const std::optional<toml::table> parsed = parse_set_value(value, fmt::format("{}: {}", origin, spec.full()));
   if (!parsed) return as_string();
   assign(spec, config, *parsed->get("v"), origin);

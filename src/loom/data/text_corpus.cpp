@@ -10,6 +10,7 @@
 #include <iterator>
 
 #include "loom/core/error.h"
+#include "loom/core/text.h"
 #include "loom/data/token_sidecar.h"
 
 namespace loom::data {
@@ -44,8 +45,6 @@ size_t utf8_length(std::string_view s) {
     if (b(i) < 0x80 || b(i) > 0xBF) return 0;
   return n;
 }
-
-bool is_blank(std::string_view line) { return line.find_first_not_of(" \t\r\n") == std::string_view::npos; }
 
 TextFile read_text(const PathUse& file) {
   TextFile text{file.path, read_file_bytes(file), ""};

@@ -5,6 +5,7 @@
 #include <fstream>
 
 #include "loom/core/error.h"
+#include "loom/core/text.h"
 #include "loom/generate/decoder.h"
 
 namespace loom::generate {
@@ -23,7 +24,7 @@ std::vector<Question> read_questions(const std::string& path, const data::Tokeni
   int64_t line_no = 0;
   for (std::string line; std::getline(in, line);) {
     ++line_no;
-    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    if (is_blank(line)) continue;
     const nlohmann::json j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
     const std::string where = path + ":" + std::to_string(line_no);
     LOOM_CHECK_INPUT(j.is_object() && j.contains("context") && j["context"].is_string() && j.contains("choices") &&

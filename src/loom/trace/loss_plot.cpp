@@ -12,6 +12,7 @@
 
 #include "loom/core/error.h"
 #include "loom/core/svg.h"
+#include "loom/core/text.h"
 
 namespace loom::trace {
 namespace {
@@ -191,7 +192,7 @@ MetricsRun read_metrics(const std::string& path, const std::string& label) {
   int64_t line = 0;
   while (std::getline(in, text)) {
     ++line;
-    if (text.find_first_not_of(" \t\r") == std::string::npos) continue;  // a blank line (a trailing one)
+    if (is_blank(text)) continue;  // a blank line (a trailing one)
     const json record = json::parse(text, nullptr, false);
     if (in.eof() && !record.is_object()) break;  // no newline yet: a record being written (NOTE [Live output files])
     LOOM_CHECK_INPUT(record.is_object(), "{} line {}: not a JSON object; hint: loom plot reads JSON Lines, one "
