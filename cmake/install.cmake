@@ -12,7 +12,7 @@ set(LOOM_PUBLIC_HEADERS
   loom.h version.h
   core/config.h core/error.h core/options.h core/mesh_placement.h core/rng.h
   dist/communicator.h dist/device_backend.h dist/interrupt.h dist/null_communicator.h mpi/runtime.h
-  nn/chain.h nn/decode.h nn/gradient_check.h nn/layer.h nn/layer_norm.h nn/param.h nn/precision.h nn/rms_norm.h
+  nn/chain.h nn/decode.h nn/gradient_check.h nn/layer.h nn/layer_norm.h nn/param.h nn/precision.h nn/products.h nn/rms_norm.h
   data/batches.h
   parallel/sequence_parallel.h parallel/tp_region.h
   blocks/block_norm.h blocks/embedding.h blocks/final_norm.h blocks/lm_head_loss.h

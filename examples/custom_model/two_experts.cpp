@@ -5,6 +5,12 @@ namespace {
 
 using loom::nn::compute_value;
 
+// x @ w (or x @ w^T), on the path the rank's bfloat16 products take (loom::nn::matmul).
+at::Tensor product(const at::Tensor& x, const loom::nn::Param& w, bool transposed = false) {
+  const at::Tensor& v = compute_value(w);
+  return loom::nn::matmul(x, transposed ? v.t() : v, w.products);
+}
+
 // What backward needs of a forward, and what the weight gradients need of backward_input. Every
 // tensor is visited, so that loom's memory policies can move them (NOTE [Memory policy]).
 struct State : loom::nn::SavedState {
@@ -49,11 +55,11 @@ TwoExperts::TwoExperts(std::string prefix, int64_t d_model, int64_t hidden)
 at::Tensor TwoExperts::forward(const at::Tensor& x, const loom::nn::MicroBatch&, loom::nn::Saved& saved) {
   State& s = saved.emplace<State>();
   s.x = x;
-  s.gate = at::softmax(at::matmul(x, compute_value(router_)), -1);
+  s.gate = at::softmax(product(x, router_), -1);
   at::Tensor y = x.clone();
   for (int e = 0; e < 2; ++e) {
-    s.hidden[e] = at::tanh(at::matmul(x, compute_value(in_[e])));
-    s.expert[e] = at::matmul(s.hidden[e], compute_value(out_[e]));
+    s.hidden[e] = at::tanh(product(x, in_[e]));
+    s.expert[e] = product(s.hidden[e], out_[e]);
     y.add_(s.gate.narrow(-1, e, 1) * s.expert[e]);
   }
   return y;
@@ -66,24 +72,24 @@ at::Tensor TwoExperts::backward_input(const at::Tensor& dy, loom::nn::Saved& sav
   for (int e = 0; e < 2; ++e) {
     dgate.narrow(-1, e, 1).copy_((dy * s.expert[e]).sum(-1, /*keepdim=*/true));
     s.dexpert[e] = dy * s.gate.narrow(-1, e, 1);
-    const at::Tensor dhidden = at::matmul(s.dexpert[e], compute_value(out_[e]).t());
+    const at::Tensor dhidden = product(s.dexpert[e], out_[e], true);
     s.dpre[e] = dhidden * (1 - s.hidden[e] * s.hidden[e]);
-    dx.add_(at::matmul(s.dpre[e], compute_value(in_[e]).t()));
+    dx.add_(product(s.dpre[e], in_[e], true));
     s.expert[e].reset();  // not needed by the weight gradients
   }
   // The softmax's backward: dlogits = g * (dg - sum(g * dg)).
   s.dlogits = s.gate * (dgate - (s.gate * dgate).sum(-1, /*keepdim=*/true));
-  dx.add_(at::matmul(s.dlogits, compute_value(router_).t()));
+  dx.add_(product(s.dlogits, router_, true));
   return dx;
 }
 
 void TwoExperts::backward_weight(loom::nn::Saved& saved) {
   State& s = saved.get<State>();
   const at::Tensor x = rows(s.x);
-  loom::nn::add_product(router_.grad, x.t(), rows(s.dlogits));
+  loom::nn::add_product(router_.grad, x.t(), rows(s.dlogits), router_.products);
   for (int e = 0; e < 2; ++e) {
-    loom::nn::add_product(in_[e].grad, x.t(), rows(s.dpre[e]));
-    loom::nn::add_product(out_[e].grad, rows(s.hidden[e]).t(), rows(s.dexpert[e]));
+    loom::nn::add_product(in_[e].grad, x.t(), rows(s.dpre[e]), in_[e].products);
+    loom::nn::add_product(out_[e].grad, rows(s.hidden[e]).t(), rows(s.dexpert[e]), out_[e].products);
   }
   saved.clear();
 }

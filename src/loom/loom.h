@@ -2,7 +2,8 @@
 // loom's public C++ API, in one header (docs/cpp-api.md says what each part promises):
 //   layers        nn::Layer with its split backward (forward, backward_input, backward_weight),
 //                 nn::Param (full name, full shape, this rank's shard), nn::Cost, and the
-//                 mixed-precision helpers a layer's products use (nn::compute_value)
+//                 mixed-precision helpers a layer's products use (nn::compute_value, and
+//                 nn::matmul / nn::add_product on the rank's bf16 path: NOTE [bf16 products])
 //   gradients     nn::check_gradients: a layer against libtorch autograd (NOTE [Gradient check])
 //   building      loom's blocks a chain may reuse (embedding, final norm, head and loss), the
 //                 tensor- and sequence-parallel groups a layer is given (models::Parallelism)
@@ -28,5 +29,6 @@
 #include "loom/nn/layer.h"
 #include "loom/nn/param.h"
 #include "loom/nn/precision.h"
+#include "loom/nn/products.h"
 #include "loom/train/equivalence.h"
 #include "loom/version.h"

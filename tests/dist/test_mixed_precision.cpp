@@ -10,6 +10,12 @@
 // 2.3e-3 over every layout here at 2 ranks, 1.7e-3 at 4). A layout bug (a missing sum, a wrong
 // slice, a stale bfloat16 weight copy) is caught exactly by the float64 suites; here it would
 // move the loss by far more than rounding.
+//
+// Every layout runs on both bf16 products' paths (NOTE [bf16 products]): "auto" (native on a CPU
+// with bfloat16 instructions) and "widened" (float32 GEMMs on widened operands), each against the
+// serial run of its own path. On a CPU without bfloat16 instructions both are the widened path:
+// native products are refused there (and some 20x slower); the unit tests run every layer on
+// both paths on any CPU (tests/unit/test_mixed_precision.cpp).
 #include <gtest/gtest.h>
 
 #include "dist/layout_harness.h"
@@ -40,16 +46,19 @@ struct Layout {
   std::function<void(Config&, int)> apply;  // sets the layout for a world of n ranks
 };
 
-std::string layout_name(const ::testing::TestParamInfo<std::tuple<std::string, Layout>>& info) {
-  return std::get<0>(info.param) + "_" + std::get<1>(info.param).name;
+using LayoutCase = std::tuple<std::string, Layout, std::string>;  // kind, layout, model.bf16_products
+
+std::string layout_name(const ::testing::TestParamInfo<LayoutCase>& info) {
+  return std::get<0>(info.param) + "_" + std::get<1>(info.param).name + "_" + std::get<2>(info.param);
 }
 
-class MixedPrecisionLayouts : public ::testing::TestWithParam<std::tuple<std::string, Layout>> {};
+class MixedPrecisionLayouts : public ::testing::TestWithParam<LayoutCase> {};
 
 TEST_P(MixedPrecisionLayouts, LossesMatchTheSerialBfloat16Run) {
-  const auto& [kind, layout] = GetParam();
+  const auto& [kind, layout, products] = GetParam();
   const int n = world().size();
   Config c = bf16(kind == "llama" ? small_llama(64, 2, 16, 8, 2) : small_gpt(64, 2, 16, 8, 2));
+  c.model.bf16_products = products;
   layout.apply(c, n);
   const auto& p = c.parallel;
   if (p.dp * p.tp * p.pp * p.sp != n || c.microbatch_count() % p.dp != 0) GTEST_SKIP() << "layout needs other ranks";
@@ -76,30 +85,34 @@ const Layout kLayouts[] = {
 };
 
 INSTANTIATE_TEST_SUITE_P(Layouts, MixedPrecisionLayouts,
-                         ::testing::Combine(::testing::Values("gpt", "llama"), ::testing::ValuesIn(kLayouts)),
+                         ::testing::Combine(::testing::Values("gpt", "llama"), ::testing::ValuesIn(kLayouts),
+                                            ::testing::Values("auto", "widened")),
                          layout_name);
 
 // Experts in bfloat16 (NOTE [Mixture-of-experts block]): the router in float32 on bfloat16
 // activations, the experts' products in bfloat16; dp, pp and, over an even world, expert groups
 // of 2 (NOTE [Expert parallelism]), against the serial bfloat16 run.
-class MixedPrecisionExperts : public ::testing::TestWithParam<std::string> {};
+class MixedPrecisionExperts : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(MixedPrecisionExperts, LossesMatchTheSerialBfloat16Run) {
+  const auto& [layout, products] = GetParam();
   const int n = world().size();
   Config c = bf16(small_llama(64, 2, 16, 8, 2));
+  c.model.bf16_products = products;
   c.model.moe_experts = 4;
   c.model.moe_every = 2;
   c.model.moe_ffn_hidden = 24;
-  if (GetParam() == "pp") c.parallel.pp = n;
+  if (layout == "pp") c.parallel.pp = n;
   else c.parallel.dp = n;
-  if (GetParam() == "ep") c.parallel.ep = 2;
+  if (layout == "ep") c.parallel.ep = 2;
   if (c.microbatch_count() % c.parallel.dp != 0 || c.parallel.dp % c.parallel.ep != 0)
     GTEST_SKIP() << "layout needs other ranks";
   expect_close_losses(train_run(c, world()), run_serial(c));
 }
 
-INSTANTIATE_TEST_SUITE_P(Layouts, MixedPrecisionExperts, ::testing::Values("dp", "pp", "ep"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Layouts, MixedPrecisionExperts,
+                         ::testing::Combine(::testing::Values("dp", "pp", "ep"), ::testing::Values("auto", "widened")),
+                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 // parallel.grad_dtype = "bfloat16" halves the bytes of the dp all-reduce: every gradient element
 // travels once per step in 2 bytes instead of 4; the buckets are the same; ZeRO's reduce-scatter

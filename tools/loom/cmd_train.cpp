@@ -121,8 +121,6 @@ Action add_train(CLI::App& app) {
                                                                 train::run_threads(trainer.config(), runtime.world()));
       if (!threads.empty()) std::cerr << "loom: warning: " << threads << '\n';
       for (const std::string& warning : config_warnings(trainer.config())) std::cerr << "loom: warning: " << warning << '\n';
-      if (trainer.config().model.dtype == DType::BFloat16 && !plan::native_bfloat16())
-        std::cerr << "loom: warning: " << plan::bfloat16_speed_warning() << '\n';
     }
     options->progress = *quiet ? nullptr : &std::cout;
     options->interrupts = &runtime.interrupts();

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "loom/api/program.h"
 #include "loom/core/build_info.h"
+#include "loom/nn/products.h"
 
 namespace {
 
@@ -35,7 +36,10 @@ std::string help_hint(const CLI::App& app) {
 
 int main(int argc, char** argv) {
   CLI::App app{"loom: train large neural networks across many processes", "loom"};
-  app.set_version_flag("--version", [] { return loom::version_text(loom::build_info()); });
+  app.set_version_flag("--version", [] {  // and the path this CPU's bfloat16 products take (NOTE [bf16 products])
+    return loom::version_text(loom::build_info()) + "\nbf16 products: " +
+           loom::nn::choose_bf16_products(loom::Bf16Products::Auto, loom::nn::this_cpu(), false).reason;
+  });
   app.option_defaults()->always_capture_default();  // every --help shows each option's default
   app.footer("loom help COMMAND, or loom COMMAND --help: a command's options");
   app.require_subcommand(1);

@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "loom/nn/precision.h"
+#include "loom/nn/products.h"
 
 
 namespace loom::blocks {
@@ -40,7 +41,7 @@ at::Tensor Dense::forward(const at::Tensor& x, const nn::MicroBatch& mb, nn::Sav
   auto& s = saved.emplace<DenseState>();
   const at::Tensor& w = nn::compute_value(weight);
   s.x = reads_features_ ? mb.dense.to(w.scalar_type()) : x;
-  s.y = at::addmm(nn::compute_value(bias), s.x, w.t()).relu_();
+  s.y = nn::linear(s.x, w, nn::compute_value(bias), weight.products).relu_();
   return s.y;
 }
 
@@ -48,12 +49,12 @@ at::Tensor Dense::backward_input(const at::Tensor& dy, nn::Saved& saved) {
   auto& s = saved.get<DenseState>();
   s.dz = dy * s.y.gt(0).to(dy.scalar_type());
   s.y = at::Tensor();
-  return reads_features_ ? at::Tensor() : at::mm(s.dz, nn::compute_value(weight));
+  return reads_features_ ? at::Tensor() : nn::matmul(s.dz, nn::compute_value(weight), weight.products);
 }
 
 void Dense::backward_weight(nn::Saved& saved) {
   auto& s = saved.get<DenseState>();
-  nn::add_product(weight.grad, s.dz.t(), s.x);
+  nn::add_product(weight.grad, s.dz.t(), s.x, weight.products);
   bias.grad.add_(nn::sum_rows(s.dz, bias.grad.scalar_type()));
   saved.clear();
 }
@@ -159,7 +160,7 @@ at::Tensor ClickLoss::forward(const at::Tensor& x, const nn::MicroBatch& mb, nn:
   auto& s = saved.emplace<LossState>();
   s.x = x;
   // The product in the activations' type, the loss in float32 or wider (NOTE [Mixed precision]).
-  const at::Tensor z = nn::widen(at::addmm(nn::compute_value(bias), x, nn::compute_value(weight).t()).squeeze(1));
+  const at::Tensor z = nn::widen(nn::linear(x, nn::compute_value(weight), nn::compute_value(bias), weight.products).squeeze(1));
   const at::Tensor y = mb.targets.reshape({-1}).to(z.scalar_type());
   const at::Tensor loss = (z.clamp_min(0) - z * y + z.abs().neg_().exp_().log1p_()).sum().mul_(mb.loss_scale);
   s.dz = nn::to_type((z.sigmoid() - y).mul_(mb.loss_scale), x.scalar_type());
@@ -168,12 +169,12 @@ at::Tensor ClickLoss::forward(const at::Tensor& x, const nn::MicroBatch& mb, nn:
 
 at::Tensor ClickLoss::backward_input(const at::Tensor&, nn::Saved& saved) {
   auto& s = saved.get<LossState>();
-  return at::mm(s.dz.unsqueeze(1), nn::compute_value(weight));
+  return nn::matmul(s.dz.unsqueeze(1), nn::compute_value(weight), weight.products);
 }
 
 void ClickLoss::backward_weight(nn::Saved& saved) {
   auto& s = saved.get<LossState>();
-  nn::add_product(weight.grad, s.dz.unsqueeze(0), s.x);
+  nn::add_product(weight.grad, s.dz.unsqueeze(0), s.x, weight.products);
   bias.grad.add_(at::sum(s.dz, bias.grad.scalar_type()));
   saved.clear();
 }

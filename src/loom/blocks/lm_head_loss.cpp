@@ -6,6 +6,7 @@
 #include "loom/blocks/embedding.h"
 #include "loom/core/error.h"
 #include "loom/nn/precision.h"
+#include "loom/nn/products.h"
 #include "loom/parallel/tp_region.h"
 
 namespace loom::blocks {
@@ -43,23 +44,23 @@ std::vector<nn::Param*> LmHeadLoss::params() {
 
 at::Tensor LmHeadLoss::logits(const at::Tensor& x) {
   nn::Param& w = matrix();
-  if (w.slices == nullptr) return nn::widen(at::mm(x, nn::compute_value(w).t()));
+  if (w.slices == nullptr) return nn::product_wide(x, nn::compute_value(w).t(), w.products);
   const nn::RowSlices cut(rows_);
   at::Tensor z = at::empty({x.size(0), rows_}, x.options());
   for (int64_t k = 0; k < cut.count(); ++k)
-    z.narrow(1, cut.begin(k), cut.length(k)).copy_(at::mm(x, w.slices->value(w, k).t()));
+    nn::matmul_into(z.narrow(1, cut.begin(k), cut.length(k)), x, w.slices->value(w, k).t(), w.products);
   return nn::widen(z);
 }
 
 // dlogits W over the rows of W, a slice at a time when it comes in slices (NOTE [Sliced reads]).
 at::Tensor LmHeadLoss::input_gradient(const at::Tensor& dlogits) {
   nn::Param& w = matrix();
-  if (w.slices == nullptr) return at::mm(dlogits, nn::compute_value(w));
+  if (w.slices == nullptr) return nn::matmul(dlogits, nn::compute_value(w), w.products);
   // Summed in float32 or wider: the slices' products are rounded once each, the sum once at the end.
   const nn::RowSlices cut(rows_);
   at::Tensor dx = at::zeros({dlogits.size(0), d_model_}, dlogits.options().dtype(nn::wide_type(dlogits.scalar_type())));
   for (int64_t k = 0; k < cut.count(); ++k)
-    nn::add_product(dx, dlogits.narrow(1, cut.begin(k), cut.length(k)), w.slices->value(w, k));
+    nn::add_product(dx, dlogits.narrow(1, cut.begin(k), cut.length(k)), w.slices->value(w, k), w.products);
   return nn::to_type(dx, dlogits.scalar_type());
 }
 
@@ -130,11 +131,12 @@ void LmHeadLoss::backward_weight(nn::Saved& saved) {
   auto& s = saved.get<State>();
   nn::Param& w = matrix();
   if (w.slices == nullptr) {
-    nn::add_product(w.grad, s.dlogits.t(), s.x, s.scale);
+    nn::add_product(w.grad, s.dlogits.t(), s.x, w.products, s.scale);
   } else {
     const nn::RowSlices cut(rows_);
     for (int64_t k = 0; k < cut.count(); ++k) {
-      nn::add_product(w.slices->grad(w, k), s.dlogits.narrow(1, cut.begin(k), cut.length(k)).t(), s.x, s.scale);
+      nn::add_product(w.slices->grad(w, k), s.dlogits.narrow(1, cut.begin(k), cut.length(k)).t(), s.x, w.products,
+                      s.scale);
       w.slices->grad_done(w, k);
     }
   }

@@ -5,6 +5,7 @@
 
 #include "loom/core/error.h"
 #include "loom/nn/precision.h"
+#include "loom/nn/products.h"
 #include "loom/nn/swiglu.h"
 
 namespace loom::blocks {
@@ -49,15 +50,15 @@ void for_each_segment(const std::vector<int64_t>& counts, Fn&& fn) {
 // Each expert's SwiGLU MLP on its segment of `rows` [n, d] (`counts` rows each, in order; w1
 // and w2 hold those experts): the outputs [n, d], and u and a when asked for (backward needs them).
 at::Tensor run_experts(const at::Tensor& rows, const std::vector<int64_t>& counts, const at::Tensor& w1,
-                       const at::Tensor& w2, at::Tensor* u_out, at::Tensor* a_out) {
+                       const at::Tensor& w2, Bf16Products path, at::Tensor* u_out, at::Tensor* a_out) {
   const int64_t n = rows.size(0), hidden = w2.size(2);
   at::Tensor out = at::empty({n, w2.size(1)}, rows.options());
   at::Tensor u = at::empty({n, 2 * hidden}, rows.options()), a = at::empty({n, hidden}, rows.options());
   for_each_segment(counts, [&](int64_t e, int64_t first, int64_t count) {
     at::Tensor ue = u.narrow(0, first, count), ae = a.narrow(0, first, count), oe = out.narrow(0, first, count);
-    at::matmul_out(ue, rows.narrow(0, first, count), w1[e].t());
+    nn::matmul_into(ue, rows.narrow(0, first, count), w1[e].t(), path);
     ae.copy_(nn::swiglu_forward(ue));
-    at::matmul_out(oe, ae, w2[e].t());
+    nn::matmul_into(oe, ae, w2[e].t(), path);
   });
   if (u_out != nullptr) *u_out = u;
   if (a_out != nullptr) *a_out = a;
@@ -125,10 +126,10 @@ at::Tensor MoeBlock::apply_experts(const at::Tensor& rows, const nn::Routing& r,
   const at::Tensor w1 = nn::compute_value(gate_up), w2 = nn::compute_value(down);
   at::Tensor* u = s != nullptr ? &s->u : nullptr;
   at::Tensor* a = s != nullptr ? &s->a : nullptr;
-  if (!expert_parallel()) return run_experts(rows, r.counts, w1, w2, u, a);
+  if (!expert_parallel()) return run_experts(rows, r.counts, w1, w2, gate_up.products, u, a);
   parallel::ExpertExchange exchange(*ep_, r.counts);
   const at::Tensor taken = exchange.dispatch(rows);
-  const at::Tensor out = exchange.combine(run_experts(taken, exchange.local_counts(), w1, w2, u, a));
+  const at::Tensor out = exchange.combine(run_experts(taken, exchange.local_counts(), w1, w2, gate_up.products, u, a));
   if (s != nullptr) s->taken = taken, s->exchange.emplace(std::move(exchange));
   return out;
 }
@@ -177,10 +178,10 @@ at::Tensor MoeBlock::backward_piece(const at::Tensor& dy, const Piece&, PreNormS
   at::Tensor dx_local = at::empty_like(s.drows);
   s.du = at::empty_like(s.u);
   for_each_segment(counts, [&](int64_t e, int64_t first, int64_t count) {
-    const at::Tensor da = at::matmul(s.drows.narrow(0, first, count), w2[e]);
+    const at::Tensor da = nn::matmul(s.drows.narrow(0, first, count), w2[e], down.products);
     at::Tensor due = s.du.narrow(0, first, count), dxe = dx_local.narrow(0, first, count);
     due.copy_(nn::swiglu_backward(da, s.u.narrow(0, first, count)));
-    at::matmul_out(dxe, due, w1[e]);
+    nn::matmul_into(dxe, due, w1[e], gate_up.products);
   });
   at::Tensor dh = nn::unpermute(s.exchange ? s.exchange->combine(dx_local) : dx_local, r);
   nn::AuxLoss aux = nn::aux_loss(r);
@@ -250,10 +251,11 @@ void MoeBlock::weight_gradients(PreNormState& state) {
   const at::Tensor rows = s.exchange ? s.taken : nn::permute(hf, r);
   const std::vector<int64_t>& counts = s.exchange ? s.exchange->local_counts() : r.counts;
   for_each_segment(counts, [&](int64_t e, int64_t first, int64_t count) {
-    nn::add_product(down.grad[e], s.drows.narrow(0, first, count).t(), s.a.narrow(0, first, count));
-    nn::add_product(gate_up.grad[e], s.du.narrow(0, first, count).t(), rows.narrow(0, first, count));
+    nn::add_product(down.grad[e], s.drows.narrow(0, first, count).t(), s.a.narrow(0, first, count), down.products);
+    nn::add_product(gate_up.grad[e], s.du.narrow(0, first, count).t(), rows.narrow(0, first, count),
+                    gate_up.products);
   });
-  nn::add_product(router.grad, s.dz.t(), hf.to(s.dz.scalar_type()));
+  nn::add_product(router.grad, s.dz.t(), hf.to(s.dz.scalar_type()), router.products);
   if (shared_up) {
     shared_down->backward_weight(s.sa, s.dy);
     shared_up->backward_weight(s.h, s.sdu);

@@ -22,7 +22,7 @@ namespace {
 using FieldPtr = std::variant<int64_t*, double*, bool*, std::string*, std::vector<int64_t>*, Option<DType>*,
                               Option<SpMode>*, Option<Recompute>*, Option<SparseMode>*, Option<TokenWidth>*,
                               Option<TableUpdate>*, Option<GradDType>*,
-                              Option<Swap>*, Option<PolicyMode>*, Option<Partition>*, Option<AttnKernel>*, Option<TrainDevice>*,
+                              Option<Swap>*, Option<PolicyMode>*, Option<Partition>*, Option<AttnKernel>*, Option<TrainDevice>*, Option<Bf16Products>*,
                               Option<Backend>*, Option<MoeScore>*, Option<MoeBalance>*>;
 
 template <class T>
@@ -49,7 +49,7 @@ const std::vector<KeySpec>& key_specs() {
       LOOM_KEY(model, n_heads),        LOOM_KEY(model, seq_len),
       LOOM_KEY(model, max_positions),  LOOM_KEY(model, ffn_mult),
       LOOM_KEY(model, attn_tile),      LOOM_KEY(model, attn_kernel),
-      LOOM_KEY(model, dtype),
+      LOOM_KEY(model, dtype),          LOOM_KEY(model, bf16_products),
       LOOM_KEY(model, n_kv_heads),     LOOM_KEY(model, tie_embeddings),
       LOOM_KEY(model, rope_theta),     LOOM_KEY(model, ffn_multiple_of),
       LOOM_KEY(model, moe_experts),    LOOM_KEY(model, moe_top_k),

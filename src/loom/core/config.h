@@ -29,6 +29,7 @@ struct ModelConfig {
   int64_t attn_tile = 128;    // query/key tile of the tiled attention kernel (memory is O(seq * tile))
   Option<AttnKernel> attn_kernel = AttnKernel::Fused;  // NOTE [Attention kernels]
   Option<DType> dtype = DType::Float32;
+  Option<Bf16Products> bf16_products = Bf16Products::Auto;  // NOTE [bf16 products]
   // Llama (kind = "llama"): grouped-query attention with n_kv_heads key/value heads (0 = n_heads),
   // the token table reused as the LM head, the rotary base, and the SwiGLU hidden width's rounding
   // (hidden = ffn_multiple_of x ceil(2/3 x ffn_mult x d_model / ffn_multiple_of)).

@@ -22,6 +22,16 @@ struct OptionNames<DType> {
   static constexpr std::array<std::string_view, 3> names{"float32", "float64", "bfloat16"};
 };
 
+// model.bf16_products (NOTE [bf16 products]): how a CPU rank multiplies bfloat16 operands. auto:
+// natively where the CPU has bfloat16 dot-product instructions and libtorch uses them, widened to
+// float32 elsewhere; native: libtorch's bfloat16 kernels (refused on a CPU without them); widened:
+// the operands widened to float32 in blocks, the float32 GEMM, the result rounded once.
+enum class Bf16Products : uint8_t { Auto, Native, Widened };
+template <>
+struct OptionNames<Bf16Products> {
+  static constexpr std::array<std::string_view, 3> names{"auto", "native", "widened"};
+};
+
 // parallel.sp_mode (NOTE [Sequence parallelism]).
 enum class SpMode : uint8_t { AllGather, Ring, Ulysses };
 template <>

@@ -10,6 +10,7 @@
 #include "loom/generate/decoder.h"
 #include "loom/models/registry.h"
 #include "loom/nn/precision.h"
+#include "loom/nn/products.h"
 
 namespace loom::generate {
 
@@ -38,7 +39,11 @@ LoadedModel load_model(const std::string& path, const models::ModelKinds& kinds)
   m.config = parse_config(manifest.config, m.dir + "/manifest.json");
   m.tp = std::make_unique<dist::NullCommunicator>("tp");
   const ModelConfig& mc = m.config.model;
-  m.model = kinds.find(mc.kind).build(mc, {.tp = *m.tp});
+  // The products on this CPU's path whatever the run that saved it chose (NOTE [bf16 products]).
+  const Bf16Products products = mc.dtype == DType::BFloat16
+                                    ? nn::choose_bf16_products(Bf16Products::Auto, nn::this_cpu(), false).path
+                                    : Bf16Products::Native;
+  m.model = models::build_model(kinds.find(mc.kind), mc, {.tp = *m.tp}, products);
   const std::string layer = first_undecodable(m.model);
   LOOM_CHECK_INPUT(layer.empty(),
                    "checkpoint {} holds a model.kind = \"{}\" model, which cannot generate text (its layer {} does "

@@ -9,6 +9,7 @@
 #include "loom/models/dlrm.h"
 #include "loom/models/gpt.h"
 #include "loom/models/llama.h"
+#include "loom/nn/products.h"
 
 namespace loom::models {
 
@@ -87,6 +88,13 @@ void check_sparse_partitions(const ParallelConfig& p, int64_t rows, std::string_
                    "parallel.sparse_partitions = {} is more than the {} rows of {} to partition; hint: at most {}, "
                    "or 0 to choose automatically",
                    p.sparse_partitions, rows, what, rows);
+}
+
+Model build_model(const ModelKind& kind, ModelConfig config, const Parallelism& parallelism, Bf16Products products) {
+  config.bf16_products = products;
+  Model model = kind.build(config, parallelism);
+  nn::set_products(model.params(), products);
+  return model;
 }
 
 }  // namespace loom::models

@@ -80,6 +80,10 @@ class ModelKinds {
   std::vector<std::shared_ptr<const ModelKind>> kinds_;
 };
 
+// `kind`'s layers for `config`, every product on `products` (NOTE [bf16 products]: a rank's path,
+// from nn::choose_bf16_products): the attention kernel's and each parameter's.
+Model build_model(const ModelKind& kind, ModelConfig config, const Parallelism& parallelism, Bf16Products products);
+
 // loom's own kinds: ModelKinds::builtin().find(name) and its names.
 const ModelKind& model_kind(std::string_view name);
 std::vector<std::string_view> model_kind_names();

@@ -114,7 +114,9 @@ void validate_transformer(const Config& c, const TransformerShape& shape) {
   check_data(c.data, m);
 }
 
-nn::AttentionKernel attention_kernel(const ModelConfig& m) { return {.kind = m.attn_kernel, .tile = m.attn_tile}; }
+nn::AttentionKernel attention_kernel(const ModelConfig& m) {
+  return {.kind = m.attn_kernel, .tile = m.attn_tile, .products = m.bf16_products};
+}
 
 void check_tied_head(const ModelConfig& m, const ParallelConfig& p) {
   LOOM_CHECK_INPUT(!m.tie_embeddings || p.pp == 1,

@@ -6,10 +6,34 @@
 #include <cmath>
 #include <limits>
 
+#include "loom/core/error.h"
 #include "loom/nn/precision.h"
+#include "loom/nn/products.h"
 
 namespace loom::nn {
 namespace {
+
+// The kernels' own products: their operands are float32 on the widened path, which attention_forward
+// and attention_backward widen before calling them (NOTE [bf16 products]).
+constexpr Bf16Products kOwnOperands = Bf16Products::Native;
+
+// `kernel` run on float32 operands.
+AttentionKernel float32_kernel(AttentionKernel kernel) {
+  kernel.products = Bf16Products::Native;
+  return kernel;
+}
+
+// Gradients summed in a wide type, rounded to `type` once (themselves when already of it).
+AttentionGrads narrowed(AttentionGrads g, at::ScalarType type) {
+  if (g.dq.scalar_type() == type) return g;
+  if (g.packed.defined()) {
+    g.packed = g.packed.to(type);
+    g.dq = g.packed[0], g.dk = g.packed[1], g.dv = g.packed[2];
+  } else {
+    g.dq = g.dq.to(type), g.dk = g.dk.to(type), g.dv = g.dv.to(type);
+  }
+  return g;
+}
 
 // Sets the scores of keys a query may not see to -inf. Only the first rows of a block can see
 // part of it (row i sees block key j iff j <= i + shift), so the mask covers just those rows;
@@ -72,7 +96,7 @@ void forward_chunk(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v
     const at::Tensor p = s.sub_(new_max.unsqueeze(-1)).exp_();
     row_sum.narrow(1, q_lo, rows).mul_(correction).add_(p.sum(-1));
     add_product(acc.narrow(1, q_lo, rows).mul_(correction.unsqueeze(-1)), to_type(p, v.scalar_type()),
-                v.narrow(1, ks, width));
+                v.narrow(1, ks, width), kOwnOperands);
     m.copy_(new_max);
   }
   at::div_out(out, acc, row_sum.unsqueeze(-1));
@@ -95,15 +119,15 @@ void backward_chunk(const at::Tensor& dout, const at::Tensor& q, const at::Tenso
     at::Tensor s = widen(at::bmm(qb, kb.transpose(1, 2)));
     mask.apply(s, q_lo, ks);
     const at::Tensor p = s.sub_(lse.narrow(1, q_lo, rows).unsqueeze(-1)).exp_();
-    add_product(dv.narrow(1, ks, width), to_type(p, q.scalar_type()).transpose(1, 2), dob);
+    add_product(dv.narrow(1, ks, width), to_type(p, q.scalar_type()).transpose(1, 2), dob, kOwnOperands);
     // dS = P * (dP - D), with dP = dO V^T: one GEMM whose input term is -D (in the product's
     // type), or the product widened and D subtracted.
     const at::Tensor d = delta.narrow(1, q_lo, rows).unsqueeze(-1);
     at::Tensor dp = d.scalar_type() == q.scalar_type() ? at::baddbmm(d, dob, vb.transpose(1, 2), -1, 1)
                                                        : widen(at::bmm(dob, vb.transpose(1, 2))).sub_(d);
     const at::Tensor ds = to_type(p.mul_(dp), q.scalar_type());
-    add_product(dq.narrow(1, q_lo, rows), ds, kb, scale);
-    add_product(dk.narrow(1, ks, width), ds.transpose(1, 2), qb);  // qb carries the scale
+    add_product(dq.narrow(1, q_lo, rows), ds, kb, kOwnOperands, scale);
+    add_product(dk.narrow(1, ks, width), ds.transpose(1, 2), qb, kOwnOperands);  // qb carries the scale
   }
 }
 
@@ -154,14 +178,7 @@ AttentionGrads causal_attention_backward(const at::Tensor& dout, const at::Tenso
     backward_chunk(chunk(do3), chunk(q3), chunk(k3), chunk(v3), chunk(lse2), chunk(delta), chunk(dq3), chunk(dk3),
                    chunk(dv3), tile, q_offset);
   });
-  if (g.dq.scalar_type() == q.scalar_type()) return g;
-  if (g.packed.defined()) {
-    g.packed = g.packed.to(q.scalar_type());
-    g.dq = g.packed[0], g.dk = g.packed[1], g.dv = g.packed[2];
-  } else {
-    g.dq = g.dq.to(q.scalar_type()), g.dk = g.dk.to(q.scalar_type()), g.dv = g.dv.to(q.scalar_type());
-  }
-  return g;
+  return narrowed(std::move(g), q.scalar_type());
 }
 
 namespace {
@@ -194,6 +211,69 @@ AttentionGrads efficient_backward(const at::Tensor& dout, const at::Tensor& q, c
 
 }  // namespace
 
+namespace {
+
+// NOTE [bf16 products]: attention on the widened path is the float32 kernel over blocks of the
+// (batch x head) rows, each block's operands widened and its results rounded once to bfloat16
+// (the output kept float32 for a partial one), so its float32 copies stay a few MiB whatever the
+// sequence. Rows are independent: the blocks change no sum.
+struct Rows {
+  at::Tensor t;  // [B x H, T, hd]
+  explicit Rows(const at::Tensor& x) : t(x.reshape({-1, x.size(2), x.size(3)})) {}
+  at::Tensor wide(int64_t r, int64_t n) const { return t.narrow(0, r, n).to(at::kFloat).unsqueeze(0); }
+};
+
+// Calls fn(first row, rows) over the blocks of `n` rows whose q, k and v rows hold `row_elements`.
+template <class Fn>
+void over_blocks(int64_t n, int64_t row_elements, Fn fn) {
+  const int64_t each = widened_block_rows(row_elements);
+  for (int64_t r = 0; r < n; r += each) fn(r, std::min(each, n - r));
+}
+
+AttentionForward widened_forward(const AttentionKernel& kernel, const at::Tensor& q, const at::Tensor& k,
+                                 const at::Tensor& v, int64_t q_offset, AttentionOut out_type) {
+  const Rows q3(q), k3(k), v3(v);
+  const int64_t n = q3.t.size(0), tq = q.size(2), hd = q.size(3);
+  LOOM_CHECK(k3.t.size(0) == n, "[attention] keys of {} rows for queries of {} (expand the kv heads first)", k3.t.size(0), n);
+  const at::ScalarType type = out_type == AttentionOut::InputType ? q.scalar_type() : at::kFloat;
+  at::Tensor out = at::empty({n, tq, hd}, q.options().dtype(type));
+  at::Tensor lse = at::empty({n, tq}, q.options().dtype(at::kFloat));
+  over_blocks(n, (tq + 2 * k.size(2)) * hd, [&](int64_t r, int64_t rows) {
+    const AttentionForward f = attention_forward(float32_kernel(kernel), q3.wide(r, rows), k3.wide(r, rows),
+                                                 v3.wide(r, rows), q_offset);
+    out.narrow(0, r, rows).copy_(f.out.squeeze(0));
+    lse.narrow(0, r, rows).copy_(f.lse.reshape({rows, tq}));
+  });
+  return {out.view(q.sizes()), lse.view({q.size(0), q.size(1), tq})};
+}
+
+AttentionGrads widened_backward(const AttentionKernel& kernel, const at::Tensor& dout, const at::Tensor& q,
+                                const at::Tensor& k, const at::Tensor& v, const at::Tensor& out, const at::Tensor& lse,
+                                int64_t q_offset) {
+  const Rows do3(dout), q3(q), k3(k), v3(v), out3(out);
+  const at::Tensor lse3 = lse.reshape({-1, 1, q.size(2)});
+  const int64_t n = q3.t.size(0), tq = q.size(2), tk = k.size(2), hd = q.size(3);
+  AttentionGrads g;
+  if (q.sizes() == k.sizes()) {
+    g.packed = at::empty({3, q.size(0), q.size(1), tq, hd}, q.options());
+    g.dq = g.packed[0], g.dk = g.packed[1], g.dv = g.packed[2];
+  } else {
+    g.dq = at::empty(q.sizes(), q.options()), g.dk = at::empty(k.sizes(), q.options()), g.dv = at::empty(v.sizes(), q.options());
+  }
+  const at::Tensor dq3 = g.dq.view({n, tq, hd}), dk3 = g.dk.view({n, tk, hd}), dv3 = g.dv.view({n, tk, hd});
+  over_blocks(n, (3 * tq + 2 * tk) * hd, [&](int64_t r, int64_t rows) {
+    const AttentionGrads b = attention_backward(float32_kernel(kernel), do3.wide(r, rows), q3.wide(r, rows),
+                                                k3.wide(r, rows), v3.wide(r, rows), out3.wide(r, rows),
+                                                lse3.narrow(0, r, rows).reshape({1, rows, tq}), q_offset);
+    dq3.narrow(0, r, rows).copy_(b.dq.squeeze(0));
+    dk3.narrow(0, r, rows).copy_(b.dk.squeeze(0));
+    dv3.narrow(0, r, rows).copy_(b.dv.squeeze(0));
+  });
+  return g;
+}
+
+}  // namespace
+
 bool runs_fused(const AttentionKernel& kernel, const at::Tensor& q, const at::Tensor& k, int64_t q_offset,
                 AttentionOut out_type) {
   const at::ScalarType t = q.scalar_type();
@@ -205,6 +285,7 @@ bool runs_fused(const AttentionKernel& kernel, const at::Tensor& q, const at::Te
 
 AttentionForward attention_forward(const AttentionKernel& kernel, const at::Tensor& q, const at::Tensor& k,
                                    const at::Tensor& v, int64_t q_offset, AttentionOut out_type) {
+  if (widens(kernel.products, q)) return widened_forward(kernel, q, k, v, q_offset, out_type);
   if (!runs_fused(kernel, q, k, q_offset, out_type))
     return causal_attention_forward(q, k, v, kernel.tile, q_offset, out_type);
   if (q.is_cuda()) return efficient_forward(q, k, v);
@@ -215,6 +296,7 @@ AttentionForward attention_forward(const AttentionKernel& kernel, const at::Tens
 AttentionGrads attention_backward(const AttentionKernel& kernel, const at::Tensor& dout, const at::Tensor& q,
                                   const at::Tensor& k, const at::Tensor& v, const at::Tensor& out,
                                   const at::Tensor& lse, int64_t q_offset) {
+  if (widens(kernel.products, q)) return widened_backward(kernel, dout, q, k, v, out, lse, q_offset);
   if (!runs_fused(kernel, q, k, q_offset)) return causal_attention_backward(dout, q, k, v, out, lse, kernel.tile, q_offset);
   if (q.is_cuda()) return efficient_backward(dout, q, k, v, out, lse);
   auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse,

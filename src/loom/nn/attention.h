@@ -51,9 +51,12 @@ AttentionGrads causal_attention_backward(const at::Tensor& dout, const at::Tenso
 // rounding (tests/unit/test_attention.cpp, and every layout-equivalence test mixes them: sp ring
 // against the serial run); in bfloat16 both round only the products' operands (NOTE [Mixed
 // precision]), the fused one in its own blocks.
+// On the widened path (NOTE [bf16 products]) either kernel runs in float32 on the widened
+// operands, its output and gradients rounded to bfloat16 once.
 struct AttentionKernel {
   AttnKernel kind = AttnKernel::Fused;
   int64_t tile = 128;  // the tiled kernel's query/key tile
+  Bf16Products products = Bf16Products::Native;
 };
 
 // Whether `kernel` runs the fused kernel on these operands.

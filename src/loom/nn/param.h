@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "loom/core/mesh_placement.h"
+#include "loom/core/options.h"
 #include "loom/core/rng.h"
 
 namespace loom::nn {
@@ -91,6 +92,9 @@ struct Param {
   // value rounded to the activations' type under mixed precision (NOTE [Mixed precision]),
   // refreshed after each optimizer step; undefined otherwise. Products read compute_value(p).
   at::Tensor compute;
+  // How products read it under bfloat16 (NOTE [bf16 products]): natively, or widened to float32;
+  // set once for a built model's parameters (nn::set_products).
+  Bf16Products products = Bf16Products::Native;
 
   // The model's shape: full_shape without the padding rows.
   std::vector<int64_t> model_shape() const {

@@ -1,5 +1,9 @@
 #include "loom/nn/precision.h"
 
+#include <algorithm>
+
+#include "loom/nn/products.h"
+
 namespace loom::nn {
 
 at::ScalarType master_type(DType dtype) { return dtype == DType::Float64 ? at::kDouble : at::kFloat; }
@@ -32,20 +36,18 @@ void refresh_compute(Param& p, at::ScalarType activations) {
     p.compute = p.value.to(activations);
 }
 
-void add_product(const at::Tensor& acc, const at::Tensor& a, const at::Tensor& b, double alpha) {
-  const bool batched = a.dim() == 3;
-  if (acc.scalar_type() == a.scalar_type()) {
-    if (batched) acc.baddbmm_(a, b, 1.0, alpha);
-    else acc.addmm_(a, b, 1.0, alpha);
-    return;
-  }
-  acc.add_(batched ? at::bmm(a, b) : at::mm(a, b), alpha);
-}
-
 void index_add_into(const at::Tensor& acc, int64_t dim, const at::Tensor& index, const at::Tensor& t) {
   acc.index_add_(dim, index, to_type(t, acc.scalar_type()));
 }
 
-at::Tensor sum_rows(const at::Tensor& t, at::ScalarType type) { return at::sum(t, {0}, false, type); }
+at::Tensor sum_rows(const at::Tensor& t, at::ScalarType type) {
+  if (t.scalar_type() != at::kBFloat16 || type != at::kFloat || t.dim() != 2) return at::sum(t, {0}, false, type);
+  // libtorch sums bfloat16 rows into float32 some 5x slower than float32 rows, on any CPU (measured
+  // 2026-12-07: 20 ms against 3.8 for [4096, 2048], one thread): a block at a time widened, then summed.
+  at::Tensor total = at::zeros({t.size(1)}, t.options().dtype(at::kFloat));
+  const int64_t each = widened_block_rows(t.size(1));
+  for (int64_t r = 0; r < t.size(0); r += each) total.add_(t.narrow(0, r, std::min(each, t.size(0) - r)).to(at::kFloat).sum(0));
+  return total;
+}
 
 }  // namespace loom::nn

@@ -5,8 +5,9 @@
 //   the value rounded to bfloat16, made once per optimizer step (refresh_compute), and every
 //   matrix product reads it (compute_value), so a weight is not cast again per micro-batch.
 // - Activations flow between layers, are saved for backward and cross tp/sp/pp links in
-//   bfloat16. Matrix products take bfloat16 operands; oneDNN accumulates in float32 and rounds
-//   the result to bfloat16 once.
+//   bfloat16. Matrix products take bfloat16 operands, accumulate in float32 and round the result
+//   to bfloat16 once, natively or widened to float32 as the rank's CPU makes fast (NOTE [bf16
+//   products], nn/products.h, where every product lives).
 // - What needs the range or the sums of float32 widens first (widen): LayerNorm and RMSNorm
 //   statistics and their backward, the attention's softmax (running max, sum, accumulator, the
 //   log-sum-exp), rotary's rotation, the loss and its softmax, and every accumulator that sums
@@ -41,9 +42,6 @@ const at::Tensor& compute_value(const Param& p);
 // keeps none (its rows are fetched, and cast by the layer).
 void refresh_compute(Param& p, at::ScalarType activations);
 
-// acc += alpha * (a @ b), for 2-d or batched 3-d operands of one type; acc (possibly a view) may
-// be wider, and then takes the product rounded once.
-void add_product(const at::Tensor& acc, const at::Tensor& a, const at::Tensor& b, double alpha = 1.0);
 // acc.index_add_(dim, index, t), widening t to acc's type. (acc.add_(t) widens by itself.)
 void index_add_into(const at::Tensor& acc, int64_t dim, const at::Tensor& index, const at::Tensor& t);
 // The sum over dim 0 of a [rows, n] gradient, summed and returned in `type`.

@@ -2,6 +2,7 @@
 
 #include "loom/core/error.h"
 #include "loom/nn/precision.h"
+#include "loom/nn/products.h"
 
 namespace loom::parallel {
 namespace {
@@ -39,11 +40,12 @@ ColumnParallelLinear::ColumnParallelLinear(const std::string& name, int64_t in_f
 
 at::Tensor ColumnParallelLinear::forward(const at::Tensor& x) const {
   const at::Tensor w = nn::compute_value(weight).view({local_out_, in_});
-  return bias.name.empty() ? at::linear(x, w) : at::linear(x, w, nn::compute_value(bias).view({local_out_}));
+  const at::Tensor b = bias.name.empty() ? at::Tensor() : nn::compute_value(bias).view({local_out_});
+  return nn::linear(x, w, b, weight.products);
 }
 
 at::Tensor ColumnParallelLinear::backward_input_partial(const at::Tensor& dy) const {
-  return at::matmul(dy, nn::compute_value(weight).view({local_out_, in_})).contiguous();
+  return nn::matmul(dy, nn::compute_value(weight).view({local_out_, in_}), weight.products).contiguous();
 }
 
 at::Tensor ColumnParallelLinear::backward_input(const at::Tensor& dy) const {
@@ -54,7 +56,7 @@ at::Tensor ColumnParallelLinear::backward_input(const at::Tensor& dy) const {
 
 void ColumnParallelLinear::backward_weight(const at::Tensor& x, const at::Tensor& dy) {
   const at::Tensor dy2 = dy.reshape({-1, local_out_});
-  nn::add_product(weight.grad.view({local_out_, in_}), dy2.t(), x.reshape({-1, in_}));
+  nn::add_product(weight.grad.view({local_out_, in_}), dy2.t(), x.reshape({-1, in_}), weight.products);
   if (!bias.name.empty()) bias.grad.view({local_out_}).add_(nn::sum_rows(dy2, bias.grad.scalar_type()));
 }
 
@@ -73,7 +75,7 @@ RowParallelLinear::RowParallelLinear(const std::string& name, int64_t in_feature
 }
 
 at::Tensor RowParallelLinear::forward_partial(const at::Tensor& x_local) const {
-  return at::matmul(x_local, nn::compute_value(weight).t()).contiguous();
+  return nn::matmul(x_local, nn::compute_value(weight).t(), weight.products).contiguous();
 }
 
 void RowParallelLinear::add_bias(at::Tensor& y) const {
@@ -88,12 +90,12 @@ at::Tensor RowParallelLinear::forward(const at::Tensor& x_local) const {
 }
 
 at::Tensor RowParallelLinear::backward_input(const at::Tensor& dy) const {
-  return at::matmul(dy, nn::compute_value(weight));
+  return nn::matmul(dy, nn::compute_value(weight), weight.products);
 }
 
 void RowParallelLinear::backward_weight(const at::Tensor& x_local, const at::Tensor& dy) {
   const at::Tensor dy2 = dy.reshape({-1, out_});
-  nn::add_product(weight.grad, dy2.t(), x_local.reshape({-1, local_in_}));
+  nn::add_product(weight.grad, dy2.t(), x_local.reshape({-1, local_in_}), weight.products);
   if (!bias.name.empty()) bias.grad.add_(nn::sum_rows(dy2, bias.grad.scalar_type()));
 }
 

@@ -23,15 +23,17 @@ namespace {
 // train.steps may differ (a longer run resumes a shorter one; the cosine then spans the new
 // length). Other train and data keys may change with a warning: the run is then no longer the
 // one that was saved (a new learning rate, other data). model.dtype may change between the types
-// whose weights are float32 and float64 with a warning (the stored values are converted).
+// whose weights are float32 and float64 with a warning (the stored values are converted), and
+// model.bf16_products freely (how the resuming machine multiplies, not the model).
 bool must_match(const std::string& key) {
-  return (key.starts_with("model.") && key != "model.dtype") || key == "train.seed" || key == "train.global_batch";
+  return (key.starts_with("model.") && key != "model.dtype" && key != "model.bf16_products") || key == "train.seed" ||
+         key == "train.global_batch";
 }
 
 bool free_to_change(const std::string& key) {
   return key.starts_with("parallel.") || key.starts_with("memory.") || key.starts_with("checkpoint.") ||
          key == "train.steps" || key == "train.micro_batch" || key == "train.threads" || key == "train.log_every" ||
-         key == "train.device";
+         key == "train.device" || key == "model.bf16_products";  // how this machine multiplies: NOTE [bf16 products]
 }
 
 }  // namespace
@@ -117,7 +119,7 @@ void Trainer::restore() {
 // checkpoint.init (`loom train --init CKPT`) starts a fresh run, step 0 with a fresh optimizer and
 // LR schedule, from the weights of a checkpoint: one `loom ckpt import` wrote, or any run's, of
 // any layout. The model must be the same except for what does not change its weights: model.dtype
-// (the stored values are converted), seq_len, attn_tile and attn_kernel; every stored shape is
+// (the stored values are converted), seq_len, attn_tile, attn_kernel and bf16_products; every stored shape is
 // checked again as it is read. A run that resumes (--resume, or --resume auto finding its own
 // checkpoint) continues its own state, and checkpoint.init is then not read: a requeued
 // fine-tuning job picks up where it stopped.
@@ -132,7 +134,9 @@ void Trainer::check_init() {
   for (size_t i = 0; i < now.size(); ++i) {
     const std::string& key = now[i].first;
     if (!key.starts_with("model.") || before[i].second == now[i].second) continue;
-    if (key == "model.dtype" || key == "model.seq_len" || key == "model.attn_tile" || key == "model.attn_kernel") continue;
+    if (key == "model.dtype" || key == "model.seq_len" || key == "model.attn_tile" || key == "model.attn_kernel" ||
+        key == "model.bf16_products")
+      continue;
     differ.push_back(fmt::format("{} = {} (checkpoint: {})", key, now[i].second, before[i].second));
   }
   LOOM_CHECK_INPUT(differ.empty(), "checkpoint.init = {} holds another model: {}; hint: set the model keys to the "

@@ -18,6 +18,7 @@
 #include "loom/models/transformer_config.h"
 #include "loom/nn/attention.h"
 #include "loom/nn/precision.h"
+#include "loom/nn/products.h"
 #include "loom/plan/gemm_peak.h"
 #include "loom/train/devices.h"
 #include "loom/train/profile_run.h"
@@ -70,16 +71,17 @@ class DeviceThreads {
   int threads_;
 };
 
-// Per dtype the device multiplies fast: on a CPU bfloat16 only where native (emulated it is slower
-// than float32, and a plan should not count on it). `spread`: the float32 peak's.
+// Per dtype, the device's peak; bfloat16's on the path its products take here (NOTE [bf16
+// products]: widened to float32 on a CPU without bfloat16 instructions, so a plan prices it at the
+// speed a run gets). `spread`: the float32 peak's.
 std::map<DType, double> measure_peaks(double& spread, const ProfileDevice& device, const std::function<void()>& together) {
   std::map<DType, double> peaks;
   const std::vector<int64_t> sizes = device.gpu() ? plan::gemm_peak_sizes(device.torch()) : std::vector<int64_t>{1024, 2048};
+  const Bf16Products products = nn::choose_bf16_products(Bf16Products::Auto, nn::this_cpu(), device.gpu()).path;
   for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16}) {
-    together();  // before the skip: hosts may differ in native bfloat16, and every rank must call it
-    if (dtype == DType::BFloat16 && !device.gpu() && !plan::native_bfloat16()) continue;
+    together();
     const plan::PeakMeasurement peak = plan::measure_gemm_peak_repeated(
-        nn::activation_type(dtype), kGemmSeconds / kPeakRepeats, kPeakRepeats, sizes, device.torch());
+        nn::activation_type(dtype), kGemmSeconds / kPeakRepeats, kPeakRepeats, sizes, device.torch(), products);
     peaks[dtype] = peak.flops_per_s;
     if (dtype == DType::Float32) spread = peak.spread;
   }

@@ -18,6 +18,7 @@
 #include "loom/memory/swap.h"
 #include "loom/models/registry.h"
 #include "loom/nn/precision.h"
+#include "loom/nn/products.h"
 #include "loom/parallel/sequence_parallel.h"
 #include "loom/train/devices.h"
 #include "loom/train/profile_timing.h"
@@ -88,10 +89,14 @@ void run_chain(models::Model& model, const nn::MicroBatch& mb, std::vector<Layer
 
 models::Model build_chain(const models::ModelKind& kind, const Config& c, dist::Communicator& tp,
                           const parallel::SpOptions& sp, const ProfileDevice& device) {
-  models::Model model =
-      kind.build(c.model, {.tp = tp,
-                           .tp_options = {.overlap = c.parallel.tp_overlap, .sequence = c.parallel.tp_sequence},
-                           .sp = sp});
+  // The products on the path a run here takes (NOTE [bf16 products]), so the times are its own.
+  const Bf16Products products = c.model.dtype == DType::BFloat16
+                                    ? nn::choose_bf16_products(c.model.bf16_products, nn::this_cpu(), device.gpu()).path
+                                    : Bf16Products::Native;
+  models::Model model = models::build_model(
+      kind, c.model,
+      {.tp = tp, .tp_options = {.overlap = c.parallel.tp_overlap, .sequence = c.parallel.tp_sequence}, .sp = sp},
+      products);
   model.initialise(static_cast<uint64_t>(c.train.seed),
                    at::TensorOptions().dtype(nn::master_type(c.model.dtype)).device(device.torch()));
   for (nn::Param* p : model.params()) nn::refresh_compute(*p, nn::activation_type(c.model.dtype));

@@ -3,6 +3,7 @@
 // validation and what a resume continues.
 #include <ATen/Parallel.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <map>
 #include <nlohmann/json.hpp>
@@ -49,6 +50,18 @@ std::string zero_words(const ParallelConfig& p) {
   return fmt::format(", ZeRO-{} in {} groups of {} dp ranks", p.zero, p.dp / p.shard_group, p.shard_group);
 }
 
+// Collective over `world`: the path each rank's bfloat16 products take (NOTE [bf16 products]), one
+// line when every rank took the same, else one per path with its ranks.
+std::string products_words(dist::Communicator& world, const nn::Bf16Choice& mine) {
+  std::map<std::string, std::vector<int>> ranks;
+  const std::vector<std::string> all = dist::all_gather_text(world, mine.reason);
+  for (size_t r = 0; r < all.size(); ++r) ranks[all[r]].push_back(static_cast<int>(r));
+  if (ranks.size() == 1) return fmt::format("loom: bf16 products: {}\n", all.front());
+  std::string text;
+  for (const auto& [reason, which] : ranks) text += fmt::format("loom: bf16 products on ranks {}: {}\n", fmt::join(which, ","), reason);
+  return text;
+}
+
 }  // namespace
 
 // Collective over the world: every rank's parameters by name, so the count is the model's (each
@@ -80,6 +93,7 @@ std::string Trainer::header() const {
       zero_words(p), p.pp > 1 ? fmt::format(", schedule {}", plan_.schedule.kind) : "", counted(at::get_num_threads(), "thread", "threads"),
       data_->describe());
   text += fmt::format("loom: {}\n", build_line(build_info()));
+  if (config_.model.dtype == DType::BFloat16) text += products_words(*base_world_, products_);
   text += policy_words(plan_);
   if (const std::string tables = optimizer_->tables().describe(); !tables.empty()) text += fmt::format("loom: {}\n", tables);
   if (valid_ != nullptr && config_.train.eval_every > 0) {

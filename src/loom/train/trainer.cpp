@@ -135,8 +135,10 @@ void Trainer::refresh_compute_values() {
   for (nn::Param* p : model_.params()) nn::refresh_compute(*p, activations());
 }
 
+// The model's layers for this rank, their products on the rank's path (NOTE [bf16 products]).
 models::Model Trainer::build_model(dist::Communicator& tp, parallel::SpOptions sp) const {
-  return kind_->build(config_.model, {.tp = tp, .tp_options = tp_options(), .sp = sp, .ep = &mesh_->ep()});
+  return models::build_model(*kind_, config_.model, {.tp = tp, .tp_options = tp_options(), .sp = sp, .ep = &mesh_->ep()},
+                             products_.path);
 }
 
 // Every check that can fail on bad input, on the plan: nothing is allocated and nothing sent.
@@ -147,6 +149,8 @@ void Trainer::check_input(int world_size, int local_rank, int local_ranks, const
                                      [this] { return dist::backend_missing(devices_); });
   cuda::check_trainable(config_, placement_);
   device_ = placement_.torch_device();
+  if (config_.model.dtype == DType::BFloat16)  // refused before anything is allocated
+    products_ = nn::choose_bf16_products(config_.model.bf16_products, nn::this_cpu(), !device_.is_cpu());
   if (!config_.checkpoint.dir.empty()) ckpt::check_writable_dir(config_.checkpoint.dir);
   check_resume(resume);
   check_init();
@@ -213,11 +217,11 @@ replicas::TableOptions Trainer::table_options(const optim::AdamWOptions& adamw) 
   return options;
 }
 
-// This rank's device's GEMM peak in the type the products run in, measured outside memory.budget
-// (NOTE [Measurements outside the budget]).
+// This rank's device's GEMM peak in the type the products run in, on their path (NOTE [bf16
+// products]), measured outside memory.budget (NOTE [Measurements outside the budget]).
 double Trainer::gemm_peak() const {
   const memory::BudgetLifted lifted;
-  return plan::measure_gemm_peak(activations(), 0.2, plan::gemm_peak_sizes(device_), device_);
+  return plan::measure_gemm_peak(activations(), 0.2, plan::gemm_peak_sizes(device_), device_, products_.path);
 }
 
 // The whole job's model FLOPs of one step, as the simulator counts them (NOTE [MFU]).

@@ -31,6 +31,7 @@
 #include "loom/dist/recording_communicator.h"
 #include "loom/models/registry.h"
 #include "loom/nn/precision.h"
+#include "loom/nn/products.h"
 #include "loom/optim/adamw.h"
 #include "loom/replicas/replica_optimizer.h"
 #include "loom/replicas/sparse_tables.h"
@@ -155,6 +156,7 @@ class Trainer {
   void check_finite(int64_t step, double loss, double norm) const;
   double summed_loss(double local);
   std::string header() const;       // the run's first console lines (train/run_header.cpp); collective
+  const nn::Bf16Choice& bf16_products() const { return products_; }  // this rank's path (NOTE [bf16 products])
   int64_t model_param_count() const;  // the whole model's parameters; collective over the world
   double flops_per_step() const;    // the whole job's model FLOPs in one step (NOTE [MFU])
   double gemm_peak() const;         // for MFU, when TrainOptions::peak_flops is not given
@@ -218,6 +220,7 @@ class Trainer {
   const dist::DeviceBackend* devices_ = nullptr;  // the backend for GPU tensors (null: none)
   cuda::Placement placement_;    // this rank's device and backend (NOTE [Devices]), set by check_input
   at::Device device_{at::kCPU};  // placement_'s, as libtorch names it
+  nn::Bf16Choice products_;      // how this rank multiplies bfloat16 (NOTE [bf16 products]), set by check_input
   dist::Communicator* base_world_ = nullptr;  // unrecorded: the trainer's own agreements
   // What a GPU rank's tensors cross: the device backend's communicator, or the host backend
   // through host buffers (NOTE [Host staging]).
