@@ -84,12 +84,12 @@ double scaled_error(const at::Tensor& got, const at::Tensor& want, const at::Ten
   return ((got.to(at::kDouble) - want).abs() / scale.clamp_min(1e-30)).max().item<double>();
 }
 
-// Shapes that cross the row blocks (256 rows at k = 4096, 2048 at k = 512) and the column blocks
-// (b over 1 Mi elements), b widened whole, a one-block product, and a 3-d operand whose rows are
-// its first two dimensions.
+// Shapes that cross the row blocks (1024 rows at k = 4096) with b widened whole, the column
+// blocks (b over 4 Mi elements: 1024 columns at k = 4096), a one-block product, and a 3-d operand
+// whose rows are its first two dimensions.
 TEST(Bf16Products, WidenedProductsRoundOnceAcrossBlocks) {
   at::manual_seed(1);
-  for (const auto& [m, k, n] : {std::tuple{600, 4096, 300}, std::tuple{2500, 512, 300}, std::tuple{5, 7, 3}}) {
+  for (const auto& [m, k, n] : {std::tuple{1100, 4096, 64}, std::tuple{64, 4096, 1100}, std::tuple{5, 7, 3}}) {
     SCOPED_TRACE(testing::Message() << m << " x " << k << " x " << n);
     const at::Tensor a = bf16_randn({m, k}), b = bf16_randn({k, n}), bias = bf16_randn({n});
     const at::Tensor ad = a.to(at::kDouble), bd = b.to(at::kDouble);
@@ -108,10 +108,10 @@ TEST(Bf16Products, WidenedProductsRoundOnceAcrossBlocks) {
   }
 }
 
-// A weight gradient's product, summed over blocks of the contraction (256 at 4096 rows).
+// A weight gradient's product, summed over blocks of the contraction (1024 at 4096 rows).
 TEST(Bf16Products, WidenedGradientsAddUnroundedAcrossBlocks) {
   at::manual_seed(2);
-  const at::Tensor a = bf16_randn({4096, 600}), b = bf16_randn({600, 8});
+  const at::Tensor a = bf16_randn({4096, 1100}), b = bf16_randn({1100, 8});
   const at::Tensor ad = a.to(at::kDouble), bd = b.to(at::kDouble);
   at::Tensor acc = at::ones({4096, 8}, at::kFloat);
   add_product(acc, a, b, Bf16Products::Widened, 0.5);
@@ -161,6 +161,28 @@ TEST(Bf16Products, WidenedAttentionRoundsOnlyItsResults) {
     }
     const AttentionForward partial = attention_forward(kernel, q, k, v, 0, AttentionOut::Wide);  // the ring's
     EXPECT_EQ(partial.out.scalar_type(), at::kFloat);
+  }
+}
+
+// Over blocks of (batch x head) rows (21 rows of 1024 x 64 at a time here, so 24 rows are two
+// blocks): the same bits as the float32 kernel on the whole widened operands, rounded once.
+TEST(Bf16Products, WidenedAttentionBlocksChangeNoBit) {
+  at::manual_seed(4);
+  const at::Tensor q = bf16_randn({2, 12, 1024, 64}), k = bf16_randn({2, 12, 1024, 64}), v = bf16_randn({2, 12, 1024, 64});
+  const at::Tensor dout = bf16_randn({2, 12, 1024, 64});
+  const auto f32 = [](const at::Tensor& t) { return t.to(at::kFloat); };
+  for (AttnKernel kind : {AttnKernel::Fused, AttnKernel::Tiled}) {
+    SCOPED_TRACE(name_of(kind));
+    const AttentionKernel whole{.kind = kind, .tile = 128}, blocked{.kind = kind, .tile = 128, .products = Bf16Products::Widened};
+    const AttentionForward want = attention_forward(whole, f32(q), f32(k), f32(v));
+    const AttentionForward got = attention_forward(blocked, q, k, v);
+    EXPECT_TRUE(at::equal(got.out, want.out.to(at::kBFloat16)));
+    EXPECT_TRUE(at::equal(got.lse, want.lse));
+    const AttentionGrads want_g = attention_backward(whole, f32(dout), f32(q), f32(k), f32(v), f32(got.out), got.lse);
+    const AttentionGrads got_g = attention_backward(blocked, dout, q, k, v, got.out, got.lse);
+    EXPECT_TRUE(at::equal(got_g.dq, want_g.dq.to(at::kBFloat16)));
+    EXPECT_TRUE(at::equal(got_g.dk, want_g.dk.to(at::kBFloat16)));
+    EXPECT_TRUE(at::equal(got_g.dv, want_g.dv.to(at::kBFloat16)));
   }
 }
 

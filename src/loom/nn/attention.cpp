@@ -215,8 +215,8 @@ namespace {
 
 // NOTE [bf16 products]: attention on the widened path is the float32 kernel over blocks of the
 // (batch x head) rows, each block's operands widened and its results rounded once to bfloat16
-// (the output kept float32 for a partial one), so its float32 copies stay a few MiB whatever the
-// sequence. Rows are independent: the blocks change no sum.
+// (the output kept float32 for a partial one), so its float32 copies stay within 16 MiB whatever
+// the sequence. Rows are independent: the blocks change no sum.
 struct Rows {
   at::Tensor t;  // [B x H, T, hd]
   explicit Rows(const at::Tensor& x) : t(x.reshape({-1, x.size(2), x.size(3)})) {}

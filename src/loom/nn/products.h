@@ -7,7 +7,7 @@
 //   instructions (avx512_bf16, amx_bf16) and libtorch's oneDNN may use them; elsewhere libtorch
 //   falls back to a scalar loop, some 1/85 of float32's speed on an AVX2-only CPU.
 // - widened: the operands are read in bfloat16, widened to float32 a block at a time (so the
-//   float32 copies stay a few MiB whatever the tensor), multiplied by the float32 GEMM and the
+//   float32 copies stay 16 MiB each whatever the tensor), multiplied by the float32 GEMM and the
 //   result rounded to bfloat16 once; a weight gradient's product is added in float32 to its
 //   float32 accumulator without being rounded at all. Attention runs its float32 kernel on
 //   widened queries, keys and values. Parameters, activations, messages and checkpoints stay
@@ -53,7 +53,7 @@ void set_products(const std::vector<Param*>& params, Bf16Products path);
 
 // Whether a product of operands like `t` widens on `path`: bfloat16 CPU tensors on "widened".
 bool widens(Bf16Products path, const at::Tensor& t);
-// How many rows of `row_elements` each a widened block holds: a few MiB of float32, at least one.
+// How many rows of `row_elements` each a widened block holds: 16 MiB of float32, at least one.
 int64_t widened_block_rows(int64_t row_elements);
 
 // a @ b for a [..., k] and a 2-d b [k, n], in a's type.
