@@ -68,10 +68,15 @@ TEST(Trainer, LossFallsOnTheSyntheticChain) {
   double last = 0;
   for (size_t i = r.size() - 5; i < r.size(); ++i) last += r[i].loss / 5;
   EXPECT_LT(last, first - 1.0) << "the chain's entropy is " << data::MarkovSource::entropy_nats();
+  // Each step's figures agree with one another (a positive rate or peak could not fail): the rate
+  // is the step's tokens over its time, and the peak holds at least the parameters, gradients and
+  // moments the step kept.
+  const double tokens_per_step = static_cast<double>(c.train.global_batch * c.model.seq_len);
   for (const auto& s : r) {
     EXPECT_TRUE(std::isfinite(s.grad_norm));
-    EXPECT_GT(s.tokens_per_s, 0);
-    EXPECT_GT(s.peak_bytes, 0);
+    EXPECT_NEAR(s.tokens_per_s, tokens_per_step / (s.step_ms / 1e3), 1e-9 * s.tokens_per_s);
+    EXPECT_GT(s.model_state_bytes, 0);
+    EXPECT_GE(s.peak_bytes, s.model_state_bytes);
   }
 }
 
@@ -210,9 +215,13 @@ TEST(Progress, TheEtaCountsThisProcessStepsToItsLastStep) {
   EXPECT_EQ(eta_text(10, 0, 49), "?");
   EXPECT_EQ(eta_text(7200, 1, 1), "2:00:00");
   EXPECT_EQ(eta_text(3599, 1, 1), "59:59");
+  // A clock of the test's own: 10 s pass between the start and the step's line, whatever the
+  // machine does meanwhile (the wall clock made the ETA depend on how long the test itself took).
   const auto line = [](int64_t first, int64_t last, int64_t step) {
     std::ostringstream out;
-    ProgressPrinter printer(&out, first, last, 150, "tok", std::chrono::steady_clock::now() - std::chrono::seconds(10));
+    std::chrono::steady_clock::time_point clock{};
+    ProgressPrinter printer(&out, first, last, 150, "tok", [&clock] { return clock; });
+    clock += std::chrono::seconds(10);
     StepRecord r;
     r.step = step;
     printer.print(r);

@@ -7,6 +7,7 @@
 #include <ostream>
 #include <string>
 #include <string_view>
+#include <utility>
 
 #include "loom/core/units.h"
 #include "loom/train/trainer.h"
@@ -21,8 +22,9 @@ std::string eta_text(double elapsed_s, int64_t done, int64_t left) {
 }
 
 ProgressPrinter::ProgressPrinter(std::ostream* out, int64_t first_step, int64_t last_step, int64_t total_steps,
-                                 const char* unit, std::chrono::steady_clock::time_point start)
-    : out_(out), first_step_(first_step), last_step_(last_step), total_steps_(total_steps), unit_(unit), start_(start) {}
+                                 const char* unit, Now now)
+    : out_(out), first_step_(first_step), last_step_(last_step), total_steps_(total_steps), unit_(unit),
+      now_(std::move(now)), start_(now_()) {}
 
 namespace {
 
@@ -41,7 +43,7 @@ std::string experts_text(const std::vector<ExpertLoad>& loads) {
 // The ETA is this process's pace over the steps it ran, times the steps it has left to run.
 void ProgressPrinter::print(const StepRecord& r) {
   if (out_ == nullptr) return;
-  const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  const double elapsed = std::chrono::duration<double>(now_() - start_).count();
   const std::string eta = eta_text(elapsed, r.step - first_step_, last_step_ - r.step);
   const int width = static_cast<int>(fmt::format("{}", total_steps_).size());
   // A validation pass's loss, and its perplexity where the loss is per token.
