@@ -28,7 +28,7 @@
 set -euo pipefail
 
 die() { echo "loom: error: $*" >&2; exit 2; }
-skip() { echo "skipped: $*" >&2; exit 77; }
+source "$(dirname -- "${BASH_SOURCE[0]}")/skip.sh"  # skip CAPABILITY REASON: exit 77, or 1 where LOOM_REQUIRE names it
 
 cluster=${LOOM_CLUSTER:-loom}
 [[ "$cluster" =~ ^[a-z0-9]{1,8}$ ]] || die "LOOM_CLUSTER = '$cluster'; hint: 1 to 8 of a-z and 0-9 (it names network links)"
@@ -124,20 +124,20 @@ up() {
     loss_in_10k=$(awk -v p="$loss" 'BEGIN { if (p ~ /^[0-9]+(\.[0-9]+)?$/ && p > 0 && p < 100) printf "%d", p * 100 + 0.5 }')
     [ -n "$loss_in_10k" ] && [ "$loss_in_10k" -ge 1 ] ||
       die "netns-cluster.sh up: --loss '$loss'; hint: a percentage above 0 and below 100, e.g. 5 or 0.5"
-    command -v nft >/dev/null || skip "nft is not installed (nftables), which --loss needs"
+    command -v nft >/dev/null || skip nftables "nft is not installed (nftables), which --loss needs"
   fi
   [[ "$hosts" =~ ^[0-9]+$ && "$hosts" -ge 1 && "$hosts" -le 200 ]] || die "netns-cluster.sh up: N = '$hosts' hosts; hint: 1 to 200"
   [[ "$slots" =~ ^[0-9]+$ && "$slots" -ge 1 ]] || die "netns-cluster.sh up: --slots '$slots' must be a positive count"
   local tool
   for tool in ip unshare mpirun; do
-    command -v "$tool" >/dev/null || skip "$tool is not installed (iproute2, util-linux, openmpi-bin)"
+    command -v "$tool" >/dev/null || skip netns "$tool is not installed (iproute2, util-linux, openmpi-bin)"
   done
   down
   local why
-  why=$(ip netns add "${cluster}-probe" 2>&1) || skip "network namespaces cannot be made here: $why (needs root)"
+  why=$(ip netns add "${cluster}-probe" 2>&1) || skip netns "network namespaces cannot be made here: $why (needs root)"
   ip netns del "${cluster}-probe"
   if [ -n "$delay_us" ]; then
-    [ -c /dev/net/tun ] || skip "/dev/net/tun is missing: --delay needs TAP devices"
+    [ -c /dev/net/tun ] || skip tap "/dev/net/tun is missing: --delay needs TAP devices"
     [ -x "$delay_line" ] ||
       die "netns-cluster.sh up: --delay needs $delay_line; hint: cmake --build build --target loom_delay_line, or set LOOM_DELAY_LINE"
   fi
@@ -165,7 +165,7 @@ up() {
         die "netns-cluster.sh: tc could not shape $ns's link to $rate"
     fi
     if [ -n "$loss_in_10k" ]; then
-      add_loss "$ns" "$loss_in_10k" || skip "nft could not make $ns's link lose $loss% (the kernel needs nf_tables with netdev and numgen)"
+      add_loss "$ns" "$loss_in_10k" || skip nftables "nft could not make $ns's link lose $loss% (the kernel needs nf_tables with netdev and numgen)"
     fi
     echo "$subnet.$i slots=$slots" >> "$dir/hostfile"
   done

@@ -7,6 +7,7 @@
 # the same for a Llama in PyTorch's reference Llama.
 # Export never writes over an input, and a damaged checkpoint is refused by verify with exit 2.
 set -euo pipefail
+source "$(dirname -- "${BASH_SOURCE[0]}")/../../scripts/skip.sh"
 loom=$1 src=$2
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT
@@ -67,7 +68,6 @@ rc=$?
 set -e
 [ "$rc" -eq 2 ] && grep -q 'rank-00000.safetensors: tensor .* fails its checksum' "$dir/err.txt"
 if [ -z "$torch_python" ]; then
-  echo "skipped: the exported weights in PyTorch's GPT (LOOM_TORCH is a LibTorch folder: no python3 with torch)"
-  exit 77
+  skip torch "the exported weights in PyTorch's GPT (LOOM_TORCH is a LibTorch folder: no python3 with torch)"
 fi
 echo "ok: ckpt inspect, verify and export"

@@ -18,11 +18,11 @@
 #  5. Bad input: one `loom: error:` line naming the key or file, exit 2, nothing written.
 # Needs PyTorch's interpreter (LOOM_TORCH_PYTHON); without one it reports itself skipped (77).
 set -euo pipefail
+source "$(dirname -- "${BASH_SOURCE[0]}")/../../scripts/skip.sh"
 loom=$1 src=$2
 py=${LOOM_TORCH_PYTHON:-}
 if [ -z "$py" ]; then
-  echo "skipped: no python3 with torch (LOOM_TORCH is a LibTorch folder)"
-  exit 77
+  skip torch "no python3 with torch (LOOM_TORCH is a LibTorch folder)"
 fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

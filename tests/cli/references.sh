@@ -11,13 +11,13 @@
 # Needs the PyTorch whose libtorch loom links (LOOM_TORCH_PYTHON); without one (a LibTorch folder)
 # it is reported skipped (exit 77).
 set -euo pipefail
+source "$(dirname -- "${BASH_SOURCE[0]}")/../../scripts/skip.sh"
 loom=$1 src=$2
 shift 2
 mpiexec=("$@")
 torch_python=${LOOM_TORCH_PYTHON:-}
 if [ -z "$torch_python" ]; then
-  echo "skipped: no python3 with torch (LOOM_TORCH is a LibTorch folder)"
-  exit 77
+  skip torch "no python3 with torch (LOOM_TORCH is a LibTorch folder)"
 fi
 dir=$(mktemp -d)
 trap 'rm -rf "$dir"' EXIT

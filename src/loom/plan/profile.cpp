@@ -19,9 +19,13 @@ constexpr std::array<std::string_view, 5> kCollectiveOps{"all_reduce", "all_gath
                                                          "send_recv"};
 constexpr const char* kHint = "hint: measure this machine again with `loom profile -c CONFIG --out FILE`";
 
+// model.bf16_products is not one: like the CPU, which a profile does not name either, it is how
+// this machine multiplies (NOTE [bf16 products]), and "auto" takes the same path on the machine
+// that measured.
 bool identity_key(const std::string& key) {
-  return key.starts_with("model.") || key == "train.micro_batch" || key == "parallel.tp" || key == "parallel.sp" ||
-         key == "parallel.tp_sequence" || key == "parallel.tp_overlap" || key == "parallel.sp_mode";
+  return (key.starts_with("model.") && key != "model.bf16_products") || key == "train.micro_batch" ||
+         key == "parallel.tp" || key == "parallel.sp" || key == "parallel.tp_sequence" || key == "parallel.tp_overlap" ||
+         key == "parallel.sp_mode";
 }
 
 // A measured duration or rate: positive and finite (a zero would divide, a negative is a broken file).
