@@ -6,9 +6,13 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <filesystem>
+
 #include "loom/core/error.h"
 #include "loom/data/byte_bpe.h"
+#include "loom/data/tokenizer.h"
 #include "unit/input_error.h"
+#include "unit/temp_dir.h"
 
 namespace loom::data {
 namespace {
@@ -108,6 +112,59 @@ TEST(ByteBpe, VocabAndMergesFilesReadAsTheirTokenizerJson) {
   const auto t = byte_bpe_from_json(byte_bpe_json(vocab.dump(), "#version: 0.2\na b\n", "dir"), "dir");
   EXPECT_THAT(t->encode("abc"), ElementsAre(256, 'c'));
   EXPECT_TRUE(is_tokenizer_json(byte_bpe_json(vocab.dump(), "", "dir")));
+}
+
+// A malformed tokenizer.json is refused naming the file: a vocabulary that is not an object, an id
+// written as text, no "model", an added token of the wrong type, and a file cut short.
+TEST(ByteBpe, RefusesMalformedTokenizerJsonNamingTheFile) {
+  const auto refusal = [](const nlohmann::json& j) {
+    return input_error([&] { byte_bpe_from_json(j.dump(), "gpt2/tokenizer.json"); });
+  };
+  nlohmann::json j = nlohmann::json::parse(tokenizer_json({}));
+  j["model"]["vocab"] = nlohmann::json::array({"a"});
+  EXPECT_THAT(refusal(j), HasSubstr("gpt2/tokenizer.json: model.vocab is not an object"));
+  j = nlohmann::json::parse(tokenizer_json({}));
+  j["model"]["vocab"]["a"] = "97";
+  EXPECT_THAT(refusal(j), HasSubstr("gpt2/tokenizer.json: the id of \"a\" is \"97\", not an id below"));
+  j = nlohmann::json::parse(tokenizer_json({}));
+  j.erase("model");
+  EXPECT_THAT(refusal(j), HasSubstr("gpt2/tokenizer.json: not a BPE tokenizer.json"));
+  EXPECT_THAT(refusal(nlohmann::json::parse(tokenizer_json({}, {{{"id", 300}, {"content", 5}}}))),
+              HasSubstr("gpt2/tokenizer.json: not a tokenizer.json loom reads"));
+  j = nlohmann::json::parse(tokenizer_json({}));  // a stray large id: refused, not a table of 2^23 pieces
+  j["model"]["vocab"]["a"] = int64_t{1} << 23;
+  EXPECT_THAT(refusal(j), HasSubstr("(ids are dense: under twice the"));
+  const loom::testing::TempDir dir("loom_byte_bpe_json_");
+  const std::string path = dir.file("tokenizer.json", tokenizer_json({}).substr(0, 100));
+  EXPECT_THAT(input_error([&] { load_tokenizer(path); }), HasSubstr(path + ": not JSON"));
+}
+
+// Malformed vocab.json and merges.txt in a model folder are refused naming the folder (and the
+// file, where it is one file's fault): vocab.json cut short, a vocabulary that is not an object, a
+// merge of three pieces, an id written as text, and merges.txt missing.
+TEST(ByteBpe, RefusesMalformedVocabAndMergesNamingTheFolder) {
+  const loom::testing::TempDir dir("loom_byte_bpe_gpt2_");
+  const std::string folder = std::filesystem::path(dir.path("vocab.json")).parent_path().string();
+  const nlohmann::json vocab = nlohmann::json::parse(tokenizer_json({{"a", "b"}}))["model"]["vocab"];
+  const auto refusal = [&](const std::string& vocab_json, const std::string& merges_txt) {
+    dir.file("vocab.json", vocab_json);
+    dir.file("merges.txt", merges_txt);
+    return input_error([&] { load_tokenizer(folder); });
+  };
+  const std::string text = vocab.dump();
+  EXPECT_THAT(refusal(text.substr(0, text.size() / 2), "a b\n"), HasSubstr(folder + "/vocab.json: not JSON"));
+  EXPECT_THAT(refusal("[1, 2]", "a b\n"), HasSubstr(folder + ": model.vocab is not an object"));
+  EXPECT_THAT(refusal(text, "#version: 0.2\na b c\n"), HasSubstr(folder + ": merge 0 is \"a b c\", not two pieces"));
+  // A merges.txt line that is not UTF-8 cannot go into the tokenizer.json text (a fuzz finding: the
+  // JSON library's own exception escaped).
+  EXPECT_THAT(refusal(text, "a b\n\xff\xfe c\n"), HasSubstr(folder + "/merges.txt: a line is not UTF-8 text"));
+  nlohmann::json wrong = vocab;
+  wrong["a"] = "97";
+  EXPECT_THAT(refusal(wrong.dump(), "a b\n"), HasSubstr(folder + ": the id of \"a\" is \"97\""));
+  std::filesystem::remove(dir.path("merges.txt"));
+  EXPECT_THAT(input_error([&] { load_tokenizer(folder); }),
+              HasSubstr("tokenizer model " + folder + " is a folder with no tokenizer.model, tokenizer.json, or "
+                        "vocab.json and merges.txt"));
 }
 
 }  // namespace

@@ -1,5 +1,9 @@
-// The checkpoint format's pieces alone: boxes, the tensor file, the manifest, the directory.
+// The checkpoint format's pieces alone: boxes, the tensor file, the manifest, the directory; and
+// the two files of a Hugging Face model folder that name its model and its shards (config.json,
+// model.safetensors.index.json), as `loom ckpt import --from hf` reads them.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
 
 #include <filesystem>
 #include <fstream>
@@ -9,6 +13,9 @@
 #include "loom/ckpt/manifest.h"
 #include "loom/ckpt/tensor_file.h"
 #include "loom/core/error.h"
+#include "loom/hf/hf_config.h"
+#include "loom/hf/hf_folder.h"
+#include "unit/input_error.h"
 
 namespace loom::ckpt {
 namespace {
@@ -226,6 +233,81 @@ TEST(CheckpointDir, OutputsStayOutsideCheckpoints) {
   EXPECT_TRUE(refused(missing, missing));              // the output would take its name
   EXPECT_NO_THROW(check_outside_checkpoints({{(dir / "t.json").string(), "--trace"}}, ck));
   EXPECT_NO_THROW(check_outside_checkpoints({{(dir / "ck-t.json").string(), "--trace"}}, ck));
+  fs::remove_all(dir);
+}
+
+// A Llama's config.json as export writes it, for the import tests to break one key at a time.
+nlohmann::json tiny_llama_config() {
+  ModelConfig m;
+  m.kind = "llama";
+  m.vocab = 32, m.d_model = 64, m.n_layers = 2, m.n_heads = 4, m.n_kv_heads = 2, m.ffn_multiple_of = 16;
+  return hf::write_hf_config(m, "float32", 128);
+}
+
+// A malformed config.json is refused naming the file and the key: a size written as text, a
+// required key missing, a nested value of the wrong type, and a file cut short.
+TEST(HfConfig, RefusesMalformedConfigNamingTheFileAndTheKey) {
+  using ::testing::HasSubstr;
+  using loom::testing::input_error;
+  const nlohmann::json good = tiny_llama_config();
+  const hf::HfModel base = hf::read_hf_config(good, "llama/config.json");  // each case breaks one key of it
+  ASSERT_TRUE(base.arch == hf::Arch::Llama && base.model.d_model == 64 && base.model.ffn_multiple_of == 16);
+  nlohmann::json j = good;
+  j["hidden_size"] = "64";
+  EXPECT_THAT(input_error([&] { hf::read_hf_config(j, "llama/config.json"); }),
+              HasSubstr("llama/config.json: \"hidden_size\" is \"64\", not a positive integer"));
+  j = good;
+  j["hidden_size"] = int64_t{1} << 62;  // 2 x 4 x it would overflow the SwiGLU width's arithmetic
+  j["num_attention_heads"] = 1, j["num_key_value_heads"] = 1;
+  j.erase("head_dim");
+  EXPECT_THAT(input_error([&] { hf::read_hf_config(j, "llama/config.json"); }),
+              HasSubstr("llama/config.json: \"hidden_size\" 4611686018427387904 or \"intermediate_size\""));
+  j = good;
+  j.erase("num_hidden_layers");
+  EXPECT_THAT(input_error([&] { hf::read_hf_config(j, "llama/config.json"); }),
+              HasSubstr("llama/config.json: the key \"num_hidden_layers\" is missing"));
+  j = good;
+  j["rope_parameters"] = {{"rope_type", "default"}, {"rope_theta", "big"}};
+  EXPECT_THAT(input_error([&] { hf::read_hf_config(j, "llama/config.json"); }),
+              HasSubstr("llama/config.json: rope_parameters.rope_theta is \"big\", not a number"));
+  const fs::path dir = fresh_dir("hf-config");
+  std::ofstream(dir / "config.json") << good.dump(2).substr(0, 40);
+  EXPECT_THAT(input_error([&] { hf::HfFolder{dir.string()}; }),
+              HasSubstr((dir / "config.json").string() + ": not JSON"));
+  fs::remove_all(dir);
+}
+
+// A malformed model.safetensors.index.json is refused naming it: cut short, a weight_map that is
+// not an object, a file name that is not text, a tensor its shard lacks, a shard that is missing.
+TEST(HfFolder, RefusesAMalformedIndexNamingIt) {
+  using ::testing::HasSubstr;
+  using loom::testing::input_error;
+  const fs::path dir = fresh_dir("hf-index");
+  std::ofstream(dir / "config.json") << tiny_llama_config().dump(2);
+  write_tensor_file((dir / "model-00001-of-00001.safetensors").string(),
+                    {{"lm_head.weight", at::zeros({2}, at::kFloat)}});
+  const std::string index = (dir / "model.safetensors.index.json").string();
+  const auto refusal = [&](const std::string& text) {
+    std::ofstream(index, std::ios::trunc) << text;
+    return input_error([&] { hf::HfFolder{dir.string()}; });
+  };
+  EXPECT_THAT(refusal(R"({"weight_map": {"lm_head.weight": "model-00001-of-)"), HasSubstr(index + ": not JSON"));
+  EXPECT_THAT(refusal(R"({"weight_map": ["lm_head.weight"]})"), HasSubstr(index + ": no \"weight_map\" object"));
+  EXPECT_THAT(refusal(R"({"weight_map": {"lm_head.weight": 1}})"),
+              HasSubstr(index + ": \"lm_head.weight\" maps to 1, not a file name"));
+  EXPECT_THAT(refusal(R"({"weight_map": {"model.norm.weight": "model-00001-of-00001.safetensors"}})"),
+              HasSubstr(index + ": names tensor model.norm.weight in model-00001-of-00001.safetensors, which does "
+                                "not hold it"));
+  EXPECT_THAT(refusal(R"({"weight_map": {"lm_head.weight": "model-00002-of-00002.safetensors"}})"),
+              HasSubstr(dir.string() + ": the index names model-00002-of-00002.safetensors, which is missing"));
+  // A name with a path in it is refused before any file is opened (a fuzz finding: "../x" was opened).
+  EXPECT_THAT(refusal(R"({"weight_map": {"lm_head.weight": "../model-00001-of-00001.safetensors"}})"),
+              HasSubstr(index + ": \"lm_head.weight\" maps to \"../model-00001-of-00001.safetensors\", not the name of a "
+                                "file in the folder"));
+  EXPECT_THAT(refusal(R"({"weight_map": {"lm_head.weight": "model-00001-of-00001.safetensors\u0000x"}})"),
+              HasSubstr("not the name of a file in the folder"));
+  std::ofstream(index, std::ios::trunc) << R"({"weight_map": {"lm_head.weight": "model-00001-of-00001.safetensors"}})";
+  EXPECT_TRUE(hf::HfFolder(dir.string()).has("lm_head.weight"));  // the same folder, its index fixed
   fs::remove_all(dir);
 }
 

@@ -1,5 +1,6 @@
 // Generation (issue 18): decoding with a key/value cache against the full causal forward, the
-// samplers, and a checkpoint read back into a serial model.
+// samplers, a checkpoint read back into a serial model, and the `--choices` files refused.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -8,7 +9,9 @@
 #include "loom/ckpt/box.h"
 #include "loom/ckpt/checkpointer.h"
 #include "loom/core/config.h"
+#include "loom/data/tokenizer.h"
 #include "loom/dist/null_communicator.h"
+#include "loom/generate/choices.h"
 #include "loom/generate/decoder.h"
 #include "loom/generate/load_model.h"
 #include "loom/generate/sampling.h"
@@ -16,6 +19,7 @@
 #include "loom/nn/precision.h"
 #include "tiny_configs.h"
 #include "unit/input_error.h"
+#include "unit/temp_dir.h"
 
 namespace loom {
 namespace {
@@ -253,6 +257,31 @@ TEST(GenerateLoad, ACheckpointLoadsIntoASerialModel) {
   EXPECT_NE(input_error([&] { generate::run_tokenizer(loaded.config, ""); }).find("--tokenizer"), std::string::npos);
   fs::remove_all(dir);
   EXPECT_NE(input_error([&] { generate::load_model(dir.string()); }).find(dir.string()), std::string::npos);
+}
+
+// A --choices file is read and checked whole before anything is scored, so a model that was never
+// loaded serves: each malformed line is refused naming FILE:LINE and what is wrong with it (cut
+// short, an answer written as text, no "choices", an answer past the choices, a choice not a text).
+TEST(GenerateChoices, RefusesMalformedLinesNamingTheFileAndLine) {
+  using ::testing::HasSubstr;
+  const loom::testing::TempDir dir("loom_choices_");
+  generate::LoadedModel model;
+  const std::unique_ptr<data::Tokenizer> bytes = data::byte_tokenizer();
+  const std::string path = dir.path("q.jsonl");
+  const auto refusal = [&](const std::string& text) {
+    dir.file("q.jsonl", text);
+    return input_error([&] { generate::score_choices(model, *bytes, path); });
+  };
+  const std::string good = R"({"context": "2 + 2 =", "choices": [" 4", " 5"], "answer": 0})" "\n";
+  EXPECT_THAT(refusal(good + R"({"context": "x", "choices": [" a")"),
+              HasSubstr(path + ":2: not an object of \"context\""));
+  EXPECT_THAT(refusal(R"({"context": "x", "choices": [" a", " b"], "answer": "1"})"),
+              HasSubstr(path + ":1: not an object"));
+  EXPECT_THAT(refusal(good + "\n" + R"({"context": "x", "answer": 0})"), HasSubstr(path + ":3: not an object"));
+  EXPECT_THAT(refusal(R"({"context": "x", "choices": [" a", " b"], "answer": 2})"),
+              HasSubstr(path + ":1: \"answer\" 2 is not the index of one of its 2 choices"));
+  EXPECT_THAT(refusal(good + R"({"context": "x", "choices": [" a", 7], "answer": 0})"),
+              HasSubstr(path + ":2: a choice is 7, not a text"));
 }
 
 }  // namespace

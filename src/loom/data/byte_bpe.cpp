@@ -136,9 +136,15 @@ ByteBpe::ByteBpe(const nlohmann::json& j, const std::string& name) : name_(name)
                    "which loom's byte-level BPE does not do", name);
   for (int b = 0; b < 256; ++b) bytes_[chars_[b]] = static_cast<unsigned char>(b);
   const nlohmann::json& m = j.at("model");
+  // Ids are dense: below twice the pieces named (and 256), so a stray large id cannot make the table
+  // of pieces allocate for ids nobody names.
+  const int64_t named = static_cast<int64_t>(m.value("vocab", nlohmann::json::object()).size() +
+                                             j.value("added_tokens", nlohmann::json::array()).size());
+  const int64_t id_bound = std::min(kMaxIds, 2 * named + 256);
   auto add = [&](const std::string& piece, const nlohmann::json& id, bool added) {
-    LOOM_CHECK_INPUT(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < kMaxIds,
-                     "{}: the id of \"{}\" is {}, not an id below {}", name, piece, id.dump(), kMaxIds);
+    LOOM_CHECK_INPUT(id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() < id_bound,
+                     "{}: the id of \"{}\" is {}, not an id below {} (ids are dense: under twice the {} pieces "
+                     "named, and under {})", name, piece, id.dump(), id_bound, named, kMaxIds);
     const auto k = static_cast<size_t>(id.get<int64_t>());
     if (k >= pieces_.size()) pieces_.resize(k + 1), added_.resize(k + 1);
     pieces_[k] = piece, added_[k] = added;
@@ -296,13 +302,19 @@ std::string byte_bpe_json(const std::string& vocab_json, const std::string& merg
   // Every field the Hugging Face library needs to load it, as GPT-2's own tokenizer.json has them.
   const nlohmann::json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true},
                                      {"use_regex", true}};
-  return nlohmann::json{{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
-                        {"added_tokens", nlohmann::json::array()}, {"normalizer", nullptr},
-                        {"pre_tokenizer", byte_level}, {"post_processor", byte_level}, {"decoder", byte_level},
-                        {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
-                                   {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
-                                   {"byte_fallback", false}, {"vocab", vocab}, {"merges", merges}}}}
-      .dump();
+  const nlohmann::json json{{"version", "1.0"}, {"truncation", nullptr}, {"padding", nullptr},
+                            {"added_tokens", nlohmann::json::array()}, {"normalizer", nullptr},
+                            {"pre_tokenizer", byte_level}, {"post_processor", byte_level}, {"decoder", byte_level},
+                            {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr},
+                                       {"continuing_subword_prefix", ""}, {"end_of_word_suffix", ""}, {"fuse_unk", false},
+                                       {"byte_fallback", false}, {"vocab", vocab}, {"merges", merges}}}};
+  try {
+    return json.dump();
+  } catch (const nlohmann::json::type_error&) {  // a merges.txt line that is not UTF-8 (JSON text must be)
+    LOOM_CHECK_INPUT(false, "{}/merges.txt: a line is not UTF-8 text; hint: GPT-2's merges.txt is UTF-8, one merge "
+                     "\"a b\" a line", name);
+  }
+  return {};
 }
 
 }  // namespace loom::data

@@ -101,6 +101,9 @@ void check_eps(const Keys& keys, const char* key, double fallback) {
 // ffn_mult and ffn_multiple_of whose SwiGLU width is `hidden`: Llama's own rounding (ffn_mult 4,
 // a power of two multiple) where it gives that width, else the width as its own multiple.
 std::pair<int64_t, int64_t> swiglu_keys(int64_t d_model, int64_t hidden, const Keys& keys) {
+  constexpr int64_t kWidest = int64_t{1} << 40;  // far past any model, and 16 x it still fits an int64
+  LOOM_CHECK_INPUT(d_model <= kWidest && hidden <= kWidest, "{}: \"hidden_size\" {} or \"intermediate_size\" {} is "
+                   "over 2^40, wider than any model loom can hold", keys.path(), d_model, hidden);
   for (int64_t multiple = 1024; multiple >= 1; multiple /= 2)
     if (nn::swiglu_hidden(d_model, 4, multiple) == hidden) return {4, multiple};
   for (int64_t mult = 1; mult <= 8; ++mult)

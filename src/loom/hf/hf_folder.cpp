@@ -47,7 +47,12 @@ HfFolder::HfFolder(std::string dir) : dir_(std::move(dir)) {
     std::map<std::string, std::string> named;
     for (const auto& [key, file] : j.at("weight_map").items()) {
       LOOM_CHECK_INPUT(file.is_string(), "{}: \"{}\" maps to {}, not a file name", index.string(), key, file.dump());
-      named[key] = file.get<std::string>();
+      const std::string name = file.get<std::string>();
+      // A file of the folder itself, checked before anything is opened: no path, no NUL.
+      LOOM_CHECK_INPUT(!name.empty() && name != "." && name != ".." && name.find_first_of(std::string("/\0", 2)) ==
+                       std::string::npos, "{}: \"{}\" maps to {}, not the name of a file in the folder", index.string(),
+                       key, file.dump());
+      named[key] = name;
     }
     std::set<std::string> files;
     for (const auto& [key, file] : named) files.insert(file);
