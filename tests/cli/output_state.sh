@@ -12,6 +12,12 @@
 # .NAME.loom-partial (NOTE [Output files]). Equal states before and after a refused run mean that
 # nothing was created, changed or left half-written. A checkpoint.dir set inside a -c file is not
 # seen.
+#
+# unchanged_state: the same, entry by entry (tree_state), for every folder EXPECT_UNCHANGED names
+# (one, or several with ':' between them). A test names the real folder of its own that its refused
+# outputs would land in, so that whatever is made, changed, removed or left there shows, under any
+# name: also what output_state cannot see, in a directory given as an output or a directory made
+# for a missing one. Each must be a directory (not a link to one), or the check would see nothing.
 
 # file_state PATH: the state of one path that loom writes as a file.
 file_state() {
@@ -79,5 +85,18 @@ output_state() {
       --set=checkpoint.dir=*) tree_state "$(unquoted "${a#--set=checkpoint.dir=}")" ;;
     esac
     prev=$a
+  done
+}
+
+unchanged_state() {
+  local dirs dir
+  [ -n "${EXPECT_UNCHANGED:-}" ] || return 0
+  IFS=: read -ra dirs <<< "$EXPECT_UNCHANGED"
+  for dir in "${dirs[@]}"; do
+    if [ ! -d "$dir" ] || [ -L "$dir" ]; then
+      echo "EXPECT_UNCHANGED = '$EXPECT_UNCHANGED': '$dir' is not a directory, so nothing in it could be seen"
+      return 1
+    fi
+    tree_state "$dir"
   done
 }
