@@ -311,6 +311,7 @@ TEST(Config, DocsListEveryOptionName) {
   };
   expect_all("dtype", OptionNames<DType>::names);
   expect_all("attn_kernel", OptionNames<AttnKernel>::names);
+  expect_all("bf16_products", OptionNames<Bf16Products>::names);
   expect_all("sp_mode", OptionNames<SpMode>::names);
   expect_all("recompute", OptionNames<Recompute>::names);
   expect_all("sparse", OptionNames<SparseMode>::names);
