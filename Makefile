@@ -45,7 +45,7 @@ bench: build
 # AddressSanitizer directory (loom's folder libraries carry the coverage calls libFuzzer is guided
 # by; NOTE [Coverage without clang] in tests/fuzz/coverage.cpp), so `make test-asan` and `make fuzz`
 # share one instrumented build. `make fuzz FUZZ_SECONDS=N` runs each target N seconds on a copy of
-# its seed corpus; `make fuzz-ci` runs each for 20 s.
+# its seed corpus, JOBS targets at a time; `make fuzz-ci` runs each for 20 s.
 ASAN_BUILD ?= build-asan
 TSAN_BUILD ?= build-tsan
 FUZZ_SECONDS ?= 60
@@ -73,10 +73,10 @@ fuzz-build: deps $(ASAN_BUILD)/CMakeCache.txt
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target loom_fuzz_all
 
 fuzz: fuzz-build
-	@tests/fuzz/run.sh $(ASAN_BUILD) $(FUZZ_SECONDS)
+	@FUZZ_JOBS=$(JOBS) tests/fuzz/run.sh $(ASAN_BUILD) $(FUZZ_SECONDS)
 
 fuzz-ci: fuzz-build
-	@tests/fuzz/run.sh $(ASAN_BUILD) 20
+	@FUZZ_JOBS=$(JOBS) tests/fuzz/run.sh $(ASAN_BUILD) 20
 
 clean:
 	@rm -rf $(BUILD) $(ASAN_BUILD) $(TSAN_BUILD)
