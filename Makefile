@@ -11,8 +11,12 @@ all: build
 deps:
 	@scripts/install-deps.sh
 
+# Ninja: a target's sources compile while the libraries it links are still being built (make's
+# generator waits for them), which keeps both cores busy through the folders' chain.
+GENERATOR ?= Ninja
+
 $(BUILD)/CMakeCache.txt: | deps
-	@cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release >/dev/null
+	@cmake -S . -B $(BUILD) -G "$(GENERATOR)" -DCMAKE_BUILD_TYPE=Release >/dev/null
 
 configure: deps $(BUILD)/CMakeCache.txt
 
@@ -56,10 +60,10 @@ ASAN_TARGETS = loom_unit_tests loom_schedule_tests loom_plan_tests loom_dist_tes
 TSAN_TARGETS = loom_dist_tests loom_cli
 
 $(ASAN_BUILD)/CMakeCache.txt: | deps
-	@cmake -S . -B $(ASAN_BUILD) $(SANITIZE_CMAKE) -DLOOM_SANITIZE=address -DLOOM_FUZZ=ON >/dev/null
+	@cmake -S . -B $(ASAN_BUILD) -G "$(GENERATOR)" $(SANITIZE_CMAKE) -DLOOM_SANITIZE=address -DLOOM_FUZZ=ON >/dev/null
 
 $(TSAN_BUILD)/CMakeCache.txt: | deps
-	@cmake -S . -B $(TSAN_BUILD) $(SANITIZE_CMAKE) -DLOOM_SANITIZE=thread >/dev/null
+	@cmake -S . -B $(TSAN_BUILD) -G "$(GENERATOR)" $(SANITIZE_CMAKE) -DLOOM_SANITIZE=thread >/dev/null
 
 test-asan: deps $(ASAN_BUILD)/CMakeCache.txt
 	@cmake --build $(ASAN_BUILD) -j $(JOBS) --target $(ASAN_TARGETS)

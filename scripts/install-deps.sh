@@ -29,7 +29,7 @@ if [ -n "${LOOM_TORCH:-}" ]; then
 fi
 
 packages=(
-  build-essential cmake make pkg-config ccache
+  build-essential cmake make ninja-build pkg-config ccache
   libopenmpi-dev openmpi-bin
   libtomlplusplus-dev nlohmann-json3-dev libcli11-dev libxxhash-dev
   libgtest-dev libgmock-dev libbenchmark-dev

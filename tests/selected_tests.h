@@ -8,7 +8,7 @@
 namespace loom::test {
 
 inline bool selected_no_test(const char* program) {
-  if (testing::UnitTest::GetInstance()->test_to_run_count() > 0) return false;
+  if (::testing::UnitTest::GetInstance()->test_to_run_count() > 0) return false;
   std::fprintf(stderr, "%s: --gtest_filter='%s' selects no test\n", program, GTEST_FLAG_GET(filter).c_str());
   return true;
 }

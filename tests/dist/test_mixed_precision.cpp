@@ -41,12 +41,12 @@ void expect_close_losses(const TrainedRun& got, const TrainedRun& want) {
   EXPECT_LT(want.records.back().loss, want.records.front().loss) << "the serial bfloat16 run learns";
 }
 
-struct Layout {
+struct PrecisionLayout {
   std::string name;
   std::function<void(Config&, int)> apply;  // sets the layout for a world of n ranks
 };
 
-using LayoutCase = std::tuple<std::string, Layout, std::string>;  // kind, layout, model.bf16_products
+using LayoutCase = std::tuple<std::string, PrecisionLayout, std::string>;  // kind, layout, model.bf16_products
 
 std::string layout_name(const ::testing::TestParamInfo<LayoutCase>& info) {
   return std::get<0>(info.param) + "_" + std::get<1>(info.param).name + "_" + std::get<2>(info.param);
@@ -65,7 +65,7 @@ TEST_P(MixedPrecisionLayouts, LossesMatchTheSerialBfloat16Run) {
   expect_close_losses(train_run(c, world()), run_serial(c));
 }
 
-const Layout kLayouts[] = {
+const PrecisionLayout kLayouts[] = {
     {"dp", [](Config& c, int n) { c.parallel.dp = n; }},
     {"dp_zero", [](Config& c, int n) { c.parallel.dp = n, c.parallel.zero = 1; }},
     {"dp_bf16_grads", [](Config& c, int n) { c.parallel.dp = n, c.parallel.grad_dtype = "bfloat16"; }},

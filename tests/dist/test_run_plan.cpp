@@ -49,14 +49,14 @@ void with_experts(Config& c) {
   c.model.moe_experts = 4, c.model.moe_top_k = 2, c.model.moe_every = 2;
 }
 
-struct Layout {
+struct PlanLayout {
   std::string name;
   int ranks;
   std::function<void(Config&)> set;
   double tolerance = kTolerance;
 };
 
-std::vector<Layout> layouts() {
+std::vector<PlanLayout> layouts() {
   return {
       {"serial", 1, [](Config&) {}},
       {"dp2", 2, [](Config& c) { c.parallel.dp = 2; }},
@@ -103,10 +103,10 @@ std::vector<Layout> layouts() {
   };
 }
 
-class PlanMemory : public ::testing::TestWithParam<Layout> {};
+class PlanMemory : public ::testing::TestWithParam<PlanLayout> {};
 
 TEST_P(PlanMemory, EstimatePerStageIsWithinToleranceOfTheMeasuredPeak) {
-  const Layout& layout = GetParam();
+  const PlanLayout& layout = GetParam();
   if (world().size() != layout.ranks) GTEST_SKIP() << "runs at " << layout.ranks << " ranks";
   Config c = tiny();
   layout.set(c);

@@ -90,7 +90,7 @@ double scaled_error(const at::Tensor& got, const at::Tensor& want, const at::Ten
 TEST(Bf16Products, WidenedProductsRoundOnceAcrossBlocks) {
   at::manual_seed(1);
   for (const auto& [m, k, n] : {std::tuple{1100, 4096, 64}, std::tuple{64, 4096, 1100}, std::tuple{5, 7, 3}}) {
-    SCOPED_TRACE(testing::Message() << m << " x " << k << " x " << n);
+    SCOPED_TRACE(::testing::Message() << m << " x " << k << " x " << n);
     const at::Tensor a = bf16_randn({m, k}), b = bf16_randn({k, n}), bias = bf16_randn({n});
     const at::Tensor ad = a.to(at::kDouble), bd = b.to(at::kDouble);
     const at::Tensor scale = at::mm(ad.abs(), bd.abs());

@@ -54,10 +54,7 @@ std::string ids_bytes(const std::vector<uint32_t>& ids, int width) {
   return out;
 }
 
-std::string contents(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using loom::testing::contents;
 
 // A write that keeps the size: only the modification time tells (set a second ahead, as a
 // rewrite within the file system's timestamp tick would otherwise look unchanged).

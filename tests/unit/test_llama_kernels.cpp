@@ -13,7 +13,9 @@
 #include "loom/nn/swiglu.h"
 #include "unit/layer_check.h"
 
-namespace loom::test {
+// A namespace of the file's own: its shape constants share names with test_layers.cpp's, and a
+// unity build compiles both in one translation unit.
+namespace loom::test::llama_kernels {
 namespace {
 
 constexpr int64_t kBatch = 2, kSeq = 16, kModel = 24, kHeads = 6, kKvHeads = 2, kHeadDim = 8, kTile = 4;
@@ -227,4 +229,4 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, LlamaKernels, ::testing::Values(at::kDouble, at
                          [](const auto& info) { return std::string(c10::toString(info.param)); });
 
 }  // namespace
-}  // namespace loom::test
+}  // namespace loom::test::llama_kernels

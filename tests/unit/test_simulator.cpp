@@ -10,7 +10,6 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <regex>
@@ -21,6 +20,7 @@
 #include "loom/plan/mfu.h"
 #include "loom/plan/planner.h"
 #include "loom/plan/run_plan.h"
+#include "unit/temp_dir.h"
 
 namespace loom::plan {
 namespace {
@@ -522,8 +522,7 @@ TEST(PublishedRuns, NarayananTable1WithinFifteenPercent) {
   EXPECT_EQ(cluster.memory_efficiency, 0.9) << "an assumed share changed: was it fitted to this table?";
   int rows = 0;
   for (const auto& entry : std::filesystem::directory_iterator(std::string(source) + "/configs/published")) {
-    std::ifstream in(entry.path());
-    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string text = loom::testing::contents(entry.path().string());
     std::smatch published, gpus;
     ASSERT_TRUE(std::regex_search(text, published, std::regex(R"(published_tflops = (\d+))"))) << entry.path();
     ASSERT_TRUE(std::regex_search(text, gpus, std::regex(R"(on (\d+) A100)"))) << entry.path();

@@ -28,10 +28,7 @@ using loom::testing::input_error;
 
 using loom::testing::TempDir;
 
-std::string contents(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using loom::testing::contents;
 
 // `paragraphs` paragraphs of made-up words (syllables drawn by a fixed generator) and numbers: a
 // text with enough distinct subwords for a few hundred pieces.

@@ -9,7 +9,7 @@
 
 namespace loom::blocks {
 namespace {
-struct State : PreNormState {
+struct AttentionState : PreNormState {
   std::vector<parallel::AttentionSaved> cores;  // the attention core's, per tp_overlap piece
                                                 // (freed after backward_input)
   at::Tensor merged;           // [B, T, D / tp]: the attention output, proj's input
@@ -50,7 +50,7 @@ AttentionBlock::AttentionBlock(const std::string& prefix, const AttentionShape& 
   }
 }
 
-PreNormState& AttentionBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<State>(); }
+PreNormState& AttentionBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<AttentionState>(); }
 
 const nn::RotaryTable* AttentionBlock::rotary(int64_t tokens, const at::TensorOptions& options) {
   if (shape_.rope_theta <= 0) return nullptr;
@@ -86,7 +86,7 @@ at::Tensor AttentionBlock::merge_heads(const at::Tensor& out) const {
 }
 
 at::Tensor AttentionBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreNormState& state) {
-  auto& s = static_cast<State&>(state);
+  auto& s = static_cast<AttentionState&>(state);
   s.cores.resize(piece.count);
   const Heads heads = split_heads(h, rotary(h.size(1), rotary_options(h)));
   const at::Tensor merged = merge_heads(core_->forward(heads.q, heads.k, heads.v, s.cores[piece.index]));
@@ -133,7 +133,7 @@ at::Tensor AttentionBlock::projections_backward(const parallel::AttentionInputGr
 }
 
 at::Tensor AttentionBlock::backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& state) {
-  auto& s = static_cast<State&>(state);
+  auto& s = static_cast<AttentionState&>(state);
   const int64_t rows = dy.size(0), seq = dy.size(1), hd = head_dim_;
   const nn::RotaryTable* table = rotary(seq, rotary_options(dy));
   const at::Tensor dout = proj.backward_input(dy).view({rows, seq, local_heads_, hd}).transpose(1, 2).contiguous();
@@ -142,10 +142,10 @@ at::Tensor AttentionBlock::backward_piece(const at::Tensor& dy, const Piece& pie
   return projections_backward(g, table, rows, seq, piece, s.dx);
 }
 
-void AttentionBlock::finish_backward(PreNormState& state) const { static_cast<State&>(state).cores.clear(); }
+void AttentionBlock::finish_backward(PreNormState& state) const { static_cast<AttentionState&>(state).cores.clear(); }
 
 void AttentionBlock::weight_gradients(PreNormState& state) {
-  auto& s = static_cast<State&>(state);
+  auto& s = static_cast<AttentionState&>(state);
   proj.backward_weight(s.merged, s.dy);
   if (qkv) {
     qkv->backward_weight(s.h, s.dx[0]);

@@ -9,7 +9,7 @@
 
 namespace loom::blocks {
 namespace {
-struct State : nn::SavedState {
+struct EmbeddingState : nn::SavedState {
   at::Tensor tokens, dy;  // dy of every token
   at::Tensor dy_local;    // dy of this rank's tokens (tp_sequence)
   at::Tensor mine;  // [batch * seq] bool: ids in this rank's rows (tp > 1)
@@ -73,7 +73,7 @@ void TokenPositionEmbedding::pull_rows(const std::vector<nn::MicroBatch>& microb
 
 at::Tensor TokenPositionEmbedding::forward(const at::Tensor& tokens, const nn::MicroBatch&, nn::Saved& saved) {
   const int64_t batch = tokens.size(0), seq = tokens.size(1);
-  auto& s = saved.emplace<State>();
+  auto& s = saved.emplace<EmbeddingState>();
   s.tokens = tokens;
   at::Tensor ids = tokens.reshape({-1});
   at::Tensor rows;
@@ -109,14 +109,14 @@ at::Tensor TokenPositionEmbedding::decode(const at::Tensor& tokens, int64_t posi
 }
 
 at::Tensor TokenPositionEmbedding::backward_input(const at::Tensor& dy, nn::Saved& saved) {
-  auto& s = saved.get<State>();
+  auto& s = saved.get<EmbeddingState>();
   s.dy_local = dy;
   s.dy = sequence_ ? parallel::gather_sequence(tp_, dy) : dy;
   return {};
 }
 
 void TokenPositionEmbedding::backward_weight(nn::Saved& saved) {
-  auto& s = saved.get<State>();
+  auto& s = saved.get<EmbeddingState>();
   const at::Tensor dy = s.dy.reshape({-1, d_model_});
   if (token_table.sparse != nullptr) {
     token_table.sparse->accumulate(local_rows(s.tokens.reshape({-1})), nn::widen(dy));  // master rows

@@ -4,7 +4,7 @@
 
 namespace loom::blocks {
 namespace {
-struct State : nn::SavedState {
+struct FinalNormState : nn::SavedState {
   NormState norm;
   void for_each_tensor(const nn::TensorVisitor& visit) override { norm.for_each_tensor(visit); }
 };
@@ -14,7 +14,7 @@ FinalNorm::FinalNorm(int64_t d_model, int64_t sequence_shards, NormKind kind)
     : norm(kind, "final_norm", d_model, sequence_shards > 1), shards_(sequence_shards) {}
 
 at::Tensor FinalNorm::forward(const at::Tensor& x, const nn::MicroBatch&, nn::Saved& saved) {
-  return norm.forward(x, saved.emplace<State>().norm);
+  return norm.forward(x, saved.emplace<FinalNormState>().norm);
 }
 
 at::Tensor FinalNorm::decode(const at::Tensor& x, int64_t, nn::DecodeCache&) {
@@ -24,11 +24,11 @@ at::Tensor FinalNorm::decode(const at::Tensor& x, int64_t, nn::DecodeCache&) {
 }
 
 at::Tensor FinalNorm::backward_input(const at::Tensor& dy, nn::Saved& saved) {
-  return norm.backward(dy, saved.get<State>().norm);
+  return norm.backward(dy, saved.get<FinalNormState>().norm);
 }
 
 void FinalNorm::backward_weight(nn::Saved& saved) {
-  norm.accumulate(saved.get<State>().norm);
+  norm.accumulate(saved.get<FinalNormState>().norm);
   saved.clear();
 }
 

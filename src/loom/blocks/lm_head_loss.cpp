@@ -11,7 +11,7 @@
 
 namespace loom::blocks {
 namespace {
-struct State : nn::SavedState {
+struct LossHeadState : nn::SavedState {
   at::Tensor x;        // [rows, d_model], every token
   std::vector<int64_t> shape;  // [batch, seq, d_model] of every token
   at::Tensor dlogits;  // [rows, vocab]: softmax - onehot, without the loss scale
@@ -96,7 +96,7 @@ at::Tensor LmHeadLoss::distributed_forward(const at::Tensor& x, const at::Tensor
 }
 
 at::Tensor LmHeadLoss::forward(const at::Tensor& x, const nn::MicroBatch& mb, nn::Saved& saved) {
-  auto& s = saved.emplace<State>();
+  auto& s = saved.emplace<LossHeadState>();
   const at::Tensor full = sequence_ ? parallel::gather_sequence(tp_, x) : x;
   s.x = full.reshape({-1, d_model_});
   s.shape = full.sizes().vec();
@@ -119,7 +119,7 @@ at::Tensor LmHeadLoss::forward(const at::Tensor& x, const nn::MicroBatch& mb, nn
 }
 
 at::Tensor LmHeadLoss::backward_input(const at::Tensor&, nn::Saved& saved) {
-  auto& s = saved.get<State>();
+  auto& s = saved.get<LossHeadState>();
   // dx = scale * dlogits W, summed over the vocabulary slices
   at::Tensor dx = input_gradient(s.dlogits).mul_(s.scale).view(s.shape);
   if (sequence_) return parallel::reduce_scatter_sequence(tp_, dx);
@@ -128,7 +128,7 @@ at::Tensor LmHeadLoss::backward_input(const at::Tensor&, nn::Saved& saved) {
 }
 
 void LmHeadLoss::backward_weight(nn::Saved& saved) {
-  auto& s = saved.get<State>();
+  auto& s = saved.get<LossHeadState>();
   nn::Param& w = matrix();
   if (w.slices == nullptr) {
     nn::add_product(w.grad, s.dlogits.t(), s.x, w.products, s.scale);

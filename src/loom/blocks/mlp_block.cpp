@@ -6,7 +6,7 @@
 
 namespace loom::blocks {
 namespace {
-struct State : PreNormState {
+struct MlpState : PreNormState {
   at::Tensor u;   // up's output, the activation's input (freed after backward_input)
   at::Tensor a;   // the activation's output, down's input
   at::Tensor du;  // up's output gradient, for its weight gradient
@@ -28,7 +28,7 @@ MlpBlock::MlpBlock(const std::string& prefix, const MlpShape& shape, dist::Commu
       down(prefix + ".down", shape.hidden, shape.d_model, shape.bias, shape.residual_std, tp),
       shape_(shape) {}
 
-PreNormState& MlpBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<State>(); }
+PreNormState& MlpBlock::emplace_state(nn::Saved& saved) const { return saved.emplace<MlpState>(); }
 
 at::Tensor MlpBlock::apply(const at::Tensor& h, at::Tensor& u, at::Tensor& a) const {
   u = up.forward(h);
@@ -37,7 +37,7 @@ at::Tensor MlpBlock::apply(const at::Tensor& h, at::Tensor& u, at::Tensor& a) co
 }
 
 at::Tensor MlpBlock::forward_piece(const at::Tensor& h, const Piece& piece, PreNormState& state) {
-  auto& s = static_cast<State&>(state);
+  auto& s = static_cast<MlpState&>(state);
   at::Tensor u, a;
   at::Tensor y = apply(h, u, a);
   parallel::store_chunk(s.u, u, 0, piece.first, piece.count);
@@ -52,7 +52,7 @@ at::Tensor MlpBlock::decode_piece(const at::Tensor& h, int64_t, nn::DecodeCache&
 }
 
 at::Tensor MlpBlock::backward_piece(const at::Tensor& dy, const Piece& piece, PreNormState& state) {
-  auto& s = static_cast<State&>(state);
+  auto& s = static_cast<MlpState&>(state);
   const at::Tensor da = down.backward_input(dy), u = s.u.narrow(0, piece.first, piece.rows);
   const at::Tensor du =
       shape_.activation == MlpActivation::SwiGlu ? nn::swiglu_backward(da, u) : at::gelu_backward(da, u, "tanh");
@@ -60,10 +60,10 @@ at::Tensor MlpBlock::backward_piece(const at::Tensor& dy, const Piece& piece, Pr
   return up.backward_input_partial(du);
 }
 
-void MlpBlock::finish_backward(PreNormState& state) const { static_cast<State&>(state).u.reset(); }
+void MlpBlock::finish_backward(PreNormState& state) const { static_cast<MlpState&>(state).u.reset(); }
 
 void MlpBlock::weight_gradients(PreNormState& state) {
-  auto& s = static_cast<State&>(state);
+  auto& s = static_cast<MlpState&>(state);
   down.backward_weight(s.a, s.dy);
   up.backward_weight(s.h, s.du);
 }

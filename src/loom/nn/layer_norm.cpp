@@ -5,7 +5,7 @@
 namespace loom::nn {
 
 namespace {
-constexpr double kEps = 1e-5;
+constexpr double kLayerNormEps = 1e-5;
 }
 
 LayerNorm::LayerNorm(const std::string& name, int64_t dim, bool sequence_sharded) : dim_(dim) {
@@ -16,7 +16,7 @@ LayerNorm::LayerNorm(const std::string& name, int64_t dim, bool sequence_sharded
 
 NormOutput LayerNorm::forward(const at::Tensor& x) const {
   // Statistics in float32 for bfloat16 activations (NOTE [Mixed precision]); y in x's type.
-  auto [y, mean, rstd] = at::native_layer_norm(widen(x), {dim_}, gain.value, bias.value, kEps);
+  auto [y, mean, rstd] = at::native_layer_norm(widen(x), {dim_}, gain.value, bias.value, kLayerNormEps);
   return {to_type(y, x.scalar_type()), mean, rstd};
 }
 

@@ -6,7 +6,7 @@
 namespace loom::nn {
 
 namespace {
-constexpr double kEps = 1e-5;
+constexpr double kRmsNormEps = 1e-5;
 }
 
 RmsNorm::RmsNorm(const std::string& name, int64_t dim, bool sequence_sharded) : dim_(dim) {
@@ -18,7 +18,7 @@ RmsNormOutput RmsNorm::forward(const at::Tensor& x) const {
   LOOM_CHECK(x.size(-1) == dim_, "RmsNorm: input's last dim {} is not the norm's {}", x.size(-1), dim_);
   // In float32 for bfloat16 activations (NOTE [Mixed precision]); y in x's type.
   const at::Tensor xw = widen(x);
-  const at::Tensor rstd = xw.square().mean(-1, /*keepdim=*/true).add_(kEps).rsqrt_();
+  const at::Tensor rstd = xw.square().mean(-1, /*keepdim=*/true).add_(kRmsNormEps).rsqrt_();
   return {to_type(xw * rstd * gain.value, x.scalar_type()), rstd};
 }
 
